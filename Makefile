@@ -1,0 +1,26 @@
+# The two commands in README.md: `make run` and `make test`. Each sets up what it needs first (jobs/setup.sh).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Extra Hydra overrides for `make run`, e.g. make run ARGS="spec=suffix max_samples=4"
+ARGS ?=
+# Extra pytest arguments for `make test`, e.g. make test PYTEST_ARGS="-k config"
+PYTEST_ARGS ?=
+
+.PHONY: setup run test lint ui
+
+setup:
+	bash jobs/setup.sh
+
+run: setup
+	$(PY) jobs/generate.py $(ARGS)
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check src tests jobs
+	$(VENV)/bin/ruff format --check src tests jobs
+
+# The MLflow UI on the default store: open http://127.0.0.1:5000
+ui: setup
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///outputs/mlflow.db --host 127.0.0.1 --port 5000

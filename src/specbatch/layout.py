@@ -1,0 +1,93 @@
+"""Where a run's files go (DESIGN.md "Output layout").
+
+The run folder is deterministic: ``<output_root>/runs/<dataset>/<model>/<spec>[-k<k>]-<hash>/``, where the hash
+covers everything that changes outputs or timings, so a rerun of the same set-up finds its own folder and two
+different set-ups never share one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specbatch.config import JobConfig, to_plain_dict
+
+# Sections of the config that change what is generated or how fast; tracking and output paths do not.
+HASHED_KEYS = ("model", "spec", "dataset", "sampling", "engine", "max_samples")
+
+
+def config_hash(job: JobConfig, length: int = 8) -> str:
+    plain = to_plain_dict(job)
+    relevant = {key: plain[key] for key in HASHED_KEYS}
+    digest = hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
+    return digest[:length]
+
+
+def _safe(part: str) -> str:
+    """A folder-name-safe version of a readable name (hub ids contain '/')."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", part).strip("_") or "unnamed"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Paths of one run (all shards) and of one shard inside it."""
+
+    root: Path
+    shard_index: int = 0
+    shard_count: int = 1
+
+    @classmethod
+    def for_job(cls, job: JobConfig) -> RunLayout:
+        readable = job.run_name or job.spec.label
+        root = (
+            Path(job.output_root).resolve()
+            / "runs"
+            / _safe(job.dataset.name)
+            / _safe(job.model.name)
+            / f"{_safe(readable)}-{config_hash(job)}"
+        )
+        return cls(root=root)
+
+    @property
+    def shard_tag(self) -> str:
+        return f"shard-{self.shard_index:05d}-of-{self.shard_count:05d}"
+
+    @property
+    def run_json(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data" / self.shard_tag
+
+    def part_path(self, part: int) -> Path:
+        return self.data_dir / f"part-{part:05d}.parquet"
+
+    @property
+    def done_marker(self) -> Path:
+        return self.root / "done" / self.shard_tag
+
+    @property
+    def stats_path(self) -> Path:
+        return self.root / "stats" / f"{self.shard_tag}.json"
+
+    @property
+    def config_yaml(self) -> Path:
+        return self.root / "config.yaml"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temporary name in the same folder and rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,82 @@
+"""Output rows: one per prompt, with an explicit Arrow schema, written to Parquet atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from specbatch.prompts import Prompt
+from specbatch.spec_metrics import RowSpecFigures
+
+# Key of the resolved config in the Parquet file's schema metadata.
+CONFIG_METADATA_KEY = b"specbatch.config"
+SCHEMA_VERSION_KEY = b"specbatch.schema_version"
+SCHEMA_VERSION = b"1"
+
+SCHEMA = pa.schema(
+    [
+        pa.field("row_id", pa.string(), nullable=False),
+        pa.field("prompt", pa.string(), nullable=False),
+        pa.field("completion", pa.string(), nullable=False),
+        pa.field("completion_token_ids", pa.list_(pa.int32()), nullable=False),
+        pa.field("prompt_tokens", pa.int32(), nullable=False),
+        pa.field("completion_tokens", pa.int32(), nullable=False),
+        pa.field("finish_reason", pa.string()),
+        pa.field("method", pa.string(), nullable=False),
+        # Null for spec=none: no speculation is not the same as zero acceptance.
+        pa.field("num_speculative_tokens", pa.int32()),
+        pa.field("spec_steps", pa.int64()),
+        pa.field("draft_tokens", pa.int64()),
+        pa.field("accepted_tokens", pa.int64()),
+        pa.field("acceptance_length", pa.float64()),
+        pa.field("acceptance_histogram", pa.list_(pa.int64())),
+    ]
+)
+
+
+def build_record(prompt: Prompt, output: Any, method: str, k: int | None) -> dict[str, Any]:
+    """One output row from a prompt and vLLM's ``RequestOutput`` for it."""
+    completion = output.outputs[0]
+    figures = RowSpecFigures.from_output(completion) if k is not None else None
+    return {
+        "row_id": prompt.row_id,
+        "prompt": prompt.text,
+        "completion": completion.text,
+        "completion_token_ids": list(completion.token_ids),
+        "prompt_tokens": len(prompt.token_ids),
+        "completion_tokens": len(completion.token_ids),
+        "finish_reason": completion.finish_reason,
+        "method": method,
+        "num_speculative_tokens": k,
+        "spec_steps": figures.spec_steps if figures else None,
+        "draft_tokens": figures.draft_tokens if figures else None,
+        "accepted_tokens": figures.accepted_tokens if figures else None,
+        "acceptance_length": figures.acceptance_length if figures else None,
+        "acceptance_histogram": figures.acceptance_histogram if figures else None,
+    }
+
+
+def write_parquet(records: list[dict[str, Any]], path: Path, config: dict[str, Any]) -> None:
+    """Write under a temporary name in the same folder, then rename: a reader sees the whole file or none."""
+    schema = SCHEMA.with_metadata(
+        {CONFIG_METADATA_KEY: json.dumps(config, sort_keys=True).encode(), SCHEMA_VERSION_KEY: SCHEMA_VERSION}
+    )
+    table = pa.Table.from_pylist(records, schema=schema)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_config_metadata(path: Path) -> dict[str, Any]:
+    """The resolved config a Parquet file was written with."""
+    metadata = pq.read_schema(path).metadata or {}
+    return json.loads(metadata[CONFIG_METADATA_KEY])

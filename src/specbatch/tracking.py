@@ -1,0 +1,113 @@
+"""MLflow logging of one run: params = the flattened resolved config, metrics = the summary, plus artifacts and tags.
+
+Uses an explicit ``MlflowClient`` rather than mlflow's global active run, so several jobs in one process (tests,
+sweeps) never log into each other's runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from specbatch.config import TrackingConfig
+from specbatch.summary import Summary
+
+log = logging.getLogger(__name__)
+
+# MLflow limits: params per log_batch call, and characters per param value.
+PARAMS_PER_BATCH = 100
+MAX_PARAM_CHARS = 6000
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """``{"model": {"path": p}}`` → ``{"model.path": "p"}``; None becomes "null" so unset keys stay visible."""
+    flat: dict[str, str] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            text = "null" if value is None else str(value)
+            flat[name] = text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "..."
+    return flat
+
+
+def default_artifact_location(uri: str) -> str | None:
+    """For a sqlite store, keep artifacts beside the database instead of in ./mlruns of whatever the cwd is."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "sqlite":
+        return None
+    db = Path(uri[len("sqlite:///") :]).resolve()
+    return (db.parent / "mlartifacts").as_uri()
+
+
+def _prepare_store(uri: str) -> None:
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///") :]).resolve().parent.mkdir(parents=True, exist_ok=True)
+
+
+class RunLogger:
+    """Logging calls for one open MLflow run."""
+
+    def __init__(self, client: Any, run_id: str) -> None:
+        self.client = client
+        self.run_id = run_id
+
+    def log_params(self, params: dict[str, str]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, v) for k, v in sorted(params.items())]
+        for start in range(0, len(items), PARAMS_PER_BATCH):
+            self.client.log_batch(self.run_id, params=items[start : start + PARAMS_PER_BATCH])
+
+    def log_summary(self, summary: Summary) -> None:
+        import time
+
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, v, now, 0) for k, v in summary.scalar_metrics().items()]
+        # One metric stepped by draft position (0 = first drafted token), so the UI draws the acceptance curve.
+        for position, rate in enumerate(summary.acceptance_rate_per_position or []):
+            metrics.append(Metric("acceptance_rate_per_position", rate, now, position))
+        self.client.log_batch(self.run_id, metrics=metrics)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self.client.log_text(self.run_id, text, artifact_file)
+
+
+@contextlib.contextmanager
+def mlflow_run(
+    cfg: TrackingConfig, run_name: str, tags: dict[str, str], description: str
+) -> Iterator[RunLogger | None]:
+    """An MLflow run that ends FINISHED, or FAILED when the body raises (the exception still propagates).
+
+    Yields None when tracking is off, so callers write ``if run: ...``.
+    """
+    if not cfg.enabled:
+        yield None
+        return
+    from mlflow.tracking import MlflowClient
+
+    _prepare_store(cfg.uri)
+    client = MlflowClient(tracking_uri=cfg.uri)
+    experiment = client.get_experiment_by_name(cfg.experiment)
+    if experiment is None:
+        experiment_id = client.create_experiment(
+            cfg.experiment, artifact_location=cfg.artifact_location or default_artifact_location(cfg.uri)
+        )
+    else:
+        experiment_id = experiment.experiment_id
+    run = client.create_run(experiment_id, run_name=run_name, tags={**tags, "mlflow.note.content": description})
+    run_id = run.info.run_id
+    log.info("MLflow run %s (%s) in experiment %r at %s", run_name, run_id, cfg.experiment, cfg.uri)
+    try:
+        yield RunLogger(client, run_id)
+    except BaseException:
+        client.set_terminated(run_id, status="FAILED")
+        raise
+    client.set_terminated(run_id, status="FINISHED")

@@ -1,0 +1,53 @@
+"""Shared test helpers: compose the real conf/ the way jobs/generate.py does, then shrink it for tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from specbatch.config import JobConfig, register_configs, to_job_config
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = PROJECT_ROOT / "conf"
+GENERATE = PROJECT_ROOT / "jobs" / "generate.py"
+
+register_configs()
+
+
+def compose_config(overrides: list[str] | None = None) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides or [])
+
+
+def compose_job(overrides: list[str] | None = None) -> JobConfig:
+    return to_job_config(compose_config(overrides))
+
+
+def run_generate(args: list[str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """Run jobs/generate.py as users do, in a child process (vLLM needs its own __main__ for spawn)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, str(GENERATE), *args],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def job_factory(tmp_path: Path) -> Callable[..., JobConfig]:
+    """Compose the real config with overrides, writing into this test's tmp folder."""
+
+    def make(*overrides: str) -> JobConfig:
+        return compose_job([f"output_root={tmp_path / 'outputs'}", *overrides])
+
+    return make

@@ -1,0 +1,146 @@
+"""Every config in conf/ composes and validates; bad values fail early with a message naming key and fix."""
+
+from __future__ import annotations
+
+import pytest
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from conftest import CONF_DIR, compose_config, compose_job, run_generate
+from specbatch.config import GROUPS, ConfigError, SpecMethod
+from specbatch.engine import llm_kwargs
+
+GROUP_FILES = sorted((group, path.stem) for group in GROUPS for path in (CONF_DIR / group).glob("*.yaml"))
+
+
+def test_every_group_has_presets() -> None:
+    for group in GROUPS:
+        assert any(g == group for g, _ in GROUP_FILES), f"conf/{group}/ has no preset"
+
+
+@pytest.mark.parametrize(("group", "name"), GROUP_FILES)
+def test_every_preset_composes_and_validates(group: str, name: str) -> None:
+    job = compose_job([f"{group}={name}"])
+    section = getattr(job, group)
+    assert isinstance(section, GROUPS[group])
+    # The engine arguments are derived without loading anything, GPU presets included.
+    kwargs = llm_kwargs(job)
+    assert kwargs["model"] == job.model.path
+
+
+def test_default_is_the_embedded_cpu_setup() -> None:
+    job = compose_job()
+    assert job.model.embedded and job.model.name == "smollm2-135m-instruct"
+    assert job.spec.method is SpecMethod.ngram and job.spec.k == 3
+    assert job.dataset.name == "humaneval_edit" and job.dataset.chat
+    assert job.engine.name == "cpu" and job.engine.enforce_eager
+    assert job.tracking.uri == "sqlite:///outputs/mlflow.db"
+    kwargs = llm_kwargs(job)
+    assert kwargs["speculative_config"] == {
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        "prompt_lookup_min": 2,
+        "prompt_lookup_max": 4,
+    }
+    assert kwargs["per_request_spec_decode_metrics"] == "summary"
+    assert kwargs["disable_log_stats"] is False
+
+
+def test_baseline_has_no_speculative_config() -> None:
+    kwargs = llm_kwargs(compose_job(["spec=none"]))
+    assert "speculative_config" not in kwargs
+    assert "per_request_spec_decode_metrics" not in kwargs  # vLLM rejects it without speculation
+
+
+def test_suffix_knobs_reach_vllm() -> None:
+    kwargs = llm_kwargs(compose_job(["spec=suffix", "spec.suffix_decoding_max_tree_depth=16"]))
+    assert kwargs["speculative_config"] == {
+        "method": "suffix",
+        "num_speculative_tokens": 5,
+        "suffix_decoding_max_tree_depth": 16,
+    }
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["spec.num_speculative_tokens=0"], "spec.num_speculative_tokens=0 is out of range"),
+        (["spec.num_speculative_tokens=99"], "use an integer from 1 to 16"),
+        (["spec=none", "spec.num_speculative_tokens=3"], "spec.method=none drafts nothing"),
+        (["spec.prompt_lookup_max=1"], "spec.prompt_lookup_max=1 is below spec.prompt_lookup_min=2"),
+        (["spec.prompt_lookup_min=0", "spec.prompt_lookup_max=0"], "spec.prompt_lookup_min=0 must be 1 or more"),
+        (["spec=suffix", "spec.prompt_lookup_min=2"], "spec.prompt_lookup_min belongs to spec.method=ngram"),
+        (["spec.suffix_decoding_max_tree_depth=8"], "belongs to spec.method=suffix, not spec.method=ngram"),
+        (["sampling.temperature=-1"], "sampling.temperature=-1.0 is negative"),
+        (["sampling.top_p=0"], "sampling.top_p=0.0 must be in (0, 1]"),
+        (["sampling.top_k=-3"], "sampling.top_k=-3 must be 0 (off)"),
+        (["sampling.max_tokens=0"], "sampling.max_tokens=0 must be 1 or more"),
+        (["sampling.max_tokens=4096"], "sampling.max_tokens=4096 leaves no room for the prompt"),
+        (["model.max_model_len=8"], "model.max_model_len=8 is too small"),
+        (["model.tensor_parallel_size=0"], "model.tensor_parallel_size=0 is invalid"),
+        (["max_samples=0"], "max_samples=0 must be 1 or more"),
+        (["engine.cpu_kvcache_space_gib=0"], "engine.cpu_kvcache_space_gib=0 must be 1 or more"),
+        (["engine=gpu", "engine.gpu_memory_utilization=1.5"], "engine.gpu_memory_utilization=1.5 must be in (0, 1]"),
+        (["tracking.uri=outputs/mlflow.db"], "tracking.uri='outputs/mlflow.db' is not a URI"),
+        (["run_name=a/b"], "run_name='a/b' must be a plain folder name"),
+        (["dataset.chat=false", "dataset.system_prompt=hi"], "dataset.system_prompt is set but dataset.chat=false"),
+    ],
+)
+def test_impossible_values_name_the_key_and_fix(overrides: list[str], expected: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        compose_job(overrides)
+    assert expected in str(err.value)
+
+
+def _chain(exc: BaseException | None) -> str:
+    """Hydra wraps the useful message: join the whole cause chain, as Hydra's CLI prints it."""
+    parts = []
+    while exc is not None:
+        parts.append(str(exc))
+        exc = exc.__cause__ or exc.__context__
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        # Unknown key: Hydra names it and says how to add a key on purpose.
+        (["sampling.max_tokenz=5"], "Key 'max_tokenz' not in 'SamplingConfig'"),
+        # Wrong type: the value and the type it needed, with the full key.
+        (["sampling.max_tokens=many"], "Value 'many' of type 'str' could not be converted to Integer"),
+        (["sampling.max_tokens=many"], "full_key: sampling.max_tokens"),
+        # Choices: every valid value is listed.
+        (["model.dtype=float8"], "Invalid value 'float8', expected one of [auto, bfloat16, float16, float32]"),
+        (["spec.method=medusa"], "Invalid value 'medusa', expected one of [none, ngram, suffix]"),
+        # Unknown preset: Hydra lists the available ones.
+        (["spec=eagle9"], "Available options in 'spec'"),
+    ],
+)
+def test_unknown_keys_and_wrong_types_fail_at_compose(overrides: list[str], expected: str) -> None:
+    with pytest.raises((HydraException, OmegaConfBaseException)) as err:
+        compose_config(overrides)
+    assert expected in _chain(err.value)
+
+
+def test_cli_unknown_key_message() -> None:
+    result = run_generate(["sampling.max_tokenz=3"], timeout=120)
+    assert result.returncode != 0
+    assert "Key 'max_tokenz' not in 'SamplingConfig'" in result.stderr
+    assert "To append to your config use +sampling.max_tokenz=3" in result.stderr
+
+
+def test_cli_prints_config() -> None:
+    result = run_generate(["--cfg", "job"], timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "spec:\n  method: ngram" in result.stdout
+    assert "dataset:\n  name: humaneval_edit" in result.stdout
+
+
+def test_cli_bad_value_is_one_clear_line_before_any_model(tmp_path) -> None:
+    result = run_generate([f"output_root={tmp_path}", "spec.num_speculative_tokens=0"], timeout=120)
+    assert result.returncode == 2
+    assert "spec.num_speculative_tokens=0 is out of range" in result.stderr + result.stdout
+    assert "Traceback" not in result.stderr
+    # Nothing was loaded or written.
+    assert "vllm" not in (result.stderr + result.stdout).lower().replace("vllm's", "")
+    assert not (tmp_path / "runs").exists()
