@@ -1,0 +1,138 @@
+"""Acceptance arithmetic: counter differences, per-request figures and the summary built from summed counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from specbatch.spec_metrics import (
+    ACCEPTED_PER_POS,
+    GENERATION_TOKENS,
+    NUM_ACCEPTED,
+    NUM_DRAFT_TOKENS,
+    NUM_DRAFTS,
+    PROMPT_TOKENS,
+    Counters,
+    RowSpecFigures,
+    acceptance_length,
+    accepted_per_position_from_histogram,
+)
+from specbatch.summary import format_table, summarize
+
+
+@dataclass
+class Counter:  # shaped like vllm.v1.metrics.reader.Counter
+    name: str
+    value: int
+
+
+@dataclass
+class Vector:  # shaped like vllm.v1.metrics.reader.Vector
+    name: str
+    values: list[int]
+
+
+def snapshot(drafts: int, draft_tokens: int, accepted: int, per_pos: list[int], gen: int = 0, prompt: int = 0):
+    return [
+        Counter(PROMPT_TOKENS, prompt),
+        Counter(GENERATION_TOKENS, gen),
+        Counter(NUM_DRAFTS, drafts),
+        Counter(NUM_DRAFT_TOKENS, draft_tokens),
+        Counter(NUM_ACCEPTED, accepted),
+        Vector(ACCEPTED_PER_POS, per_pos),
+        Counter("vllm:unrelated", 999),
+    ]
+
+
+def test_counter_difference_ignores_what_came_before() -> None:
+    before = Counters.from_metrics(snapshot(10, 30, 20, [9, 7, 4], gen=50, prompt=100))
+    after = Counters.from_metrics(snapshot(25, 75, 41, [20, 13, 8], gen=120, prompt=300))
+    delta = after - before
+    assert delta == Counters(
+        prompt_tokens=200,
+        generation_tokens=70,
+        drafts=15,
+        draft_tokens=45,
+        accepted_tokens=21,
+        accepted_per_position=(11, 6, 4),
+    )
+
+
+def test_counters_sum_over_engines() -> None:
+    # Data-parallel engines report one label set each: totals are the sums.
+    metrics = snapshot(1, 3, 2, [1, 1, 0]) + snapshot(2, 6, 3, [2, 1, 0])
+    counters = Counters.from_metrics(metrics)
+    assert (counters.drafts, counters.draft_tokens, counters.accepted_tokens) == (3, 9, 5)
+    assert counters.accepted_per_position == (3, 2, 0)
+
+
+def test_baseline_engine_has_no_spec_counters() -> None:
+    counters = Counters.from_metrics([Counter(GENERATION_TOKENS, 7)])
+    assert counters.drafts == 0 and counters.accepted_per_position == ()
+
+
+def test_histogram_to_positions() -> None:
+    # 2 steps accepted nothing, 7 accepted one, 2 accepted two, 7 accepted all three.
+    assert accepted_per_position_from_histogram([2, 7, 2, 7]) == [16, 9, 7]
+    assert sum(accepted_per_position_from_histogram([2, 7, 2, 7])) == 7 * 1 + 2 * 2 + 7 * 3
+
+
+def test_row_figures_from_vllm_request_metrics() -> None:
+    class Metrics:
+        def to_dict(self) -> dict:
+            return {
+                "mean_acceptance_length": 3.0,
+                "draft_acceptance_rate": 0.914,
+                "acceptance_histogram": [0, 7, 2, 7],
+                "num_spec_steps": 16,
+                "num_accepted_draft_tokens": 32,
+                "num_draft_tokens": 35,
+                "num_spec_tokens": 3,
+            }
+
+    class Completion:
+        spec_decode_metrics = Metrics()
+
+    figures = RowSpecFigures.from_output(Completion())
+    assert figures == RowSpecFigures(
+        spec_steps=16, draft_tokens=35, accepted_tokens=32, acceptance_length=3.0, acceptance_histogram=[0, 7, 2, 7]
+    )
+
+
+def test_acceptance_length_definition() -> None:
+    assert acceptance_length(379, 162) == pytest.approx(1 + 379 / 162)
+    assert acceptance_length(0, 0) == 1.0
+
+
+def test_summary_uses_summed_counts_not_mean_of_ratios() -> None:
+    # Two requests: 1 draft with 3 accepted, 9 drafts with 0 accepted. Mean of row ALs would be (4 + 1) / 2 = 2.5.
+    delta = Counters(
+        generation_tokens=100, drafts=10, draft_tokens=30, accepted_tokens=3, accepted_per_position=(1, 1, 1)
+    )
+    summary = summarize(
+        delta, method="ngram", k=3, rows=2, generation_seconds=4.0, engine_startup_seconds=20.0, warmup_seconds=1.0
+    )
+    assert summary.mean_acceptance_length == pytest.approx(1.3)
+    assert summary.draft_acceptance_rate == pytest.approx(0.1)
+    assert summary.acceptance_rate_per_position == pytest.approx([0.1, 0.1, 0.1])
+    assert summary.output_tokens_per_second == 25.0
+    assert "acceptance_rate_per_position" not in summary.scalar_metrics()
+    table = format_table(summary)
+    assert "mean acceptance length   1.300" in table and "output tok/s             25.000" in table
+
+
+def test_baseline_summary_has_null_acceptance() -> None:
+    summary = summarize(
+        Counters(generation_tokens=10),
+        method="none",
+        k=None,
+        rows=1,
+        generation_seconds=1.0,
+        engine_startup_seconds=1.0,
+        warmup_seconds=0.0,
+    )
+    assert summary.drafts is None and summary.mean_acceptance_length is None
+    assert summary.acceptance_rate_per_position is None
+    assert "mean_acceptance_length" not in summary.scalar_metrics()
+    assert "drafts (spec steps)      -" in format_table(summary)
