@@ -140,7 +140,8 @@ class Engine:
         llm, self.llm = self.llm, None
         if llm is None:
             return
-        shutdown = getattr(getattr(llm, "llm_engine", None), "shutdown", None)
-        if callable(shutdown):
-            shutdown()
+        # vLLM 0.32's LLM has no close(); its engine-core client owns the worker processes.
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if callable(getattr(core, "shutdown", None)):
+            core.shutdown()
         del llm
