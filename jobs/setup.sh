@@ -63,15 +63,16 @@ if [[ "$DEVICE" == cpu ]]; then
     [[ -x "$bvenv/bin/python" ]] || "$PYTHON" -m venv "$bvenv"
     "$bvenv/bin/python" -m pip install -q --disable-pip-version-check \
       torch==2.13.0 setuptools wheel ninja nanobind==2.9.2 grpcio-tools
-    tmp=$(mktemp -d)
+    # Build beside the cache so the final mv is a rename: an interrupted set-up never leaves half a wheel.
+    tmp=$(mktemp -d "$CACHE/wheels/.build-XXXXXX")
     # Without CMAKE_ARGS cmake finds another python and fails with "No module named nanobind".
     PATH="$bvenv/bin:$PATH" CMAKE_ARGS="-DPython_EXECUTABLE=$bvenv/bin/python" \
       "$bvenv/bin/python" -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps \
       "arctic-inference==$ARCTIC_VERSION" -w "$tmp"
     built=$(ls "$tmp"/arctic_inference-*.whl)
-    mv "$built" "$CACHE/wheels/"  # same filesystem as the final name only by luck, so move then look it up
-    rm -rf "$tmp"
-    wheel=$(ls "$CACHE"/wheels/arctic_inference-"$ARCTIC_VERSION"-*.whl | head -n1)
+    wheel="$CACHE/wheels/$(basename "$built")"
+    mv "$built" "$wheel"
+    rm -rf "$tmp" "$bvenv"  # the build venv holds a 700 MB torch that is needed only for this build
   fi
   "${PIP[@]}" install -q --no-deps --force-reinstall "$wheel"
 fi

@@ -71,6 +71,7 @@ def ensure_smollm2(folder: str | Path, dtype: str = "bfloat16") -> Path:
     try:
         _dequantise(gguf, tmp, dtype)
         (tmp / READY_MARKER).write_text(f"prepared from {gguf.name}\n")
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache may be shared by several users
         if folder.exists():
             shutil.rmtree(folder)  # a half-finished folder from an older layout; ours never lacks the marker
         os.replace(tmp, folder)
