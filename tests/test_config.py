@@ -7,10 +7,13 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from conftest import CONF_DIR, compose_config, compose_job, run_generate
-from specbatch.config import GROUPS, ConfigError, SpecMethod
+from specbatch.config import CHECKPOINT_METHODS, GROUPS, ConfigError, SpecMethod
 from specbatch.engine import llm_kwargs
 
 GROUP_FILES = sorted((group, path.stem) for group in GROUPS for path in (CONF_DIR / group).glob("*.yaml"))
+MODEL_SPEC_FILES = sorted(path.stem for path in (CONF_DIR / "model_spec").glob("*.yaml"))
+# A model with a preset for every checkpoint method, to compose spec presets that need a checkpoint.
+PAIRED_MODEL = "tiny_llama"
 
 
 def test_every_group_has_presets() -> None:
@@ -20,7 +23,12 @@ def test_every_group_has_presets() -> None:
 
 @pytest.mark.parametrize(("group", "name"), GROUP_FILES)
 def test_every_preset_composes_and_validates(group: str, name: str) -> None:
-    job = compose_job([f"{group}={name}"])
+    overrides = [f"{group}={name}"]
+    if group == "spec" and SpecMethod(name) in CHECKPOINT_METHODS:
+        overrides.append(f"model={PAIRED_MODEL}")
+    if group == "model" and name == "tiny_mimo":
+        overrides.append("spec=mtp")
+    job = compose_job(overrides)
     section = getattr(job, group)
     assert isinstance(section, GROUPS[group])
     # The engine arguments are derived without loading anything, GPU presets included.
@@ -28,9 +36,52 @@ def test_every_preset_composes_and_validates(group: str, name: str) -> None:
     assert kwargs["model"] == job.model.path
 
 
+def _pair_for(model_spec: str) -> tuple[str, str]:
+    names = {g: [n for gg, n in GROUP_FILES if gg == g] for g in ("model", "spec")}
+    pairs = [(m, sp) for m in names["model"] for sp in names["spec"] if f"{m}_{sp}" == model_spec]
+    assert len(pairs) == 1, f"conf/model_spec/{model_spec}.yaml matches no single model_spec: ${{model}}_${{spec}}"
+    return pairs[0]
+
+
+@pytest.mark.parametrize("name", MODEL_SPEC_FILES)
+def test_every_model_spec_preset_is_selected_by_its_model_and_method(name: str) -> None:
+    model, spec = _pair_for(name)
+    engine = "engine=cpu" if model.startswith("tiny") else "engine=gpu"
+    job = compose_job([f"model={model}", f"spec={spec}", engine])
+    assert job.spec.method is SpecMethod(spec) and job.spec.model
+    kwargs = llm_kwargs(job)
+    assert kwargs["speculative_config"]["model"] == job.spec.model
+    assert kwargs["speculative_config"]["method"] == spec
+    # The command line always wins over the preset.
+    assert compose_job([f"model={model}", f"spec={spec}", "spec.model=/my/head"]).spec.model == "/my/head"
+
+
+@pytest.mark.parametrize(
+    ("model", "spec", "checkpoint"),
+    [
+        ("llama31_8b_instruct", "eagle", "yuhuili/EAGLE-LLaMA3.1-Instruct-8B"),
+        ("llama31_8b_instruct", "eagle3", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"),
+        ("llama31_8b_instruct", "draft_model", "amd/PARD-Llama-3.2-1B"),
+    ],
+)
+def test_gpu_presets_as_a_gpu_user_runs_them(model: str, spec: str, checkpoint: str) -> None:
+    job = compose_job([f"model={model}", f"spec={spec}", "engine=gpu"])
+    kwargs = llm_kwargs(job)
+    assert kwargs["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert kwargs["speculative_config"] == {"method": spec, "num_speculative_tokens": 3, "model": checkpoint}
+    assert kwargs["enforce_eager"] is False and kwargs["gpu_memory_utilization"] == 0.9
+    assert kwargs["tensor_parallel_size"] == 1 and kwargs["dtype"] == "bfloat16"
+
+
+def test_mtp_gpu_preset() -> None:
+    kwargs = llm_kwargs(compose_job(["model=mimo_7b_base", "spec=mtp", "engine=gpu"]))
+    assert kwargs["model"] == "XiaomiMiMo/MiMo-7B-Base"
+    assert kwargs["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 1}
+
+
 def test_default_is_the_embedded_cpu_setup() -> None:
     job = compose_job()
-    assert job.model.embedded and job.model.name == "smollm2-135m-instruct"
+    assert job.model.embedded == "smollm2" and job.model.name == "smollm2-135m-instruct"
     assert job.spec.method is SpecMethod.ngram and job.spec.k == 3
     assert job.dataset.name == "humaneval_edit" and job.dataset.chat
     assert job.engine.name == "cpu" and job.engine.enforce_eager
@@ -52,6 +103,28 @@ def test_baseline_has_no_speculative_config() -> None:
     assert "per_request_spec_decode_metrics" not in kwargs  # vLLM rejects it without speculation
 
 
+def test_spec_none_with_many_samples_is_fine() -> None:
+    assert compose_job(["spec=none", "sampling.n=4", "sampling=sampled"]).sampling.n == 4
+
+
+def test_model_based_knobs_reach_vllm() -> None:
+    job = compose_job(
+        [
+            "model=tiny_llama",
+            "spec=eagle3",
+            "spec.draft_sample_method=probabilistic",
+            "spec.draft_tensor_parallel_size=1",
+        ]
+    )
+    assert llm_kwargs(job)["speculative_config"] == {
+        "method": "eagle3",
+        "num_speculative_tokens": 3,
+        "model": job.spec.model,
+        "draft_tensor_parallel_size": 1,
+        "draft_sample_method": "probabilistic",
+    }
+
+
 def test_suffix_knobs_reach_vllm() -> None:
     kwargs = llm_kwargs(compose_job(["spec=suffix", "spec.suffix_decoding_max_tree_depth=16"]))
     assert kwargs["speculative_config"] == {
@@ -69,8 +142,39 @@ def test_suffix_knobs_reach_vllm() -> None:
         (["spec=none", "spec.num_speculative_tokens=3"], "spec.method=none drafts nothing"),
         (["spec.prompt_lookup_max=1"], "spec.prompt_lookup_max=1 is below spec.prompt_lookup_min=2"),
         (["spec.prompt_lookup_min=0", "spec.prompt_lookup_max=0"], "spec.prompt_lookup_min=0 must be 1 or more"),
-        (["spec=suffix", "spec.prompt_lookup_min=2"], "spec.prompt_lookup_min belongs to spec.method=ngram"),
-        (["spec.suffix_decoding_max_tree_depth=8"], "belongs to spec.method=suffix, not spec.method=ngram"),
+        (
+            ["spec=suffix", "spec.prompt_lookup_min=2"],
+            "spec.prompt_lookup_min is not an option of spec.method=suffix (it belongs to ngram)",
+        ),
+        (["spec.suffix_decoding_max_tree_depth=8"], "is not an option of spec.method=ngram (it belongs to suffix)"),
+        (
+            ["spec.draft_tensor_parallel_size=2"],
+            "spec.draft_tensor_parallel_size is not an option of spec.method=ngram",
+        ),
+        (["spec=suffix", "spec.suffix_decoding_min_token_prob=2"], "spec.suffix_decoding_min_token_prob=2.0 must be"),
+        (["spec=mtp", "spec.model=/x"], "mtp drafts with the target's own MTP layers: remove spec.model"),
+        (["spec=eagle3"], "spec.model is not set: spec=eagle3 needs an EAGLE3 head trained for model.name=smollm2"),
+        (["spec=eagle"], "spec.model is not set: spec=eagle needs an EAGLE head"),
+        (["spec=draft_model"], "spec.model is not set: spec=draft_model needs a draft model"),
+        (["sampling.n=2"], "sampling.n=2 with spec=ngram: vLLM reports the per-request spec figures"),
+        (["sampling.n=0", "spec=none"], "sampling.n=0 must be 1 or more"),
+        (
+            ["model=tiny_llama", "spec=draft_model", "spec.draft_tensor_parallel_size=2"],
+            "spec.draft_tensor_parallel_size=2 with model.tensor_parallel_size=1",
+        ),
+        (
+            [
+                "model=llama31_8b_instruct",
+                "model.tensor_parallel_size=4",
+                "spec=eagle3",
+                "spec.draft_tensor_parallel_size=2",
+            ],
+            "drafts only on 1 or 4 GPU(s)",
+        ),
+        (
+            ["spec=mtp", "spec.num_speculative_tokens=0"],
+            "spec.num_speculative_tokens=0 is out of range for spec.method=mtp",
+        ),
         (["sampling.temperature=-1"], "sampling.temperature=-1.0 is negative"),
         (["sampling.top_p=0"], "sampling.top_p=0.0 must be in (0, 1]"),
         (["sampling.top_k=-3"], "sampling.top_k=-3 must be 0 (off)"),
@@ -111,7 +215,11 @@ def _chain(exc: BaseException | None) -> str:
         (["sampling.max_tokens=many"], "full_key: sampling.max_tokens"),
         # Choices: every valid value is listed.
         (["model.dtype=float8"], "Invalid value 'float8', expected one of [auto, bfloat16, float16, float32]"),
-        (["spec.method=medusa"], "Invalid value 'medusa', expected one of [none, ngram, suffix]"),
+        (
+            ["spec.method=medusa"],
+            "Invalid value 'medusa', expected one of [none, ngram, suffix, draft_model, eagle, eagle3, mtp]",
+        ),
+        (["spec=eagle3", "spec.draft_sample_method=best"], "expected one of [greedy, probabilistic]"),
         # Unknown preset: Hydra lists the available ones.
         (["spec=eagle9"], "Available options in 'spec'"),
     ],

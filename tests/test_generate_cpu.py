@@ -1,4 +1,4 @@
-"""The whole job for real: jobs/generate.py on the embedded model with vLLM's CPU build, spec=none vs spec=ngram.
+"""The whole job for real: jobs/generate.py on the embedded model with vLLM's CPU build: none, ngram and suffix.
 
 Runs in float32, where greedy speculation must reproduce the baseline token for token (bfloat16 is not exact on
 CPU: near-tied logits flip with the shape of the computation).
@@ -45,7 +45,7 @@ def overrides(root: Path, spec: str) -> list[str]:
 def runs(root: Path) -> dict[str, dict]:
     """Both runs once per module, through the real entry script (one engine each)."""
     out: dict[str, dict] = {}
-    for spec in ("none", "ngram"):
+    for spec in ("none", "ngram", "suffix"):
         result = run_generate(overrides(root, spec))
         assert result.returncode == 0, result.stderr[-4000:]
         layout = RunLayout.for_job(compose_job(overrides(root, spec)))
@@ -79,22 +79,25 @@ def test_parquet_schema_rows_and_metadata(runs: dict[str, dict]) -> None:
         # No speculation is recorded as null, not as zero acceptance.
         assert row["num_speculative_tokens"] is None
         assert all(row[c] is None for c in ("spec_steps", "draft_tokens", "accepted_tokens", "acceptance_histogram"))
-    for row in runs["ngram"]["rows"].values():
-        assert row["num_speculative_tokens"] == 3
-        assert len(row["acceptance_histogram"]) == 4
-        assert row["draft_tokens"] >= row["accepted_tokens"] >= 0
+    for spec, k in (("ngram", 3), ("suffix", 5)):
+        for row in runs[spec]["rows"].values():
+            assert row["num_speculative_tokens"] == k
+            assert len(row["acceptance_histogram"]) == k + 1
+            assert row["draft_tokens"] >= row["accepted_tokens"] >= 0
 
 
-def test_greedy_float32_ngram_is_token_identical_to_none(runs: dict[str, dict]) -> None:
-    base, spec = runs["none"]["rows"], runs["ngram"]["rows"]
+@pytest.mark.parametrize("spec", ["ngram", "suffix"])
+def test_greedy_float32_is_token_identical_to_none(runs: dict[str, dict], spec: str) -> None:
+    base, rows = runs["none"]["rows"], runs[spec]["rows"]
     for row_id in base:
-        assert spec[row_id]["completion_token_ids"] == base[row_id]["completion_token_ids"], row_id
+        assert rows[row_id]["completion_token_ids"] == base[row_id]["completion_token_ids"], row_id
     # The comparison means something only if speculation really accepted tokens.
-    assert sum(r["accepted_tokens"] for r in spec.values()) > 0
+    assert sum(r["accepted_tokens"] for r in rows.values()) > 0
 
 
-def test_row_figures_sum_to_engine_counter_differences(runs: dict[str, dict]) -> None:
-    rows, summary = list(runs["ngram"]["rows"].values()), runs["ngram"]["summary"]
+@pytest.mark.parametrize("spec", ["ngram", "suffix"])
+def test_row_figures_sum_to_engine_counter_differences(runs: dict[str, dict], spec: str) -> None:
+    rows, summary = list(runs[spec]["rows"].values()), runs[spec]["summary"]
     drafts = sum(r["spec_steps"] for r in rows)
     accepted = sum(r["accepted_tokens"] for r in rows)
     assert drafts == summary["drafts"] > 0
@@ -124,7 +127,7 @@ def test_mlflow_run_has_params_metrics_tags_artifacts(runs: dict[str, dict], roo
     client = MlflowClient(tracking_uri=f"sqlite:///{root}/mlflow.db")
     experiment = client.get_experiment_by_name(EXPERIMENT)
     found = {r.data.tags["method"]: r for r in client.search_runs([experiment.experiment_id])}
-    assert set(found) == {"none", "ngram"}
+    assert set(found) == {"none", "ngram", "suffix"}
     run = found["ngram"]
     summary = runs["ngram"]["summary"]
     assert run.info.status == "FINISHED"

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from specbatch.prompts import Prompt
-from specbatch.records import SCHEMA, build_record, read_config_metadata, write_parquet
+from specbatch.records import SCHEMA, build_records, read_config_metadata, write_parquet
 
 
 class FakeMetrics:
@@ -38,7 +38,7 @@ PROMPT = Prompt(row_id="r0", text="say hi", token_ids=[1, 2])
 
 
 def test_rows_round_trip_with_schema_and_config(tmp_path: Path) -> None:
-    records = [build_record(PROMPT, output(True), "ngram", 2), build_record(PROMPT, output(False), "none", None)]
+    records = build_records(PROMPT, output(True), "ngram", 2) + build_records(PROMPT, output(False), "none", None)
     path = tmp_path / "data" / "part-00000.parquet"
     write_parquet(records, path, {"spec": {"method": "ngram"}})
     table = pq.read_table(path)
@@ -54,7 +54,7 @@ def test_rows_round_trip_with_schema_and_config(tmp_path: Path) -> None:
 
 
 def test_failed_write_leaves_no_file(tmp_path: Path) -> None:
-    bad = [{**build_record(PROMPT, output(False), "none", None), "prompt_tokens": "not a number"}]
+    bad = [{**build_records(PROMPT, output(False), "none", None)[0], "prompt_tokens": "not a number"}]
     path = tmp_path / "part-00000.parquet"
     with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError)):
         write_parquet(bad, path, {})

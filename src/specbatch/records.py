@@ -16,11 +16,13 @@ from specbatch.spec_metrics import RowSpecFigures
 # Key of the resolved config in the Parquet file's schema metadata.
 CONFIG_METADATA_KEY = b"specbatch.config"
 SCHEMA_VERSION_KEY = b"specbatch.schema_version"
-SCHEMA_VERSION = b"1"
+SCHEMA_VERSION = b"2"
 
 SCHEMA = pa.schema(
     [
         pa.field("row_id", pa.string(), nullable=False),
+        # 0..n-1 when sampling.n > 1; always 0 otherwise.
+        pa.field("sample_index", pa.int32(), nullable=False),
         pa.field("prompt", pa.string(), nullable=False),
         pa.field("completion", pa.string(), nullable=False),
         pa.field("completion_token_ids", pa.list_(pa.int32()), nullable=False),
@@ -39,26 +41,31 @@ SCHEMA = pa.schema(
 )
 
 
-def build_record(prompt: Prompt, output: Any, method: str, k: int | None) -> dict[str, Any]:
-    """One output row from a prompt and vLLM's ``RequestOutput`` for it."""
-    completion = output.outputs[0]
-    figures = RowSpecFigures.from_output(completion) if k is not None else None
-    return {
-        "row_id": prompt.row_id,
-        "prompt": prompt.text,
-        "completion": completion.text,
-        "completion_token_ids": list(completion.token_ids),
-        "prompt_tokens": len(prompt.token_ids),
-        "completion_tokens": len(completion.token_ids),
-        "finish_reason": completion.finish_reason,
-        "method": method,
-        "num_speculative_tokens": k,
-        "spec_steps": figures.spec_steps if figures else None,
-        "draft_tokens": figures.draft_tokens if figures else None,
-        "accepted_tokens": figures.accepted_tokens if figures else None,
-        "acceptance_length": figures.acceptance_length if figures else None,
-        "acceptance_histogram": figures.acceptance_histogram if figures else None,
-    }
+def build_records(prompt: Prompt, output: Any, method: str, k: int | None) -> list[dict[str, Any]]:
+    """Output rows from a prompt and vLLM's ``RequestOutput`` for it: one per completion (sampling.n)."""
+    rows = []
+    for index, completion in enumerate(output.outputs):
+        figures = RowSpecFigures.from_output(completion) if k is not None else None
+        rows.append(
+            {
+                "row_id": prompt.row_id,
+                "sample_index": index,
+                "prompt": prompt.text,
+                "completion": completion.text,
+                "completion_token_ids": list(completion.token_ids),
+                "prompt_tokens": len(prompt.token_ids),
+                "completion_tokens": len(completion.token_ids),
+                "finish_reason": completion.finish_reason,
+                "method": method,
+                "num_speculative_tokens": k,
+                "spec_steps": figures.spec_steps if figures else None,
+                "draft_tokens": figures.draft_tokens if figures else None,
+                "accepted_tokens": figures.accepted_tokens if figures else None,
+                "acceptance_length": figures.acceptance_length if figures else None,
+                "acceptance_histogram": figures.acceptance_histogram if figures else None,
+            }
+        )
+    return rows
 
 
 def write_parquet(records: list[dict[str, Any]], path: Path, config: dict[str, Any]) -> None:
@@ -80,3 +87,8 @@ def read_config_metadata(path: Path) -> dict[str, Any]:
     """The resolved config a Parquet file was written with."""
     metadata = pq.read_schema(path).metadata or {}
     return json.loads(metadata[CONFIG_METADATA_KEY])
+
+
+def read_rows(paths: list[Path]) -> list[dict[str, Any]]:
+    """All rows of a run's Parquet parts, in part order."""
+    return [row for path in sorted(paths) for row in pq.read_table(path).to_pylist()]

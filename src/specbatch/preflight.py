@@ -1,0 +1,102 @@
+"""Checks that need installed packages or the checkpoints' config.json, run before the slow engine build.
+
+The config dataclasses already refused what can be judged from the config alone; here we look at what is on
+disk (or on the hub): is the suffix-decoding package there, does the draft share the target's vocabulary, does
+an MTP target really have MTP layers. Each failure names the key to change and how.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from specbatch.config import CHECKPOINT_KIND, CHECKPOINT_METHODS, ConfigError, JobConfig, SpecMethod
+
+log = logging.getLogger(__name__)
+
+# config.json keys that count a model's built-in multi-token-prediction layers (DeepSeek-V3, MiMo, GLM-4.5, Qwen3-Next
+# use the first; Qwen3.5 the second; vLLM's own MTP draft configs the third).
+MTP_LAYER_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "n_predict")
+
+_KIND = {
+    SpecMethod.draft_model: "a draft model",
+    SpecMethod.eagle: "an EAGLE head",
+    SpecMethod.eagle3: "an EAGLE3 head",
+}
+
+
+def read_model_config(path_or_id: str, revision: str | None = None) -> dict[str, Any] | None:
+    """config.json of a local folder, or of a hub repo (only config.json is fetched); None when unreachable."""
+    folder = Path(path_or_id).expanduser()
+    if folder.is_dir():
+        config = folder / "config.json"
+        return json.loads(config.read_text()) if config.is_file() else None
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return json.loads(Path(hf_hub_download(path_or_id, "config.json", revision=revision)).read_text())
+    except Exception as exc:  # offline, gated, or a typo: the engine will say which when it loads
+        log.warning("could not read config.json of %s (%s); skipping the checks that need it", path_or_id, exc)
+        return None
+
+
+def _get(config: dict[str, Any], key: str) -> Any:
+    """A key of the config or, for multimodal wrappers, of its text_config."""
+    if key in config:
+        return config[key]
+    return (config.get("text_config") or {}).get(key)
+
+
+def mtp_layer_count(config: dict[str, Any]) -> int:
+    return max(int(_get(config, key) or 0) for key in MTP_LAYER_KEYS)
+
+
+def check_installed(job: JobConfig) -> None:
+    if job.spec.method is SpecMethod.suffix and importlib.util.find_spec("arctic_inference") is None:
+        raise ConfigError(
+            "spec=suffix needs the arctic-inference package, which is not installed: run `make setup` "
+            "(it builds the CPU wheel) or, on a GPU machine, `pip install arctic-inference==0.1.1`"
+        )
+
+
+def check_pairing(job: JobConfig) -> None:
+    """The draft/head fits the target (same vocabulary); an MTP target has MTP layers and a k they allow."""
+    spec, model = job.spec, job.model
+    if spec.method in CHECKPOINT_METHODS:
+        target = read_model_config(model.path, model.revision)
+        draft = read_model_config(spec.model, spec.revision)
+        if target is not None and draft is not None:
+            target_vocab, draft_vocab = _get(target, "vocab_size"), _get(draft, "vocab_size")
+            if target_vocab != draft_vocab:
+                kind = CHECKPOINT_KIND[spec.method]
+                raise ConfigError(
+                    f"spec.model={spec.model} has vocab_size={draft_vocab} but model.path={model.path} has "
+                    f"vocab_size={target_vocab}: {kind} must share the target's tokenizer. Use one trained for "
+                    "this target (see conf/model_spec/) or a smaller model of the same family."
+                )
+    if spec.method is SpecMethod.mtp:
+        target = read_model_config(model.path, model.revision)
+        if target is None:
+            return
+        layers = mtp_layer_count(target)
+        if layers == 0:
+            raise ConfigError(
+                f"spec=mtp needs a target with built-in MTP layers, but the config.json of model.path={model.path} "
+                f"has none ({', '.join(MTP_LAYER_KEYS)} all absent or 0). Choose a model trained with MTP "
+                "(model=mimo_7b_base on a GPU, model=tiny_mimo to try the mechanics) or another method (spec=ngram)."
+            )
+        k = spec.num_speculative_tokens or 0
+        if k > layers and k % layers:
+            raise ConfigError(
+                f"spec.num_speculative_tokens={k} does not fit a target with {layers} MTP layer(s): vLLM needs k "
+                f"at most {layers} or a multiple of {layers}, e.g. spec.num_speculative_tokens={layers}"
+            )
+
+
+def preflight(job: JobConfig) -> None:
+    """Every check that can run before the engine; raises ConfigError."""
+    check_installed(job)
+    check_pairing(job)
