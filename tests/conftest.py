@@ -30,9 +30,11 @@ def compose_job(overrides: list[str] | None = None) -> JobConfig:
     return to_job_config(compose_config(overrides))
 
 
-def run_generate(args: list[str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def run_generate(
+    args: list[str], timeout: float = 900, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run jobs/generate.py as users do, in a child process (vLLM needs its own __main__ for spawn)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.run(
         [sys.executable, str(GENERATE), *args],
         cwd=PROJECT_ROOT,

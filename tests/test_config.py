@@ -12,6 +12,8 @@ from specbatch.engine import llm_kwargs
 
 GROUP_FILES = sorted((group, path.stem) for group in GROUPS for path in (CONF_DIR / group).glob("*.yaml"))
 MODEL_SPEC_FILES = sorted(path.stem for path in (CONF_DIR / "model_spec").glob("*.yaml"))
+# Dataset presets for the user's own files: the path (and, for plain text, the template) come from the command line.
+NEEDS_PATH = {"local": ["dataset.template='{prompt}'"], "spec_bench": []}
 # A model with a preset for every checkpoint method, to compose spec presets that need a checkpoint.
 PAIRED_MODEL = "tiny_llama"
 
@@ -28,6 +30,8 @@ def test_every_preset_composes_and_validates(group: str, name: str) -> None:
         overrides.append(f"model={PAIRED_MODEL}")
     if group == "model" and name == "tiny_mimo":
         overrides.append("spec=mtp")
+    if group == "dataset" and name in NEEDS_PATH:
+        overrides += ["dataset.path=my.jsonl", *NEEDS_PATH[name]]
     job = compose_job(overrides)
     section = getattr(job, group)
     assert isinstance(section, GROUPS[group])
@@ -101,6 +105,23 @@ def test_baseline_has_no_speculative_config() -> None:
     kwargs = llm_kwargs(compose_job(["spec=none"]))
     assert "speculative_config" not in kwargs
     assert "per_request_spec_decode_metrics" not in kwargs  # vLLM rejects it without speculation
+
+
+def test_dataset_presets_for_own_files_say_what_is_missing() -> None:
+    with pytest.raises(ConfigError, match="set exactly one of dataset.path .* and dataset.hub_id"):
+        compose_job(["dataset=spec_bench"])
+    with pytest.raises(ConfigError, match="dataset.template is empty: prompt_format=text needs one"):
+        compose_job(["dataset=local", "dataset.path=x.jsonl"])
+
+
+def test_hub_presets_name_their_source() -> None:
+    job = compose_job(["dataset=mt_bench"])
+    assert (job.dataset.hub_id, job.dataset.prompt_format, job.dataset.category_column) == (
+        "philschmid/mt-bench",
+        "turns",
+        "category",
+    )
+    assert compose_job(["dataset=gsm8k"]).dataset.hub_config == "main"
 
 
 def test_spec_none_with_many_samples_is_fine() -> None:
@@ -188,6 +209,12 @@ def test_suffix_knobs_reach_vllm() -> None:
         (["tracking.uri=outputs/mlflow.db"], "tracking.uri='outputs/mlflow.db' is not a URI"),
         (["run_name=a/b"], "run_name='a/b' must be a plain folder name"),
         (["dataset.chat=false", "dataset.system_prompt=hi"], "dataset.system_prompt is set but dataset.chat=false"),
+        (["dataset.hub_id=a/b"], "set exactly one of dataset.path (a local file) and dataset.hub_id"),
+        (["dataset=mt_bench", "dataset.template='{x}'"], "dataset.template is set but dataset.prompt_format=turns"),
+        (
+            ["dataset=mt_bench", "dataset.chat=false"],
+            "dataset.prompt_format=turns is a chat and needs dataset.chat=true",
+        ),
     ],
 )
 def test_impossible_values_name_the_key_and_fix(overrides: list[str], expected: str) -> None:

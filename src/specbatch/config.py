@@ -15,7 +15,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 
 class ConfigError(ValueError):
@@ -69,11 +69,23 @@ class Dtype(enum.StrEnum):
 
 
 class DataFormat(enum.StrEnum):
-    """Loaders of ``datasets.load_dataset`` for local files."""
+    """Loaders of ``datasets.load_dataset`` for local files (json reads JSON Lines and JSON arrays)."""
 
     json = "json"
     csv = "csv"
     parquet = "parquet"
+
+
+class PromptFormat(enum.StrEnum):
+    """How a data set row becomes what the model is asked."""
+
+    # dataset.template filled with the row's columns: plain text, or one user message when dataset.chat.
+    text = "text"
+    # dataset.messages_column holds a whole chat: a list of {role, content}, ending with a user message.
+    messages = "messages"
+    # dataset.turns_column holds a list of user turns (MT-Bench, Spec-Bench): each turn is asked with the
+    # model's own earlier answers in the conversation, and each is an output row.
+    turns = "turns"
 
 
 # vLLM accepts larger k, but beyond this every method spends more on rejected drafts than it saves.
@@ -243,23 +255,57 @@ class DatasetConfig:
 
     # Short readable name used in output folders and MLflow.
     name: str = MISSING
-    # Local data file read with ``datasets.load_dataset(<format>, data_files=path)``.
-    path: str = MISSING
-    format: DataFormat = DataFormat.json
+    # Local data: a file or a glob of files; set this or hub_id.
+    path: str | None = None
+    # Loader for local files; null infers it from the extension (.jsonl/.json[.gz], .csv, .parquet).
+    format: DataFormat | None = None
+    # Hub data: datasets.load_dataset(hub_id, hub_config, split=split, revision=revision).
+    hub_id: str | None = None
+    hub_config: str | None = None
+    revision: str | None = None
+    # Split of a hub data set (local files are one split).
     split: str = "train"
-    # Column holding a stable row id; null numbers the rows 0, 1, 2, ...
+    # Column holding a stable row id; null numbers the rows in source order (0, 1, 2, ...).
     id_column: str | None = None
-    # Python format string over the row's columns, e.g. "{prompt}".
-    template: str = MISSING
-    # True: the text is the user message of a chat, rendered with the tokenizer's chat template.
-    # False: the text goes to the model as it is (plain completion).
+    prompt_format: PromptFormat = PromptFormat.text
+    # prompt_format=text: Python format string over the row's columns, e.g. "{question}".
+    template: str | None = None
+    # prompt_format=messages / turns: the column holding the chat or the list of user turns.
+    messages_column: str = "messages"
+    turns_column: str = "turns"
+    # True: prompts are chats rendered with the tokenizer's chat template. False: text goes in as it is.
     chat: bool = True
     # System message for chat prompts; null keeps the chat template's own default.
     system_prompt: str | None = None
+    # Column copied into every output row and used for per-category figures.
+    category_column: str | None = None
+    # Shuffle the rows (before max_samples) with this seed.
+    shuffle: bool = False
+    seed: int = 0
 
     def __post_init__(self) -> None:
         _require(bool(self.name.strip()), "dataset.name is empty: give the data set a short name")
-        _require(bool(self.template.strip()), "dataset.template is empty: use e.g. dataset.template='{prompt}'")
+        _require(
+            (self.path is None) != (self.hub_id is None),
+            "set exactly one of dataset.path (a local file) and dataset.hub_id (a hub data set), "
+            f"not {'both' if self.path else 'neither'}: e.g. dataset=local dataset.path=my_prompts.jsonl",
+        )
+        if self.prompt_format is PromptFormat.text:
+            _require(
+                self.template is not None and bool(self.template.strip()),
+                "dataset.template is empty: prompt_format=text needs one, e.g. dataset.template='{prompt}'",
+            )
+        else:
+            fmt = self.prompt_format.value
+            _require(
+                self.template is None,
+                f"dataset.template is set but dataset.prompt_format={fmt} reads whole conversations from "
+                f"dataset.{fmt}_column: drop dataset.template or use dataset.prompt_format=text",
+            )
+            _require(
+                self.chat,
+                f"dataset.prompt_format={fmt} is a chat and needs dataset.chat=true (a chat template)",
+            )
         _require(
             self.chat or self.system_prompt is None,
             "dataset.system_prompt is set but dataset.chat=false sends plain text: set dataset.chat=true or drop it",
@@ -436,6 +482,9 @@ def to_job_config(cfg: DictConfig) -> JobConfig:
         job = OmegaConf.to_object(cfg)
     except ConfigError:
         raise
+    except MissingMandatoryValue as exc:
+        key = exc.full_key or "a value"
+        raise ConfigError(f"{key} is required by this preset: pass it on the command line, e.g. {key}=...") from None
     except OmegaConfBaseException as exc:
         # __post_init__ errors arrive wrapped; keep our own message, it already names key and fix.
         cause = exc.__cause__ or exc.__context__

@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbatch.config import JobConfig, to_plain_dict, to_yaml
+from specbatch.conversation import generate_rows
 from specbatch.data import load_rows
 from specbatch.embedded import ensure_embedded
-from specbatch.engine import Engine, engine_fingerprint, sampling_params
+from specbatch.engine import Engine, engine_fingerprint
 from specbatch.environment import runtime_info
 from specbatch.layout import RunLayout, atomic_write_json, atomic_write_text
 from specbatch.preflight import preflight
-from specbatch.prompts import check_lengths, load_tokenizer, render_prompts
-from specbatch.records import build_records, write_parquet
+from specbatch.prompts import check_chat_template, load_tokenizer
+from specbatch.records import write_parquet
 from specbatch.summary import Summary, format_table, summarize
 from specbatch.tracking import flatten, mlflow_run
 
@@ -49,8 +50,8 @@ def run_job(job: JobConfig, engine: Engine | None = None) -> JobResult:
     rows = load_rows(job.dataset, job.max_samples)
     if job.model.embedded is not None:
         ensure_embedded(job.model.embedded, job.model.path)
-    prompts = render_prompts(rows, job.dataset, load_tokenizer(job.model))
-    check_lengths(prompts, job.sampling.max_tokens, job.model.max_model_len)
+    tokenizer = load_tokenizer(job.model)
+    check_chat_template(job.dataset, tokenizer)
     preflight(job)
 
     config = to_plain_dict(job)
@@ -67,8 +68,7 @@ def run_job(job: JobConfig, engine: Engine | None = None) -> JobResult:
     }
     run_name = f"{job.model.name}/{job.spec.label}/{job.dataset.name}"
     description = (
-        f"{job.spec.label} on {job.model.name} over {len(prompts)} prompts of {job.dataset.name}; "
-        f"outputs in {layout.root}"
+        f"{job.spec.label} on {job.model.name} over {len(rows)} rows of {job.dataset.name}; outputs in {layout.root}"
     )
     with mlflow_run(job.tracking, run_name, tags, description) as run:
         if run:
@@ -77,21 +77,19 @@ def run_job(job: JobConfig, engine: Engine | None = None) -> JobResult:
         if own_engine:
             engine = Engine.start(job)
         try:
-            log.info("generating %d prompts with %s", len(prompts), job.spec.label)
-            gen = engine.generate(prompts, sampling_params(job.sampling))
+            batch = generate_rows(engine, rows, job, tokenizer)
         finally:
             if own_engine:
                 engine.close()
-        method, k = job.spec.method.value, job.spec.k
-        records = [r for p, o in zip(prompts, gen.outputs, strict=True) for r in build_records(p, o, method, k)]
+        records = batch.records
         part = layout.part_path(0)
         write_parquet(records, part, config)
         summary = summarize(
-            gen.counters,
-            method=method,
-            k=k,
-            rows=len(prompts),
-            generation_seconds=gen.seconds,
+            batch.counters,
+            method=job.spec.method.value,
+            k=job.spec.k,
+            records=records,
+            generation_seconds=batch.seconds,
             engine_startup_seconds=engine.startup_seconds,
             warmup_seconds=engine.warmup_seconds,
         )
@@ -103,7 +101,7 @@ def run_job(job: JobConfig, engine: Engine | None = None) -> JobResult:
         # Written last: its presence promises every file above is complete.
         atomic_write_text(layout.done_marker, time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
     log.info("summary of %s\n%s", layout.root, format_table(summary))
-    log.info("wrote %d rows to %s", len(records), part)
+    log.info("wrote %d rows (%d error rows) to %s", len(records), summary.error_rows, part)
     return JobResult(layout, summary, [part], generated=True)
 
 

@@ -1,4 +1,4 @@
-"""Turning row texts into the exact token ids the engine gets (chat template or plain text)."""
+"""Turning a row (and, for multi-turn rows, the model's earlier answers) into the exact token ids sent."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ class Prompt:
     # What the model sees, as text (chat template applied where the data set is chat).
     text: str
     token_ids: list[int]
+    # 1-based turn of a multi-turn row; 1 for everything else.
+    turn: int = 1
+    category: str | None = None
 
 
 def load_tokenizer(cfg: ModelConfig) -> Any:
@@ -26,35 +29,48 @@ def load_tokenizer(cfg: ModelConfig) -> Any:
     )
 
 
-def render_prompts(rows: list[SourceRow], cfg: DatasetConfig, tokenizer: Any) -> list[Prompt]:
+def check_chat_template(cfg: DatasetConfig, tokenizer: Any) -> None:
     if cfg.chat and not getattr(tokenizer, "chat_template", None):
         raise ConfigError(
             "dataset.chat=true but the model's tokenizer has no chat template: "
             "use a chat/instruct model or set dataset.chat=false for plain prompts"
         )
-    prompts: list[Prompt] = []
-    for row in rows:
-        if cfg.chat:
-            messages = [{"role": "user", "content": row.text}]
-            if cfg.system_prompt is not None:
-                messages.insert(0, {"role": "system", "content": cfg.system_prompt})
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            # The template already wrote every special token; adding BOS again would change the prompt.
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        else:
-            text = row.text
-            ids = tokenizer(text)["input_ids"]
-        prompts.append(Prompt(row_id=row.row_id, text=text, token_ids=list(ids)))
-    return prompts
 
 
-def check_lengths(prompts: list[Prompt], max_tokens: int, max_model_len: int) -> None:
-    """Refuse prompts that cannot fit with their completion, before the engine would reject them mid-run."""
-    too_long = [p for p in prompts if len(p.token_ids) + max_tokens > max_model_len]
-    if too_long:
-        first = too_long[0]
-        raise ConfigError(
-            f"{len(too_long)} prompt(s) do not fit: row {first.row_id!r} has {len(first.token_ids)} prompt tokens + "
-            f"sampling.max_tokens={max_tokens} > model.max_model_len={max_model_len}. "
-            "Raise model.max_model_len, lower sampling.max_tokens or drop those rows."
+def conversation(row: SourceRow, turn: int, answers: list[str], cfg: DatasetConfig) -> list[dict[str, str]]:
+    """The chat for ``turn`` of ``row``: earlier user turns each followed by the model's own answer."""
+    if row.messages is not None:
+        messages = list(row.messages)
+    elif row.turns is not None:
+        messages = []
+        for user, answer in zip(row.turns[: turn - 1], answers, strict=True):
+            messages += [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+        messages.append({"role": "user", "content": row.turns[turn - 1]})
+    else:
+        messages = [{"role": "user", "content": row.text or ""}]
+    if cfg.system_prompt is not None and messages[0]["role"] != "system":
+        messages.insert(0, {"role": "system", "content": cfg.system_prompt})
+    return messages
+
+
+def render(row: SourceRow, turn: int, answers: list[str], cfg: DatasetConfig, tokenizer: Any) -> Prompt:
+    if cfg.chat:
+        text = tokenizer.apply_chat_template(
+            conversation(row, turn, answers, cfg), tokenize=False, add_generation_prompt=True
         )
+        # The template already wrote every special token; adding BOS again would change the prompt.
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    else:
+        text = row.text or ""
+        ids = tokenizer(text)["input_ids"]
+    return Prompt(row_id=row.row_id, text=text, token_ids=list(ids), turn=turn, category=row.category)
+
+
+def length_error(prompt: Prompt, max_tokens: int, max_model_len: int) -> str | None:
+    """Why a prompt cannot fit with its completion, or None; such a row is recorded, not sent."""
+    if len(prompt.token_ids) + max_tokens > max_model_len:
+        return (
+            f"prompt too long: {len(prompt.token_ids)} prompt tokens + sampling.max_tokens={max_tokens} > "
+            f"model.max_model_len={max_model_len}; raise model.max_model_len or lower sampling.max_tokens"
+        )
+    return None

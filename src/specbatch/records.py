@@ -16,18 +16,28 @@ from specbatch.spec_metrics import RowSpecFigures
 # Key of the resolved config in the Parquet file's schema metadata.
 CONFIG_METADATA_KEY = b"specbatch.config"
 SCHEMA_VERSION_KEY = b"specbatch.schema_version"
-SCHEMA_VERSION = b"2"
+SCHEMA_VERSION = b"3"
+
+STATUS_OK = "ok"
+STATUS_ERROR = "error"
 
 SCHEMA = pa.schema(
     [
         pa.field("row_id", pa.string(), nullable=False),
+        # 1-based turn of a multi-turn row (dataset.prompt_format=turns); 1 otherwise.
+        pa.field("turn", pa.int32(), nullable=False),
         # 0..n-1 when sampling.n > 1; always 0 otherwise.
         pa.field("sample_index", pa.int32(), nullable=False),
-        pa.field("prompt", pa.string(), nullable=False),
-        pa.field("completion", pa.string(), nullable=False),
-        pa.field("completion_token_ids", pa.list_(pa.int32()), nullable=False),
-        pa.field("prompt_tokens", pa.int32(), nullable=False),
-        pa.field("completion_tokens", pa.int32(), nullable=False),
+        pa.field("category", pa.string()),
+        # "ok", or "error" for a row that was not (or could not be) generated; error says why.
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("error", pa.string()),
+        # Null only for a row too malformed to render.
+        pa.field("prompt", pa.string()),
+        pa.field("completion", pa.string()),
+        pa.field("completion_token_ids", pa.list_(pa.int32())),
+        pa.field("prompt_tokens", pa.int32()),
+        pa.field("completion_tokens", pa.int32()),
         pa.field("finish_reason", pa.string()),
         pa.field("method", pa.string(), nullable=False),
         # Null for spec=none: no speculation is not the same as zero acceptance.
@@ -39,6 +49,10 @@ SCHEMA = pa.schema(
         pa.field("acceptance_histogram", pa.list_(pa.int64())),
     ]
 )
+_EMPTY_OUTPUT = dict.fromkeys(
+    ["completion", "completion_token_ids", "completion_tokens", "finish_reason"]
+    + ["spec_steps", "draft_tokens", "accepted_tokens", "acceptance_length", "acceptance_histogram"]
+)
 
 
 def build_records(prompt: Prompt, output: Any, method: str, k: int | None) -> list[dict[str, Any]]:
@@ -49,7 +63,11 @@ def build_records(prompt: Prompt, output: Any, method: str, k: int | None) -> li
         rows.append(
             {
                 "row_id": prompt.row_id,
+                "turn": prompt.turn,
                 "sample_index": index,
+                "category": prompt.category,
+                "status": STATUS_OK,
+                "error": None,
                 "prompt": prompt.text,
                 "completion": completion.text,
                 "completion_token_ids": list(completion.token_ids),
@@ -66,6 +84,31 @@ def build_records(prompt: Prompt, output: Any, method: str, k: int | None) -> li
             }
         )
     return rows
+
+
+def error_record(
+    row_id: str,
+    turn: int,
+    category: str | None,
+    message: str,
+    method: str,
+    k: int | None,
+    prompt: Prompt | None = None,
+) -> dict[str, Any]:
+    """A row that was not generated, with why; it keeps its place in the output so nothing goes missing."""
+    return {
+        "row_id": row_id,
+        "turn": turn,
+        "sample_index": 0,
+        "category": category,
+        "status": STATUS_ERROR,
+        "error": message,
+        "prompt": prompt.text if prompt else None,
+        "prompt_tokens": len(prompt.token_ids) if prompt else None,
+        "method": method,
+        "num_speculative_tokens": k,
+        **_EMPTY_OUTPUT,
+    }
 
 
 def write_parquet(records: list[dict[str, Any]], path: Path, config: dict[str, Any]) -> None:

@@ -41,7 +41,8 @@ class Counters:
                 scalars[metric.name] += int(metric.value)
             elif metric.name == ACCEPTED_PER_POS:
                 values = [int(v) for v in metric.values]
-                per_pos = [a + b for a, b in zip(_pad(per_pos, len(values)), _pad(values, len(per_pos)), strict=True)]
+                n = max(len(per_pos), len(values))
+                per_pos = [a + b for a, b in zip(_pad(per_pos, n), _pad(values, n), strict=True)]
         return cls(
             prompt_tokens=scalars[PROMPT_TOKENS],
             generation_tokens=scalars[GENERATION_TOKENS],
@@ -52,15 +53,21 @@ class Counters:
         )
 
     def __sub__(self, before: Counters) -> Counters:
-        after_pos, before_pos = list(self.accepted_per_position), list(before.accepted_per_position)
-        n = max(len(after_pos), len(before_pos))
+        return self._combine(before, -1)
+
+    def __add__(self, other: Counters) -> Counters:
+        return self._combine(other, 1)
+
+    def _combine(self, other: Counters, sign: int) -> Counters:
+        mine, theirs = list(self.accepted_per_position), list(other.accepted_per_position)
+        n = max(len(mine), len(theirs))
         return Counters(
-            prompt_tokens=self.prompt_tokens - before.prompt_tokens,
-            generation_tokens=self.generation_tokens - before.generation_tokens,
-            drafts=self.drafts - before.drafts,
-            draft_tokens=self.draft_tokens - before.draft_tokens,
-            accepted_tokens=self.accepted_tokens - before.accepted_tokens,
-            accepted_per_position=tuple(a - b for a, b in zip(_pad(after_pos, n), _pad(before_pos, n), strict=True)),
+            prompt_tokens=self.prompt_tokens + sign * other.prompt_tokens,
+            generation_tokens=self.generation_tokens + sign * other.generation_tokens,
+            drafts=self.drafts + sign * other.drafts,
+            draft_tokens=self.draft_tokens + sign * other.draft_tokens,
+            accepted_tokens=self.accepted_tokens + sign * other.accepted_tokens,
+            accepted_per_position=tuple(a + sign * b for a, b in zip(_pad(mine, n), _pad(theirs, n), strict=True)),
         )
 
 

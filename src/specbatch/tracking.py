@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,11 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
             text = "null" if value is None else str(value)
             flat[name] = text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "..."
     return flat
+
+
+def metric_safe(name: str) -> str:
+    """MLflow metric names allow letters, digits, _ - . / and spaces; anything else becomes _."""
+    return re.sub(r"[^A-Za-z0-9_\-. ]", "_", name) or "_"
 
 
 def default_artifact_location(uri: str) -> str | None:
@@ -74,6 +80,9 @@ class RunLogger:
         # One metric stepped by draft position (0 = first drafted token), so the UI draws the acceptance curve.
         for position, rate in enumerate(summary.acceptance_rate_per_position or []):
             metrics.append(Metric("acceptance_rate_per_position", rate, now, position))
+        for category, figures in (summary.per_category or {}).items():
+            name = metric_safe(category)
+            metrics += [Metric(f"category/{name}/{k}", float(v), now, 0) for k, v in figures.items()]
         self.client.log_batch(self.run_id, metrics=metrics)
 
     def log_text(self, text: str, artifact_file: str) -> None:
