@@ -43,6 +43,7 @@ def rows() -> list[SourceRow]:
         SourceRow("r1", "a", turns=["hello", "again"]),
         SourceRow("r2", "b", turns=["POISON here", "never asked"]),
         SourceRow("r3", "a", turns=["fine"]),
+        SourceRow("r5", "b", turns=["x " * 3000, "second", "third"]),
         SourceRow("r4", None, error="line 9 is not a JSON object"),
     ]
 
@@ -56,6 +57,9 @@ def test_a_failing_row_is_isolated_and_its_later_turns_are_errors(setup) -> None
     assert got[("r2", 1)][0] == "error" and "engine refused the batch" in got[("r2", 1)][1]
     assert got[("r2", 2)] == ("error", f"turn 1 failed: {got[('r2', 1)][1]}")
     assert got[("r4", 1)] == ("error", "line 9 is not a JSON object")
+    # Too long at turn 1: never sent, and every later turn says which turn failed and why.
+    assert got[("r5", 1)][0] == "error" and got[("r5", 1)][1].startswith("prompt too long")
+    assert got[("r5", 3)] == ("error", f"turn 1 failed: {got[('r5', 1)][1]}")
     # The whole batch first, then one by one; turn 2 only for the row still alive.
     assert engine.calls == [["r1", "r2", "r3"], ["r1"], ["r2"], ["r3"], ["r1"]]
     r1_turn2 = next(r for r in result.records if r["row_id"] == "r1" and r["turn"] == 2)

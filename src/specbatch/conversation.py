@@ -35,19 +35,23 @@ def generate_rows(engine: Engine, rows: list[SourceRow], job: JobConfig, tokeniz
     params = sampling_params(job.sampling)
     result = BatchResult()
     answers: dict[str, list[str]] = {row.row_id: [] for row in rows}
-    failed: dict[str, str] = {}
+    # row id -> (turn that failed, why); later turns of that row are recorded as errors, never asked.
+    failed: dict[str, tuple[int, str]] = {}
     for turn in range(1, max((r.num_turns for r in rows), default=0) + 1):
         pending: list[Prompt] = []
         for row in (r for r in rows if r.num_turns >= turn):
-            if row.error is not None or row.row_id in failed:
-                reason = row.error if row.error is not None else f"turn {turn - 1} failed: {failed[row.row_id]}"
-                failed.setdefault(row.row_id, reason)
+            if row.error is not None:
+                result.records.append(error_record(row.row_id, turn, row.category, row.error, method, k))
+                continue
+            if row.row_id in failed:
+                failed_turn, why = failed[row.row_id]
+                reason = f"turn {failed_turn} failed: {why}"
                 result.records.append(error_record(row.row_id, turn, row.category, reason, method, k))
                 continue
             prompt = render(row, turn, answers[row.row_id], job.dataset, tokenizer)
             problem = _prompt_problem(prompt, job)
             if problem:
-                failed[row.row_id] = problem
+                failed[row.row_id] = (turn, problem)
                 result.records.append(error_record(row.row_id, turn, row.category, problem, method, k, prompt))
                 continue
             pending.append(prompt)
@@ -56,7 +60,7 @@ def generate_rows(engine: Engine, rows: list[SourceRow], job: JobConfig, tokeniz
         log.info("turn %d: generating %d prompts with %s", turn, len(pending), job.spec.label)
         for prompt, output in zip(pending, _generate_isolating(engine, pending, params, result), strict=True):
             if isinstance(output, str):
-                failed[prompt.row_id] = output
+                failed[prompt.row_id] = (turn, output)
                 result.records.append(error_record(prompt.row_id, turn, prompt.category, output, method, k, prompt))
                 continue
             result.records.extend(build_records(prompt, output, method, k))
