@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from specbatch.config import ConfigError, register_configs, to_job_config
 from specbatch.generate import run_job
+from specbatch.locks import ShardBusyError
 
 log = logging.getLogger("specbatch")
 register_configs()
@@ -25,6 +26,10 @@ def main(cfg: DictConfig) -> None:
         # A mistake in the config or input: one clear line, no traceback, exit code 2 like a usage error.
         log.error("%s", exc)
         sys.exit(2)
+    except ShardBusyError as exc:
+        # Another live task is writing this shard (e.g. a duplicate submission): leave it alone.
+        log.error("%s", exc)
+        sys.exit(3)
 
 
 # vLLM starts its workers with spawn, which re-imports this file: only the guarded part may run the job.

@@ -19,7 +19,7 @@ from specbatch.spec_metrics import (
     acceptance_length,
     accepted_per_position_from_histogram,
 )
-from specbatch.summary import format_table, summarize
+from specbatch.summary import RowTotals, format_table, merge_summaries, summarize
 
 
 @dataclass
@@ -133,7 +133,13 @@ def test_per_category_figures_sum_to_the_totals() -> None:
     ]
     delta = Counters(generation_tokens=36, drafts=12, draft_tokens=36, accepted_tokens=23)
     summary = summarize(
-        delta, method="ngram", k=3, records=records, generation_seconds=1, engine_startup_seconds=1, warmup_seconds=0
+        delta,
+        method="ngram",
+        k=3,
+        totals=RowTotals.of(records),
+        generation_seconds=1,
+        engine_startup_seconds=1,
+        warmup_seconds=0,
     )
     assert summary.rows == 4 and summary.error_rows == 1
     cats = summary.per_category
@@ -163,7 +169,7 @@ def test_summary_uses_summed_counts_not_mean_of_ratios() -> None:
         delta,
         method="ngram",
         k=3,
-        records=[row(None), row(None)],
+        totals=RowTotals.of([row(None), row(None)]),
         generation_seconds=4.0,
         engine_startup_seconds=20.0,
         warmup_seconds=1.0,
@@ -182,7 +188,7 @@ def test_baseline_summary_has_null_acceptance() -> None:
         Counters(generation_tokens=10),
         method="none",
         k=None,
-        records=[row(None)],
+        totals=RowTotals.of([row(None)]),
         generation_seconds=1.0,
         engine_startup_seconds=1.0,
         warmup_seconds=0.0,
@@ -191,3 +197,32 @@ def test_baseline_summary_has_null_acceptance() -> None:
     assert summary.acceptance_rate_per_position is None
     assert "mean_acceptance_length" not in summary.scalar_metrics()
     assert re.search(r"drafts \(spec steps\) +-\n", format_table(summary))
+
+
+def test_shard_summaries_add_up_to_the_summary_of_all_rows() -> None:
+    rows_a = [row("math", completion_tokens=10, spec_steps=4, draft_tokens=12, accepted_tokens=8)]
+    rows_b = [row("math", completion_tokens=6, spec_steps=3, draft_tokens=9, accepted_tokens=1), row("x", "error")]
+    delta_a = Counters(
+        prompt_tokens=5,
+        generation_tokens=10,
+        drafts=4,
+        draft_tokens=12,
+        accepted_tokens=8,
+        accepted_per_position=(4, 3, 1),
+    )
+    delta_b = Counters(
+        prompt_tokens=7, generation_tokens=6, drafts=3, draft_tokens=9, accepted_tokens=1, accepted_per_position=(1,)
+    )
+    common = {"method": "ngram", "k": 3, "engine_startup_seconds": 1.0, "warmup_seconds": 0.5}
+    a = summarize(delta_a, totals=RowTotals.of(rows_a), generation_seconds=2.0, **common)
+    b = summarize(delta_b, totals=RowTotals.of(rows_b), generation_seconds=1.0, **common)
+    merged = merge_summaries([a, b])
+    whole = summarize(
+        delta_a + delta_b,
+        totals=RowTotals.of(rows_a + rows_b),
+        generation_seconds=3.0,
+        **{**common, "engine_startup_seconds": 2.0, "warmup_seconds": 1.0},
+    )
+    assert merged == whole
+    assert merged.accepted_per_position == [5, 3, 1] and merged.mean_acceptance_length == pytest.approx(1 + 9 / 7)
+    assert merged.per_category["math"]["accepted_tokens"] == 9 and merged.per_category["x"]["error_rows"] == 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -394,6 +394,25 @@ class TrackingConfig:
 
 
 @dataclass
+class ShardConfig:
+    """Which contiguous slice of the rows this task generates (top-level ``shard``)."""
+
+    # 0-based; null: taken from SLURM_ARRAY_TASK_ID inside a Slurm array, else 0.
+    index: int | None = None
+    # Number of shards of the run; null: SLURM_ARRAY_TASK_COUNT inside a Slurm array, else 1.
+    count: int | None = None
+
+    def __post_init__(self) -> None:
+        _require(self.count is None or self.count >= 1, f"shard.count={self.count} must be 1 or more")
+        _require(self.index is None or self.index >= 0, f"shard.index={self.index} must be 0 or more")
+        if self.index is not None and self.count is not None:
+            _require(
+                self.index < self.count,
+                f"shard.index={self.index} is outside shard.count={self.count}: use 0..{self.count - 1}",
+            )
+
+
+@dataclass
 class JobConfig:
     """The whole job: what to run and where results go."""
 
@@ -409,12 +428,16 @@ class JobConfig:
     output_root: str = "outputs"
     # Replaces the readable part of the run folder (e.g. to keep repeats apart).
     run_name: str | None = None
+    shard: ShardConfig = field(default_factory=ShardConfig)
+    # Rows per engine call; each finished chunk is its own Parquet part, so a restart redoes at most one chunk.
+    chunk_size: int = 256
 
     def __post_init__(self) -> None:
         _require(
             self.max_samples is None or self.max_samples >= 1,
             f"max_samples={self.max_samples} must be 1 or more (or null for the whole data set)",
         )
+        _require(self.chunk_size >= 1, f"chunk_size={self.chunk_size} must be 1 or more, e.g. chunk_size=256")
         _require(
             self.sampling.max_tokens < self.model.max_model_len,
             f"sampling.max_tokens={self.sampling.max_tokens} leaves no room for the prompt in "

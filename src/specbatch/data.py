@@ -12,6 +12,7 @@ import json
 import logging
 import random
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -173,8 +174,46 @@ def _read_jsonl_leniently(files: list[str]) -> Table:
     return Table(list(columns), records)
 
 
-def load_rows(cfg: DatasetConfig, max_samples: int | None) -> list[SourceRow]:
-    """Read the first ``max_samples`` rows (after the optional shuffle); fails naming a missing column or file."""
+@dataclass
+class RowSource:
+    """The rows of a run in order (after shuffle and max_samples), read lazily a span at a time."""
+
+    cfg: DatasetConfig
+    table: Table
+    # Source positions in run order; a range when not shuffled, so no list of every row is kept.
+    order: Sequence[int]
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def _row_id(self, record: dict[str, Any], index: int) -> str:
+        given = record.get(self.cfg.id_column) if self.cfg.id_column else None
+        # Generated ids are the row's place in the source, so they survive shuffling and max_samples.
+        return str(given) if given is not None else str(index)
+
+    def check_unique_ids(self, span: range) -> None:
+        """Refuse duplicate ids in these rows up front, before any model loads (only the ids are kept)."""
+        if not self.cfg.id_column:
+            return
+        seen: set[str] = set()
+        column = self.cfg.id_column
+        for index in (self.order[i] for i in span):
+            record = self.table.records[index]
+            row_id = self._row_id(record, index)
+            if row_id in seen:
+                raise ConfigError(f"dataset.id_column={column} is not unique: {row_id!r} appears twice")
+            seen.add(row_id)
+
+    def rows(self, span: range) -> list[SourceRow]:
+        out = []
+        for index in (self.order[i] for i in span):
+            record = self.table.records[index]
+            out.append(parse_row(record, self._row_id(record, index), self.cfg))
+        return out
+
+
+def open_rows(cfg: DatasetConfig, max_samples: int | None) -> RowSource:
+    """Open the data set and fix the run's row order; fails naming a missing column or file."""
     table = load_table(cfg)
     columns = table.columns
     missing = [(key, column) for key, column in required_columns(cfg) if column not in columns]
@@ -182,25 +221,23 @@ def load_rows(cfg: DatasetConfig, max_samples: int | None) -> list[SourceRow]:
         keys = ", ".join(f"{key}={column}" for key, column in missing)
         where = cfg.path or cfg.hub_id
         raise ConfigError(f"{keys}: no such column in {where}; its columns are: {', '.join(columns)}")
-    order = list(range(len(table)))
+    order: Sequence[int] = range(len(table))
     if cfg.shuffle:
-        random.Random(cfg.seed).shuffle(order)
+        shuffled = list(order)
+        random.Random(cfg.seed).shuffle(shuffled)
+        order = shuffled
     if max_samples is not None:
         order = order[:max_samples]
-    rows: list[SourceRow] = []
-    seen: set[str] = set()
-    for index in order:
-        record = table.records[index]
-        # Generated ids are the row's place in the source, so they survive shuffling and max_samples.
-        given = record.get(cfg.id_column) if cfg.id_column else None
-        row_id = str(given) if given is not None else str(index)
-        if row_id in seen:
-            raise ConfigError(f"dataset.id_column={cfg.id_column} is not unique: {row_id!r} appears twice")
-        seen.add(row_id)
-        rows.append(parse_row(record, row_id, cfg))
-    bad = sum(r.error is not None for r in rows)
-    log.info("dataset %s: %d rows from %s (%d malformed)", cfg.name, len(rows), cfg.path or cfg.hub_id, bad)
-    return rows
+    log.info("dataset %s: %d rows from %s", cfg.name, len(order), cfg.path or cfg.hub_id)
+    return RowSource(cfg, table, order)
+
+
+def load_rows(cfg: DatasetConfig, max_samples: int | None) -> list[SourceRow]:
+    """Every row of the run at once (small data sets and tests; the job reads chunk by chunk)."""
+    source = open_rows(cfg, max_samples)
+    span = range(len(source))
+    source.check_unique_ids(span)
+    return source.rows(span)
 
 
 def parse_row(record: dict[str, Any], row_id: str, cfg: DatasetConfig) -> SourceRow:

@@ -9,20 +9,26 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-from specbatch.config import JobConfig, to_plain_dict, to_yaml
+import pyarrow.parquet as pq
+
+from specbatch.config import ConfigError, JobConfig, to_plain_dict, to_yaml
 from specbatch.conversation import generate_rows
-from specbatch.data import load_rows
+from specbatch.data import SourceRow, open_rows
 from specbatch.embedded import ensure_embedded
 from specbatch.engine import Engine, engine_fingerprint
 from specbatch.environment import runtime_info
 from specbatch.layout import RunLayout, atomic_write_json, atomic_write_text
+from specbatch.locks import shard_lock
 from specbatch.preflight import preflight
 from specbatch.prompts import check_chat_template, load_tokenizer
 from specbatch.records import write_parquet
-from specbatch.summary import Summary, format_table, summarize
+from specbatch.sharding import chunk_ranges, resolve_shard, shard_range
+from specbatch.spec_metrics import Counters
+from specbatch.summary import RowTotals, Summary, format_table, summarize
 from specbatch.tracking import flatten, mlflow_run
 
 log = logging.getLogger(__name__)
@@ -38,71 +44,150 @@ class JobResult:
 
 
 def run_job(job: JobConfig, engine: Engine | None = None) -> JobResult:
-    """Run (or find finished) the job; ``engine`` lets callers share one engine across jobs that agree on it."""
-    layout = RunLayout.for_job(job)
+    """Run (or finish, or find finished) this task's shard; ``engine`` lets callers share one engine across jobs.
+
+    The shard is cut into chunks of ``chunk_size`` rows; each finished chunk is written as its own Parquet part,
+    so a rerun after a kill redoes at most the chunk that was in flight. The done marker is written last.
+    """
+    shard = resolve_shard(job.shard)
+    layout = RunLayout.for_job(job, shard.index, shard.count)
     if layout.done_marker.exists():
-        log.info("already complete, nothing to do: %s (delete it or set run_name=... to run again)", layout.root)
+        log.info("shard %s already complete, nothing to do: %s (set run_name=... to run again)", shard, layout.root)
         summary = Summary(**json.loads(layout.stats_path.read_text()))
         return JobResult(layout, summary, sorted(layout.data_dir.glob("part-*.parquet")), generated=False)
 
     if engine is not None and engine.fingerprint != engine_fingerprint(job):
         raise ValueError("the engine passed in was built for another model/spec/engine config than this job")
-    rows = load_rows(job.dataset, job.max_samples)
+    _check_run_record(layout)
+    source = open_rows(job.dataset, job.max_samples)
+    span = shard_range(len(source), shard)
+    source.check_unique_ids(span)
+    chunks = chunk_ranges(span, job.chunk_size)
     if job.model.embedded is not None:
         ensure_embedded(job.model.embedded, job.model.path)
     tokenizer = load_tokenizer(job.model)
     check_chat_template(job.dataset, tokenizer)
     preflight(job)
 
-    config = to_plain_dict(job)
-    info = runtime_info()
-    _record_run(layout, job, info)
-    tags = {
-        "method": job.spec.method.value,
-        "k": str(job.spec.k) if job.spec.k is not None else "none",
-        "model": job.model.name,
-        "dataset": job.dataset.name,
-        "run_folder": str(layout.root),
-        "mlflow.source.git.commit": info["git_commit"],
-        **info,
-    }
-    run_name = f"{job.model.name}/{job.spec.label}/{job.dataset.name}"
-    description = (
-        f"{job.spec.label} on {job.model.name} over {len(rows)} rows of {job.dataset.name}; outputs in {layout.root}"
-    )
-    with mlflow_run(job.tracking, run_name, tags, description) as run:
-        if run:
-            run.log_params(flatten(config))
-        own_engine = engine is None
-        if own_engine:
-            engine = Engine.start(job)
-        try:
-            batch = generate_rows(engine, rows, job, tokenizer)
-        finally:
-            if own_engine:
-                engine.close()
-        records = batch.records
-        part = layout.part_path(0)
-        write_parquet(records, part, config)
-        summary = summarize(
-            batch.counters,
-            method=job.spec.method.value,
-            k=job.spec.k,
-            records=records,
-            generation_seconds=batch.seconds,
-            engine_startup_seconds=engine.startup_seconds,
-            warmup_seconds=engine.warmup_seconds,
+    with shard_lock(layout.lock_path, str(shard)):
+        _remove_stale_temporaries(layout)
+        todo = [n for n in range(len(chunks)) if not layout.part_path(n).exists()]
+        log.info(
+            "shard %s: rows %d..%d in %d chunks, %d to generate", shard, span.start, span.stop, len(chunks), len(todo)
         )
-        atomic_write_json(layout.stats_path, summary.to_dict())
-        if run:
-            run.log_summary(summary)
-            run.log_text(to_yaml(job), "config.yaml")
-            run.log_text(json.dumps(summary.to_dict(), indent=2), "summary.json")
-        # Written last: its presence promises every file above is complete.
-        atomic_write_text(layout.done_marker, time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
-    log.info("summary of %s\n%s", layout.root, format_table(summary))
-    log.info("wrote %d rows (%d error rows) to %s", len(records), summary.error_rows, part)
-    return JobResult(layout, summary, [part], generated=True)
+        config = to_plain_dict(job)
+        info = runtime_info()
+        _record_run(layout, job, info)
+        tags = {
+            "method": job.spec.method.value,
+            "k": str(job.spec.k) if job.spec.k is not None else "none",
+            "model": job.model.name,
+            "dataset": job.dataset.name,
+            "shard": str(shard),
+            "run_folder": str(layout.root),
+            "mlflow.source.git.commit": info["git_commit"],
+            **info,
+        }
+        run_name = f"{job.model.name}/{job.spec.label}/{job.dataset.name}"
+        if shard.count > 1:
+            run_name += f"/shard-{shard.index}-of-{shard.count}"
+        description = (
+            f"{job.spec.label} on {job.model.name} over shard {shard} of {len(source)} rows of {job.dataset.name}; "
+            f"outputs in {layout.root}"
+        )
+        with mlflow_run(job.tracking, run_name, tags, description) as run:
+            if run:
+                run.log_params(flatten(config))
+            own_engine = engine is None and bool(todo)
+            if own_engine:
+                engine = Engine.start(job)
+            try:
+                for number in todo:
+                    _generate_chunk(
+                        engine,
+                        source.rows(chunks[number]),
+                        job,
+                        tokenizer,
+                        layout,
+                        number,
+                        config,
+                    )
+            finally:
+                if own_engine:
+                    engine.close()
+            parts = [layout.part_path(n) for n in range(len(chunks))]
+            summary = _summarize_shard(layout, job, parts, engine)
+            atomic_write_json(layout.stats_path, summary.to_dict())
+            if run:
+                run.log_summary(summary)
+                run.log_text(to_yaml(job), "config.yaml")
+                run.log_text(json.dumps(summary.to_dict(), indent=2), "summary.json")
+            # Written last: its presence promises every part of the shard is complete.
+            atomic_write_text(layout.done_marker, time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
+    log.info("summary of %s (shard %s)\n%s", layout.root, shard, format_table(summary))
+    log.info("shard %s: %d rows (%d error rows) in %s", shard, summary.rows, summary.error_rows, layout.data_dir)
+    return JobResult(layout, summary, parts, generated=bool(todo))
+
+
+def _generate_chunk(
+    engine: Engine,
+    rows: list[SourceRow],
+    job: JobConfig,
+    tokenizer: Any,
+    layout: RunLayout,
+    number: int,
+    config: dict[str, Any],
+) -> None:
+    batch = generate_rows(engine, rows, job, tokenizer)
+    # The chunk's counters go first; the part's rename is the commit, so a part never lacks its figures.
+    atomic_write_json(layout.part_stats_path(number), {"counters": asdict(batch.counters), "seconds": batch.seconds})
+    write_parquet(batch.records, layout.part_path(number), config)
+    log.info("chunk %d written: %d rows", number, len(batch.records))
+
+
+# Row columns the summary needs (read back from every part, so a resumed shard counts its earlier chunks too).
+_SUMMARY_COLUMNS = ["category", "status", "completion_tokens", "spec_steps", "draft_tokens", "accepted_tokens"]
+
+
+def _summarize_shard(layout: RunLayout, job: JobConfig, parts: list[Path], engine: Engine | None) -> Summary:
+    """From every part of the shard, one part at a time (memory stays flat however many rows there are)."""
+    counters, seconds, totals = Counters(), 0.0, RowTotals()
+    for number, part in enumerate(parts):
+        stats = json.loads(layout.part_stats_path(number).read_text())
+        c = stats["counters"]
+        counters = counters + Counters(**{**c, "accepted_per_position": tuple(c["accepted_per_position"])})
+        seconds += stats["seconds"]
+        for record in pq.read_table(part, columns=_SUMMARY_COLUMNS).to_pylist():
+            totals.add(record)
+    return summarize(
+        counters,
+        method=job.spec.method.value,
+        k=job.spec.k,
+        totals=totals,
+        generation_seconds=seconds,
+        engine_startup_seconds=engine.startup_seconds if engine else 0.0,
+        warmup_seconds=engine.warmup_seconds if engine else 0.0,
+    )
+
+
+def _remove_stale_temporaries(layout: RunLayout) -> None:
+    """Temporary files of a killed writer: never data (readers only take part-*.parquet), removed under the lock."""
+    for folder in (layout.data_dir, layout.part_stats_path(0).parent):
+        for tmp in folder.glob(".*.tmp-*") if folder.exists() else ():
+            log.info("removing the temporary file of an interrupted writer: %s", tmp)
+            tmp.unlink(missing_ok=True)
+
+
+def _check_run_record(layout: RunLayout) -> None:
+    """A run's shard count is fixed by its first launch: another count would cut rows differently."""
+    if layout.run_json.exists():
+        recorded = json.loads(layout.run_json.read_text())["shard_count"]
+        if recorded != layout.shard_count:
+            raise ConfigError(
+                f"this run was started with shard.count={recorded}; relaunching it with shard.count="
+                f"{layout.shard_count} would cut the rows differently and duplicate or lose some. Relaunch with "
+                f"shard.count={recorded}, or start a new run with run_name=..."
+            )
 
 
 def _record_run(layout: RunLayout, job: JobConfig, info: dict[str, str]) -> None:

@@ -18,7 +18,8 @@ from typing import Any
 from specbatch.config import JobConfig, to_plain_dict
 
 # Sections of the config that change what is generated or how fast; tracking and output paths do not.
-HASHED_KEYS = ("model", "spec", "dataset", "sampling", "engine", "max_samples")
+# chunk_size too: parts are numbered by chunk, so a resumed run must cut chunks the same way.
+HASHED_KEYS = ("model", "spec", "dataset", "sampling", "engine", "max_samples", "chunk_size")
 
 
 def config_hash(job: JobConfig, length: int = 8) -> str:
@@ -42,7 +43,7 @@ class RunLayout:
     shard_count: int = 1
 
     @classmethod
-    def for_job(cls, job: JobConfig) -> RunLayout:
+    def for_job(cls, job: JobConfig, shard_index: int = 0, shard_count: int = 1) -> RunLayout:
         readable = job.run_name or job.spec.label
         root = (
             Path(job.output_root).resolve()
@@ -51,7 +52,7 @@ class RunLayout:
             / _safe(job.model.name)
             / f"{_safe(readable)}-{config_hash(job)}"
         )
-        return cls(root=root)
+        return cls(root=root, shard_index=shard_index, shard_count=shard_count)
 
     @property
     def shard_tag(self) -> str:
@@ -67,6 +68,14 @@ class RunLayout:
 
     def part_path(self, part: int) -> Path:
         return self.data_dir / f"part-{part:05d}.parquet"
+
+    def part_stats_path(self, part: int) -> Path:
+        """Engine counters and seconds of one chunk, written just before its part (the part is the commit)."""
+        return self.root / "stats" / self.shard_tag / f"part-{part:05d}.json"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "locks" / f"{self.shard_tag}.lock"
 
     @property
     def done_marker(self) -> Path:

@@ -2,11 +2,55 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specbatch.records import STATUS_OK
 from specbatch.spec_metrics import Counters, acceptance_length
+
+# Raw per-category sums; the derived figures (AL, acceptance rate) are recomputed from them, never averaged.
+_CATEGORY_SUMS = ("rows", "error_rows", "output_tokens", "drafts", "draft_tokens", "accepted_tokens")
+
+
+@dataclass
+class RowTotals:
+    """Counts over output rows, added up one row (or one part, or one shard) at a time in constant memory."""
+
+    rows: int = 0
+    error_rows: int = 0
+    # category -> raw sums; only filled for rows that have a category.
+    categories: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def add(self, record: dict[str, Any]) -> None:
+        ok = record["status"] == STATUS_OK
+        self.rows += 1
+        self.error_rows += not ok
+        if record.get("category") is None:
+            return
+        sums = self.categories.setdefault(str(record["category"]), dict.fromkeys(_CATEGORY_SUMS, 0))
+        sums["rows"] += 1
+        sums["error_rows"] += not ok
+        if ok:
+            sums["output_tokens"] += record["completion_tokens"] or 0
+            sums["drafts"] += record["spec_steps"] or 0
+            sums["draft_tokens"] += record["draft_tokens"] or 0
+            sums["accepted_tokens"] += record["accepted_tokens"] or 0
+
+    def merge(self, other: RowTotals) -> None:
+        self.rows += other.rows
+        self.error_rows += other.error_rows
+        for category, theirs in other.categories.items():
+            mine = self.categories.setdefault(category, dict.fromkeys(_CATEGORY_SUMS, 0))
+            for key in _CATEGORY_SUMS:
+                mine[key] += theirs[key]
+
+    @classmethod
+    def of(cls, records: Iterable[dict[str, Any]]) -> RowTotals:
+        totals = cls()
+        for record in records:
+            totals.add(record)
+        return totals
 
 
 @dataclass(frozen=True)
@@ -30,7 +74,9 @@ class Summary:
     mean_acceptance_length: float | None
     draft_acceptance_rate: float | None
     acceptance_rate_per_position: list[float] | None
-    # With dataset.category_column: per category, figures summed from its rows.
+    # Raw accepted-token counts per draft position, kept so summaries of shards can be added up exactly.
+    accepted_per_position: list[int] | None = None
+    # With dataset.category_column: per category, sums over its rows and the figures derived from them.
     per_category: dict[str, dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -38,8 +84,30 @@ class Summary:
 
     def scalar_metrics(self) -> dict[str, float]:
         """Numeric fields for MLflow (per-position acceptance goes in as a stepped metric instead)."""
-        skip = {"method", "num_speculative_tokens", "acceptance_rate_per_position", "per_category"}
+        skip = {
+            "method",
+            "num_speculative_tokens",
+            "acceptance_rate_per_position",
+            "accepted_per_position",
+            "per_category",
+        }
         return {k: float(v) for k, v in asdict(self).items() if k not in skip and v is not None}
+
+    def counters(self) -> Counters:
+        """The engine counter differences this summary was made from."""
+        return Counters(
+            prompt_tokens=self.prompt_tokens,
+            generation_tokens=self.output_tokens,
+            drafts=self.drafts or 0,
+            draft_tokens=self.draft_tokens or 0,
+            accepted_tokens=self.accepted_tokens or 0,
+            accepted_per_position=tuple(self.accepted_per_position or ()),
+        )
+
+    def row_totals(self) -> RowTotals:
+        # A baseline's categories carry no draft sums: they count as zero when shards are added up.
+        categories = {c: {k: int(f.get(k, 0)) for k in _CATEGORY_SUMS} for c, f in (self.per_category or {}).items()}
+        return RowTotals(rows=self.rows, error_rows=self.error_rows, categories=categories)
 
 
 def summarize(
@@ -47,18 +115,19 @@ def summarize(
     *,
     method: str,
     k: int | None,
-    records: list[dict[str, Any]],
+    totals: RowTotals,
     generation_seconds: float,
     engine_startup_seconds: float,
     warmup_seconds: float,
 ) -> Summary:
     speculative = k is not None
     drafts = delta.drafts
+    per_position = _pad_to(delta.accepted_per_position, k)
     return Summary(
         method=method,
         num_speculative_tokens=k,
-        rows=len(records),
-        error_rows=sum(r["status"] != STATUS_OK for r in records),
+        rows=totals.rows,
+        error_rows=totals.error_rows,
         prompt_tokens=delta.prompt_tokens,
         output_tokens=delta.generation_tokens,
         generation_seconds=generation_seconds,
@@ -72,36 +141,45 @@ def summarize(
         draft_acceptance_rate=(
             (delta.accepted_tokens / delta.draft_tokens if delta.draft_tokens else 0.0) if speculative else None
         ),
-        acceptance_rate_per_position=(
-            [a / drafts if drafts else 0.0 for a in _pad_to(delta.accepted_per_position, k)] if speculative else None
-        ),
-        per_category=per_category(records, speculative) if any(r["category"] is not None for r in records) else None,
+        acceptance_rate_per_position=[a / drafts if drafts else 0.0 for a in per_position] if speculative else None,
+        accepted_per_position=per_position if speculative else None,
+        per_category=per_category(totals, speculative) if totals.categories else None,
     )
 
 
-def per_category(records: list[dict[str, Any]], speculative: bool) -> dict[str, dict[str, Any]]:
-    """Rows, output tokens and acceptance per category, from the rows' own figures (which sum to the counters)."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for record in records:
-        groups.setdefault(str(record["category"]), []).append(record)
+def merge_summaries(summaries: list[Summary]) -> Summary:
+    """One summary for many shards, from their summed counts. Seconds are summed too (engine-seconds), so
+    output tok/s is the throughput per engine, comparable with a one-shard run."""
+    first = summaries[0]
+    counters, totals = Counters(), RowTotals()
+    for summary in summaries:
+        counters = counters + summary.counters()
+        totals.merge(summary.row_totals())
+    return summarize(
+        counters,
+        method=first.method,
+        k=first.num_speculative_tokens,
+        totals=totals,
+        generation_seconds=sum(s.generation_seconds for s in summaries),
+        engine_startup_seconds=sum(s.engine_startup_seconds for s in summaries),
+        warmup_seconds=sum(s.warmup_seconds for s in summaries),
+    )
+
+
+def per_category(totals: RowTotals, speculative: bool) -> dict[str, dict[str, Any]]:
+    """Per category: its sums, and AL and acceptance derived from them (the rows' figures sum to the counters)."""
     out: dict[str, dict[str, Any]] = {}
-    for category, rows in sorted(groups.items()):
-        ok = [r for r in rows if r["status"] == STATUS_OK]
-        figures: dict[str, Any] = {
-            "rows": len(rows),
-            "error_rows": len(rows) - len(ok),
-            "output_tokens": sum(r["completion_tokens"] for r in ok),
-        }
+    for category, sums in sorted(totals.categories.items()):
+        figures: dict[str, Any] = {k: sums[k] for k in ("rows", "error_rows", "output_tokens")}
         if speculative:
-            drafts = sum(r["spec_steps"] or 0 for r in ok)
-            draft_tokens = sum(r["draft_tokens"] or 0 for r in ok)
-            accepted = sum(r["accepted_tokens"] or 0 for r in ok)
             figures.update(
-                drafts=drafts,
-                draft_tokens=draft_tokens,
-                accepted_tokens=accepted,
-                mean_acceptance_length=acceptance_length(accepted, drafts),
-                draft_acceptance_rate=accepted / draft_tokens if draft_tokens else 0.0,
+                drafts=sums["drafts"],
+                draft_tokens=sums["draft_tokens"],
+                accepted_tokens=sums["accepted_tokens"],
+                mean_acceptance_length=acceptance_length(sums["accepted_tokens"], sums["drafts"]),
+                draft_acceptance_rate=(
+                    sums["accepted_tokens"] / sums["draft_tokens"] if sums["draft_tokens"] else 0.0
+                ),
             )
         out[category] = figures
     return out

@@ -59,9 +59,10 @@ def _prepare_store(uri: str) -> None:
 class RunLogger:
     """Logging calls for one open MLflow run."""
 
-    def __init__(self, client: Any, run_id: str) -> None:
+    def __init__(self, client: Any, run_id: str, experiment_id: str) -> None:
         self.client = client
         self.run_id = run_id
+        self.experiment_id = experiment_id
 
     def log_params(self, params: dict[str, str]) -> None:
         from mlflow.entities import Param
@@ -115,7 +116,7 @@ def mlflow_run(
     run_id = run.info.run_id
     log.info("MLflow run %s (%s) in experiment %r at %s", run_name, run_id, cfg.experiment, cfg.uri)
     try:
-        yield RunLogger(client, run_id)
+        yield RunLogger(client, run_id, experiment_id)
     except BaseException:
         client.set_terminated(run_id, status="FAILED")
         raise
