@@ -14,7 +14,9 @@ setup:
 run: setup
 	$(PY) jobs/generate.py $(ARGS)
 
+# The Slurm tests run a real single-node cluster: its Debian packages are installed here when missing.
 test: setup
+	bash jobs/slurm/cluster.sh install
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
@@ -279,3 +280,12 @@ def test_cli_bad_value_is_one_clear_line_before_any_model(tmp_path) -> None:
     # Nothing was loaded or written.
     assert "vllm" not in (result.stderr + result.stdout).lower().replace("vllm's", "")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("launcher", "gpus"), [("slurm", 1), ("slurm_cpu", None)])
+def test_slurm_launcher_presets_compose(launcher: str, gpus: int | None) -> None:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
+    conf = cfg.hydra.launcher
+    assert conf._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    assert conf.gpus_per_node == gpus and conf.max_num_timeout >= 1 and conf.array_parallelism >= 1
