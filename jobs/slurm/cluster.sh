@@ -26,11 +26,19 @@ install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null
 }
 
+healthy() {
+  [[ -f "$CONF" ]] && SLURM_CONF="$CONF" timeout 10 sinfo -h -o %T 2>/dev/null | grep -qE '^(idle|mixed|allocated)'
+}
+
 up() {
   install
-  if [[ -f "$CONF" ]] && SLURM_CONF="$CONF" timeout 10 sinfo -h -o %T 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then
+  if healthy; then
     say "already up"; echo "$CONF"; return 0
   fi
+  # Leftovers of an earlier cluster (a daemon still shutting down, a stuck job step) would make the new one
+  # report its node as not responding: stop them all and start from an empty state.
+  stop_daemons
+  rm -rf "$DIR/ctld" "$DIR/spool"
   mkdir -p "$DIR"/{ctld,spool,log}
   local host cpus mem_mb
   host=$(hostname -s)
@@ -71,10 +79,10 @@ CONF
   if ! pgrep -x munged >/dev/null; then
     runuser -u munge -- /usr/sbin/munged
   fi
-  pgrep -f "slurmctld -f $CONF" >/dev/null || slurmctld -f "$CONF"
-  pgrep -f "slurmd -f $CONF" >/dev/null || slurmd -f "$CONF"
+  slurmctld -c -f "$CONF"
+  slurmd -c -f "$CONF"
   for _ in $(seq 1 60); do
-    if SLURM_CONF="$CONF" timeout 10 sinfo -h -o %T 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then
+    if healthy; then
       say "up: $(SLURM_CONF="$CONF" sinfo -h -o '%P %D %c CPUs %m MB %T')"
       echo "$CONF"
       return 0
@@ -86,12 +94,30 @@ CONF
   exit 1
 }
 
+stop_daemons() {
+  local pattern
+  for pattern in "slurmd -c -f $CONF" "slurmctld -c -f $CONF"; do
+    pkill -TERM -f "$pattern" 2>/dev/null || true
+  done
+  for _ in $(seq 1 30); do
+    pgrep -f "(slurmd|slurmctld) -c -f $CONF" >/dev/null || break
+    sleep 1
+  done
+  pkill -KILL -f "(slurmd|slurmctld) -c -f $CONF" 2>/dev/null || true
+  # A step daemon stuck on a job that ignores signals (seen with vLLM workers) would outlive the cluster.
+  pkill -KILL -x slurmstepd 2>/dev/null || true
+}
+
 down() {
-  if [[ -f "$CONF" ]]; then
+  if healthy; then
     SLURM_CONF="$CONF" scancel --full --user="$(id -un)" 2>/dev/null || true
+    # Let cancelled jobs end before the daemons go, or their steps linger into the next cluster.
+    for _ in $(seq 1 60); do
+      [[ -z "$(SLURM_CONF="$CONF" squeue -h 2>/dev/null)" ]] && break
+      sleep 1
+    done
   fi
-  pkill -f "slurmd -f $CONF" 2>/dev/null || true
-  pkill -f "slurmctld -f $CONF" 2>/dev/null || true
+  stop_daemons
   say "down"
 }
 
