@@ -18,6 +18,13 @@ NUM_DRAFTS = "vllm:spec_decode_num_drafts"
 NUM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 NUM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+_SCALAR_FIELDS = {
+    PROMPT_TOKENS: "prompt_tokens",
+    GENERATION_TOKENS: "generation_tokens",
+    NUM_DRAFTS: "drafts",
+    NUM_DRAFT_TOKENS: "draft_tokens",
+    NUM_ACCEPTED: "accepted_tokens",
+}
 
 
 @dataclass(frozen=True)
@@ -34,23 +41,13 @@ class Counters:
     @classmethod
     def from_metrics(cls, metrics: Iterable[Any]) -> Counters:
         """Sum each counter over its label sets (one per engine when data-parallel)."""
-        scalars = {PROMPT_TOKENS: 0, GENERATION_TOKENS: 0, NUM_DRAFTS: 0, NUM_DRAFT_TOKENS: 0, NUM_ACCEPTED: 0}
-        per_pos: list[int] = []
+        total = cls()
         for metric in metrics:
-            if metric.name in scalars:
-                scalars[metric.name] += int(metric.value)
+            if metric.name in _SCALAR_FIELDS:
+                total = total + cls(**{_SCALAR_FIELDS[metric.name]: int(metric.value)})
             elif metric.name == ACCEPTED_PER_POS:
-                values = [int(v) for v in metric.values]
-                n = max(len(per_pos), len(values))
-                per_pos = [a + b for a, b in zip(_pad(per_pos, n), _pad(values, n), strict=True)]
-        return cls(
-            prompt_tokens=scalars[PROMPT_TOKENS],
-            generation_tokens=scalars[GENERATION_TOKENS],
-            drafts=scalars[NUM_DRAFTS],
-            draft_tokens=scalars[NUM_DRAFT_TOKENS],
-            accepted_tokens=scalars[NUM_ACCEPTED],
-            accepted_per_position=tuple(per_pos),
-        )
+                total = total + cls(accepted_per_position=tuple(int(v) for v in metric.values))
+        return total
 
     def __sub__(self, before: Counters) -> Counters:
         return self._combine(before, -1)

@@ -12,7 +12,6 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from specbatch.config import TrackingConfig
 from specbatch.summary import Summary
@@ -42,18 +41,21 @@ def metric_safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_\-. ]", "_", name) or "_"
 
 
+def _sqlite_db(uri: str) -> Path | None:
+    """The database file of a sqlite:/// store URI, or None for any other store."""
+    return Path(uri[len("sqlite:///") :]).resolve() if uri.startswith("sqlite:///") else None
+
+
 def default_artifact_location(uri: str) -> str | None:
     """For a sqlite store, keep artifacts beside the database instead of in ./mlruns of whatever the cwd is."""
-    parsed = urlparse(uri)
-    if parsed.scheme != "sqlite":
-        return None
-    db = Path(uri[len("sqlite:///") :]).resolve()
-    return (db.parent / "mlartifacts").as_uri()
+    db = _sqlite_db(uri)
+    return (db.parent / "mlartifacts").as_uri() if db else None
 
 
 def _prepare_store(uri: str) -> None:
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///") :]).resolve().parent.mkdir(parents=True, exist_ok=True)
+    db = _sqlite_db(uri)
+    if db:
+        db.parent.mkdir(parents=True, exist_ok=True)
 
 
 class RunLogger:
