@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 from specbatch.config import ConfigError, register_configs, to_job_config
 from specbatch.generate import run_job
 from specbatch.locks import ShardBusyError
+from specbatch.sweep import current_sweep_job, record_job_run
 
 log = logging.getLogger("specbatch")
 register_configs()
@@ -21,7 +22,11 @@ register_configs()
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     try:
-        run_job(to_job_config(cfg))
+        sweep = current_sweep_job()
+        if sweep:
+            cfg = sweep.drop_foreign_knobs(cfg)
+        result = run_job(to_job_config(cfg), sweep=sweep)
+        record_job_run(result.layout.root)
     except ConfigError as exc:
         # A mistake in the config or input: one clear line, no traceback, exit code 2 like a usage error.
         log.error("%s", exc)

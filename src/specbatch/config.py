@@ -216,6 +216,14 @@ class SpecConfig:
         if self.model is not None:
             _require(bool(self.model.strip()), "spec.model is empty: set it to a folder or hub id, or to null")
 
+    @classmethod
+    def knob_applies(cls, method: SpecMethod, knob: str) -> bool:
+        """Whether ``spec.<knob>`` means anything for ``method`` (k means nothing to the baseline)."""
+        if knob == "num_speculative_tokens":
+            return method is not SpecMethod.none
+        owners = cls._KNOB_OWNERS.get(knob)
+        return owners is None or method in owners
+
     def _check_own_knobs(self) -> None:
         for knob, owners in self._KNOB_OWNERS.items():
             if self.method not in owners and getattr(self, knob) is not None:
@@ -426,11 +434,13 @@ class JobConfig:
     max_samples: int | None = None
     # Root of runs/ and the default MLflow store.
     output_root: str = "outputs"
-    # Replaces the readable part of the run folder (e.g. to keep repeats apart).
+    # Replaces the readable part of the run folder (e.g. run_name=tuned-prompts).
     run_name: str | None = None
     shard: ShardConfig = field(default_factory=ShardConfig)
     # Rows per engine call; each finished chunk is its own Parquet part, so a restart redoes at most one chunk.
     chunk_size: int = 256
+    # Repeat number of the same set-up (its own run folder, -rep<n>); jobs/compare.py reports the spread of repeats.
+    repeat: int = 0
 
     def __post_init__(self) -> None:
         _require(
@@ -438,6 +448,7 @@ class JobConfig:
             f"max_samples={self.max_samples} must be 1 or more (or null for the whole data set)",
         )
         _require(self.chunk_size >= 1, f"chunk_size={self.chunk_size} must be 1 or more, e.g. chunk_size=256")
+        _require(self.repeat >= 0, f"repeat={self.repeat} must be 0 or more, e.g. -m repeat=0,1,2")
         _require(
             self.sampling.max_tokens < self.model.max_model_len,
             f"sampling.max_tokens={self.sampling.max_tokens} leaves no room for the prompt in "

@@ -29,6 +29,7 @@ from specbatch.records import write_parquet
 from specbatch.sharding import chunk_ranges, resolve_shard, shard_range
 from specbatch.spec_metrics import Counters
 from specbatch.summary import RowTotals, Summary, format_table, summarize
+from specbatch.sweep import SweepJob
 from specbatch.tracking import flatten, mlflow_run
 
 log = logging.getLogger(__name__)
@@ -43,8 +44,11 @@ class JobResult:
     generated: bool
 
 
-def run_job(job: JobConfig, engine: Engine | None = None) -> JobResult:
+def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None = None) -> JobResult:
     """Run (or finish, or find finished) this task's shard; ``engine`` lets callers share one engine across jobs.
+
+    Inside a Hydra multirun, ``sweep`` nests the MLflow run under the sweep's parent and tags it with the job's
+    choices.
 
     The shard is cut into chunks of ``chunk_size`` rows; each finished chunk is written as its own Parquet part,
     so a rerun after a kill redoes at most the chunk that was in flight. The done marker is written last.
@@ -86,16 +90,21 @@ def run_job(job: JobConfig, engine: Engine | None = None) -> JobResult:
             "shard": str(shard),
             "run_folder": str(layout.root),
             "mlflow.source.git.commit": info["git_commit"],
+            "repeat": str(job.repeat),
             **info,
+            **(sweep.tags() if sweep else {}),
         }
         run_name = f"{job.model.name}/{job.spec.label}/{job.dataset.name}"
+        if job.repeat:
+            run_name += f"/rep{job.repeat}"
         if shard.count > 1:
             run_name += f"/shard-{shard.index}-of-{shard.count}"
         description = (
             f"{job.spec.label} on {job.model.name} over shard {shard} of {len(source)} rows of {job.dataset.name}; "
             f"outputs in {layout.root}"
         )
-        with mlflow_run(job.tracking, run_name, tags, description) as run:
+        parent = sweep.parent_run_id if sweep else None
+        with mlflow_run(job.tracking, run_name, tags, description, parent_run_id=parent) as run:
             if run:
                 run.log_params(flatten(config))
             own_engine = engine is None and bool(todo)

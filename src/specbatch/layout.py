@@ -50,7 +50,7 @@ class RunLayout:
             / "runs"
             / _safe(job.dataset.name)
             / _safe(job.model.name)
-            / f"{_safe(readable)}-{config_hash(job)}"
+            / f"{_safe(readable)}-{config_hash(job)}{f'-rep{job.repeat}' if job.repeat else ''}"
         )
         return cls(root=root, shard_index=shard_index, shard_count=shard_count)
 

@@ -74,21 +74,26 @@ class MergeResult:
     parts: list[Path]
 
 
-def merge_run(root: Path, log_to_mlflow: bool = True) -> MergeResult:
-    """Check every shard is done, then write merged/manifest.json and merged/summary.json (and log them)."""
+def finished_summary(root: Path) -> Summary:
+    """The run's summary over all its shards, added up from their counts; refuses while a shard is unfinished."""
     root = Path(root).resolve()
     states = run_status(root)
     unfinished = [s for s in states if s.state != "done"]
     if unfinished:
         listed = ", ".join(f"{s.index} ({s.state})" for s in unfinished)
         raise RunIncompleteError(
-            f"cannot merge {root}: {len(unfinished)} of {len(states)} shards are not done: {listed}. "
+            f"{root}: {len(unfinished)} of {len(states)} shards are not done: {listed}. "
             f"Finish them (rerun with shard.index=<i> shard.count={len(states)}; finished chunks are kept) "
-            "and merge again."
+            "and try again."
         )
+    return merge_summaries([Summary(**json.loads(layout.stats_path.read_text())) for layout in shard_layouts(root)])
+
+
+def merge_run(root: Path, log_to_mlflow: bool = True) -> MergeResult:
+    """Check every shard is done, then write merged/manifest.json and merged/summary.json (and log them)."""
+    root = Path(root).resolve()
+    merged = finished_summary(root)
     layouts = shard_layouts(root)
-    summaries = [Summary(**json.loads(layout.stats_path.read_text())) for layout in layouts]
-    merged = merge_summaries(summaries)
     parts = [part for layout in layouts for part in sorted(layout.data_dir.glob("part-*.parquet"))]
     out = root / "merged"
     manifest = out / "manifest.json"

@@ -18,8 +18,9 @@ from specbatch.summary import Summary
 
 log = logging.getLogger(__name__)
 
-# MLflow limits: params per log_batch call, and characters per param value.
+# MLflow limits: params and metrics per log_batch call, and characters per param value.
 PARAMS_PER_BATCH = 100
+METRICS_PER_BATCH = 1000
 MAX_PARAM_CHARS = 6000
 
 
@@ -37,7 +38,7 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def metric_safe(name: str) -> str:
-    """MLflow metric names allow letters, digits, _ - . / and spaces; anything else becomes _."""
+    """A name part safe inside a metric name: letters, digits, _ - . and spaces; anything else (/ too) becomes _."""
     return re.sub(r"[^A-Za-z0-9_\-. ]", "_", name) or "_"
 
 
@@ -91,30 +92,54 @@ class RunLogger:
     def log_text(self, text: str, artifact_file: str) -> None:
         self.client.log_text(self.run_id, text, artifact_file)
 
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), artifact_path)
 
-@contextlib.contextmanager
-def mlflow_run(
-    cfg: TrackingConfig, run_name: str, tags: dict[str, str], description: str
-) -> Iterator[RunLogger | None]:
-    """An MLflow run that ends FINISHED, or FAILED when the body raises (the exception still propagates).
+    def log_metrics(self, metrics: dict[str, float]) -> None:
+        import time
 
-    Yields None when tracking is off, so callers write ``if run: ...``.
-    """
-    if not cfg.enabled:
-        yield None
-        return
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, 0) for k, v in sorted(metrics.items())]
+        for start in range(0, len(items), METRICS_PER_BATCH):
+            self.client.log_batch(self.run_id, metrics=items[start : start + METRICS_PER_BATCH])
+
+
+def open_client(cfg: TrackingConfig) -> tuple[Any, str]:
+    """An ``MlflowClient`` on the configured store and the id of the configured experiment (created if needed)."""
     from mlflow.tracking import MlflowClient
 
     _prepare_store(cfg.uri)
     client = MlflowClient(tracking_uri=cfg.uri)
     experiment = client.get_experiment_by_name(cfg.experiment)
-    if experiment is None:
-        experiment_id = client.create_experiment(
-            cfg.experiment, artifact_location=cfg.artifact_location or default_artifact_location(cfg.uri)
-        )
-    else:
-        experiment_id = experiment.experiment_id
-    run = client.create_run(experiment_id, run_name=run_name, tags={**tags, "mlflow.note.content": description})
+    if experiment is not None:
+        return client, experiment.experiment_id
+    location = cfg.artifact_location or default_artifact_location(cfg.uri)
+    return client, client.create_experiment(cfg.experiment, artifact_location=location)
+
+
+@contextlib.contextmanager
+def mlflow_run(
+    cfg: TrackingConfig,
+    run_name: str,
+    tags: dict[str, str],
+    description: str,
+    parent_run_id: str | None = None,
+) -> Iterator[RunLogger | None]:
+    """An MLflow run that ends FINISHED, or FAILED when the body raises (the exception still propagates).
+
+    With ``parent_run_id`` (a sweep's parent run) the run is nested under it in the UI.
+    Yields None when tracking is off, so callers write ``if run: ...``.
+    """
+    if not cfg.enabled:
+        yield None
+        return
+    client, experiment_id = open_client(cfg)
+    tags = {**tags, "mlflow.note.content": description}
+    if parent_run_id:
+        tags["mlflow.parentRunId"] = parent_run_id
+    run = client.create_run(experiment_id, run_name=run_name, tags=tags)
     run_id = run.info.run_id
     log.info("MLflow run %s (%s) in experiment %r at %s", run_name, run_id, cfg.experiment, cfg.uri)
     try:
