@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from specbatch.config import ConfigError, register_configs, to_job_config
 from specbatch.generate import run_job
+from specbatch.interrupts import EXIT_STOPPED, StopRequested
 from specbatch.locks import ShardBusyError
 from specbatch.sweep import current_sweep_job, record_job_run
 
@@ -35,6 +36,18 @@ def main(cfg: DictConfig) -> None:
         # Another live task is writing this shard (e.g. a duplicate submission): leave it alone.
         log.error("%s", exc)
         sys.exit(3)
+    except StopRequested as exc:
+        # SIGTERM: the chunk in flight was written; a non-zero exit tells Slurm the shard is not done.
+        log.warning("%s", exc)
+        sys.exit(EXIT_STOPPED)
+    except OSError as exc:
+        # A full disk, a vanished folder: finished chunks are on disk, the half-written one was removed.
+        log.error(
+            "writing failed: %s. Finished chunks are kept and no partial file was left; fix the cause (e.g. free "
+            "disk space) and rerun the same command to finish the shard",
+            exc,
+        )
+        sys.exit(1)
 
 
 # vLLM starts its workers with spawn, which re-imports this file: only the guarded part may run the job.

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from specbatch.config import JobConfig, register_configs, to_job_config
+from specbatch.engine import Engine, engine_fingerprint
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = PROJECT_ROOT / "conf"
@@ -53,3 +58,95 @@ def job_factory(tmp_path: Path) -> Callable[..., JobConfig]:
         return compose_job([f"output_root={tmp_path / 'outputs'}", *overrides])
 
     return make
+
+
+@pytest.fixture
+def local_job_factory(job_factory, tmp_path: Path) -> Callable[..., JobConfig]:
+    """Jobs over a small local JSONL file with rows r0..r<rows-1>: spec=none, chunk_size=2 unless overridden."""
+
+    def make(*extra: str, rows: int) -> JobConfig:
+        data = tmp_path / f"rows-{rows}.jsonl"
+        data.write_text("".join(json.dumps({"id": f"r{i}", "q": f"question {i}"}) + "\n" for i in range(rows)))
+        return job_factory(
+            "spec=none",
+            "dataset=local",
+            f"dataset.path={data}",
+            "dataset.template='{q}'",
+            "dataset.id_column=id",
+            *([] if any(e.startswith("chunk_size=") for e in extra) else ["chunk_size=2"]),
+            *extra,
+        )
+
+    return make
+
+
+class FakeLLM:
+    """Stands in for vllm.LLM: answers with the prompt length; can be told to die on a given call."""
+
+    def __init__(self, die_on_call: int | None = None) -> None:
+        self.calls: list[int] = []
+        self.die_on_call = die_on_call
+
+    def get_metrics(self) -> list:
+        return [SimpleNamespace(name="vllm:generation_tokens", value=2 * sum(self.calls))]
+
+    def generate(self, prompts, params, use_tqdm=True):
+        if self.die_on_call is not None and len(self.calls) + 1 == self.die_on_call:
+            raise KeyboardInterrupt  # like a kill in the middle of a chunk: nothing of it may count
+        self.calls.append(len(prompts))
+        completion = SimpleNamespace(text="x", token_ids=[1, 2], finish_reason="stop", spec_decode_metrics=None)
+        return [SimpleNamespace(outputs=[completion]) for _ in prompts]
+
+
+def fake_engine(job, llm: FakeLLM) -> Engine:
+    return Engine(llm, engine_fingerprint(job), startup_seconds=0.0)
+
+
+class LiveJob:
+    """jobs/generate.py running in the background, its output (stdout and stderr together) read as it comes, so a
+    test can act at a given moment (kill a server, send SIGTERM) without the pipe filling up and blocking the job."""
+
+    def __init__(self, command: list[str], env: dict[str, str] | None = None) -> None:
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self.process = subprocess.Popen(
+            command,
+            cwd=PROJECT_ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    @classmethod
+    def generate(cls, args: list[str], env: dict[str, str] | None = None) -> LiveJob:
+        return cls([sys.executable, str(GENERATE), *args], env)
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+
+    @property
+    def output(self) -> str:
+        with self._changed:
+            return "".join(self.lines)
+
+    def wait_for(self, text: str, timeout: float) -> None:
+        """Until a line containing ``text`` was printed; fails with the output if the job ends or time runs out."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not any(text in line for line in self.lines):
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.process.poll() is not None and not self._reader.is_alive()):
+                    raise AssertionError(f"never saw {text!r}; output:\n{''.join(self.lines)[-4000:]}")
+                self._changed.wait(timeout=min(left, 1.0))
+
+    def wait(self, timeout: float) -> int:
+        code = self.process.wait(timeout=timeout)
+        self._reader.join(timeout=30)
+        return code

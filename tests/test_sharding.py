@@ -6,15 +6,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pyarrow.parquet as pq
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import PROJECT_ROOT
+from conftest import PROJECT_ROOT, FakeLLM, fake_engine
 from specbatch.config import ConfigError, ShardConfig
-from specbatch.engine import Engine, engine_fingerprint
 from specbatch.generate import run_job
 from specbatch.layout import RunLayout
 from specbatch.locks import ShardBusyError, is_locked, shard_lock
@@ -60,46 +58,9 @@ def test_shards_cover_every_row_exactly_once(rows: int, count: int) -> None:
         assert [i for c in chunk_ranges(span, 3) for i in c] == list(span)
 
 
-class FakeLLM:
-    """Stands in for vllm.LLM: answers with the prompt length; can be told to die on a given call."""
-
-    def __init__(self, die_on_call: int | None = None) -> None:
-        self.calls: list[int] = []
-        self.die_on_call = die_on_call
-
-    def get_metrics(self) -> list:
-        return [SimpleNamespace(name="vllm:generation_tokens", value=2 * sum(self.calls))]
-
-    def generate(self, prompts, params, use_tqdm=True):
-        if self.die_on_call is not None and len(self.calls) + 1 == self.die_on_call:
-            raise KeyboardInterrupt  # like a kill in the middle of a chunk: nothing of it may count
-        self.calls.append(len(prompts))
-        completion = SimpleNamespace(text="x", token_ids=[1, 2], finish_reason="stop", spec_decode_metrics=None)
-        return [SimpleNamespace(outputs=[completion]) for _ in prompts]
-
-
 @pytest.fixture
-def make_job(job_factory, tmp_path: Path):
-    data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps({"id": f"r{i}", "q": f"question {i}"}) + "\n" for i in range(7)))
-
-    def make(*extra: str):
-        return job_factory(
-            "spec=none",
-            "tracking=off",
-            "dataset=local",
-            f"dataset.path={data}",
-            "dataset.template='{q}'",
-            "dataset.id_column=id",
-            *([] if any(e.startswith("chunk_size=") for e in extra) else ["chunk_size=2"]),
-            *extra,
-        )
-
-    return make
-
-
-def fake_engine(job, llm: FakeLLM) -> Engine:
-    return Engine(llm, engine_fingerprint(job), startup_seconds=0.0)
+def make_job(local_job_factory):
+    return lambda *extra: local_job_factory("tracking=off", *extra, rows=7)
 
 
 def read_ids(result) -> list[str]:

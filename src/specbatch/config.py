@@ -17,6 +17,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from specbatch.masking import mask_data, mask_uri
+
 
 class ConfigError(ValueError):
     """A config value that cannot work; the message names the key and the fix."""
@@ -391,12 +393,17 @@ class TrackingConfig:
     experiment: str = "specbatch"
     # Where run artifacts go for a newly created experiment; null puts them beside the store.
     artifact_location: str | None = None
+    # Tracking servers only: attempts and seconds per request before the job gives up on MLflow and goes on
+    # without it (MLflow's own defaults wait minutes). MLFLOW_HTTP_REQUEST_MAX_RETRIES / _TIMEOUT win when set.
+    http_retries: int = 2
+    http_timeout_seconds: int = 20
 
     def __post_init__(self) -> None:
         if self.enabled:
             _require(
                 "://" in self.uri,
-                f"tracking.uri={self.uri!r} is not a URI: use e.g. sqlite:///outputs/mlflow.db or http://host:5000",
+                f"tracking.uri={mask_uri(self.uri)!r} is not a URI: use e.g. sqlite:///outputs/mlflow.db or "
+                "http://host:5000 (tracking=server reads MLFLOW_TRACKING_URI)",
             )
             _require(bool(self.experiment.strip()), "tracking.experiment is empty: name an MLflow experiment")
 
@@ -545,5 +552,11 @@ def to_plain_dict(job: JobConfig) -> dict[str, Any]:
     return plain(dataclasses.asdict(job))
 
 
+def public_config(job: JobConfig) -> dict[str, Any]:
+    """The plain config as it may be written anywhere: passwords in URIs and credential values masked."""
+    return mask_data(to_plain_dict(job))
+
+
 def to_yaml(job: JobConfig) -> str:
-    return OmegaConf.to_yaml(OmegaConf.create(to_plain_dict(job)))
+    """The resolved config as YAML, masked (it is written to run folders and MLflow)."""
+    return OmegaConf.to_yaml(OmegaConf.create(public_config(job)))

@@ -15,22 +15,24 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from specbatch.config import ConfigError, JobConfig, to_plain_dict, to_yaml
+from specbatch.config import ConfigError, JobConfig, public_config, to_yaml
 from specbatch.conversation import generate_rows
 from specbatch.data import SourceRow, open_rows
 from specbatch.embedded import ensure_embedded
 from specbatch.engine import Engine, engine_fingerprint
 from specbatch.environment import runtime_info
+from specbatch.interrupts import StopRequested, sigterm_deferred
 from specbatch.layout import RunLayout, atomic_write_json, atomic_write_text
 from specbatch.locks import shard_lock
 from specbatch.preflight import preflight
 from specbatch.prompts import check_chat_template, load_tokenizer
 from specbatch.records import write_parquet
+from specbatch.review import RunIdentity, log_params, log_shard_results, run_identity
 from specbatch.sharding import chunk_ranges, resolve_shard, shard_range
 from specbatch.spec_metrics import Counters
 from specbatch.summary import RowTotals, Summary, format_table, summarize
 from specbatch.sweep import SweepJob
-from specbatch.tracking import flatten, mlflow_run
+from specbatch.tracking import RunLogger, mlflow_run
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +58,11 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
     shard = resolve_shard(job.shard)
     layout = RunLayout.for_job(job, shard.index, shard.count)
     if layout.done_marker.exists():
-        log.info("shard %s already complete, nothing to do: %s (set run_name=... to run again)", shard, layout.root)
+        log.info(
+            "shard %s already complete, nothing to do: %s (repeat=<n> measures it again in a new folder)",
+            shard,
+            layout.root,
+        )
         summary = Summary(**json.loads(layout.stats_path.read_text()))
         return JobResult(layout, summary, sorted(layout.data_dir.glob("part-*.parquet")), generated=False)
 
@@ -79,48 +85,36 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
         log.info(
             "shard %s: rows %d..%d in %d chunks, %d to generate", shard, span.start, span.stop, len(chunks), len(todo)
         )
-        config = to_plain_dict(job)
+        config = public_config(job)
         info = runtime_info()
         _record_run(layout, job, info)
-        tags = {
-            "method": job.spec.method.value,
-            "k": str(job.spec.k) if job.spec.k is not None else "none",
-            "model": job.model.name,
-            "dataset": job.dataset.name,
-            "shard": str(shard),
-            "run_folder": str(layout.root),
-            "mlflow.source.git.commit": info["git_commit"],
-            "repeat": str(job.repeat),
-            **info,
-            **(sweep.tags() if sweep else {}),
-        }
-        run_name = f"{job.model.name}/{job.spec.label}/{job.dataset.name}"
-        if job.repeat:
-            run_name += f"/rep{job.repeat}"
-        if shard.count > 1:
-            run_name += f"/shard-{shard.index}-of-{shard.count}"
-        description = (
-            f"{job.spec.label} on {job.model.name} over shard {shard} of {len(source)} rows of {job.dataset.name}; "
-            f"outputs in {layout.root}"
-        )
+        identity = run_identity(config, layout, len(source))
+        tags = {**identity.tags, "mlflow.source.git.commit": info["git_commit"], **info}
+        tags.update(sweep.tags() if sweep else {})
+        if job.model.trust_remote_code:
+            log.warning(
+                "model.trust_remote_code=true: code from %s's repository runs in this process; only use it for "
+                "checkpoints you trust (tagged trust_remote_code=true in MLflow)",
+                job.model.path,
+            )
         parent = sweep.parent_run_id if sweep else None
-        with mlflow_run(job.tracking, run_name, tags, description, parent_run_id=parent) as run:
+        later = f"python jobs/log_run.py {layout.root}"
+        with mlflow_run(job.tracking, identity.name, tags, identity.description, parent, later) as run:
             if run:
-                run.log_params(flatten(config))
+                log_params(run, config)
             own_engine = engine is None and bool(todo)
             if own_engine:
                 engine = Engine.start(job)
             try:
-                for number in todo:
-                    _generate_chunk(
-                        engine,
-                        source.rows(chunks[number]),
-                        job,
-                        tokenizer,
-                        layout,
-                        number,
-                        config,
-                    )
+                # SIGTERM (Slurm's warning before a time limit) stops the loop between chunks, never inside one.
+                with sigterm_deferred() as stop_requested:
+                    for done, number in enumerate(todo):
+                        if stop_requested():
+                            raise StopRequested(
+                                f"stopped by SIGTERM after {done} of {len(todo)} chunks of shard {shard}; finished "
+                                "chunks are kept: rerun the same command to generate the rest"
+                            )
+                        _generate_chunk(engine, source.rows(chunks[number]), job, tokenizer, layout, number, config)
             finally:
                 if own_engine:
                     engine.close()
@@ -128,14 +122,31 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
             summary = _summarize_shard(layout, job, parts, engine)
             atomic_write_json(layout.stats_path, summary.to_dict())
             if run:
-                run.log_summary(summary)
-                run.log_text(to_yaml(job), "config.yaml")
-                run.log_text(json.dumps(summary.to_dict(), indent=2), "summary.json")
+                log_shard_results(run, layout, summary, to_yaml(job), parts)
+                _note_tracking(layout, run, identity, parent)
             # Written last: its presence promises every part of the shard is complete.
             atomic_write_text(layout.done_marker, time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
     log.info("summary of %s (shard %s)\n%s", layout.root, shard, format_table(summary))
     log.info("shard %s: %d rows (%d error rows) in %s", shard, summary.rows, summary.error_rows, layout.data_dir)
     return JobResult(layout, summary, parts, generated=bool(todo))
+
+
+def _note_tracking(layout: RunLayout, run: RunLogger, identity: RunIdentity, parent: str | None) -> None:
+    """When MLflow failed, leave what jobs/log_run.py needs to log the shard later; clear it when all went well."""
+    pending = layout.mlflow_pending_path
+    if run.failure is None:
+        pending.unlink(missing_ok=True)
+        return
+    atomic_write_json(
+        pending,
+        {
+            "run_id": run.run_id,
+            "name": identity.name,
+            "failure": run.failure,
+            "parent_run_id": parent,
+        },
+    )
+    log.warning("MLflow logging of shard %s is pending; log it with: %s", layout.shard_tag, run.later)
 
 
 def _generate_chunk(
@@ -206,5 +217,5 @@ def _record_run(layout: RunLayout, job: JobConfig, info: dict[str, str]) -> None
     if not layout.run_json.exists():
         atomic_write_json(
             layout.run_json,
-            {"config": to_plain_dict(job), "shard_count": layout.shard_count, "created_with": info},
+            {"config": public_config(job), "shard_count": layout.shard_count, "created_with": info},
         )

@@ -86,6 +86,11 @@ class RunLayout:
         return self.root / "stats" / f"{self.shard_tag}.json"
 
     @property
+    def mlflow_pending_path(self) -> Path:
+        """Present while the shard's MLflow logging failed and waits for jobs/log_run.py."""
+        return self.root / "mlflow_pending" / f"{self.shard_tag}.json"
+
+    @property
     def config_yaml(self) -> Path:
         return self.root / "config.yaml"
 
@@ -94,8 +99,12 @@ def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temporary name in the same folder and rename, so readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        # After a failed write (e.g. a full disk) no half file is left behind.
+        tmp.unlink(missing_ok=True)
 
 
 def atomic_write_json(path: Path, data: Any) -> None:

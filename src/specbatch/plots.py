@@ -6,6 +6,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from specbatch.compare import CompareRow, Comparison
+from specbatch.summary import Summary
 
 
 def _pyplot():  # type: ignore[no-untyped-def]
@@ -82,6 +83,24 @@ def plot_throughput_vs_batch(comparison: Comparison, path: Path) -> Path:
     ax.set_xscale("log", base=2)
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
+    return _save(fig, plt, path)
+
+
+def plot_run_acceptance(summary: Summary, path: Path) -> Path:
+    """One run's acceptance rate at each draft position (bars), for its MLflow page."""
+    plt = _pyplot()
+    rates = summary.acceptance_rate_per_position or []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.bar(range(1, len(rates) + 1), rates, color="tab:blue")
+    label = summary.method + (f" k={summary.num_speculative_tokens}" if summary.num_speculative_tokens else "")
+    al = summary.mean_acceptance_length
+    ax.set(
+        xlabel="draft position",
+        ylabel="acceptance rate",
+        ylim=(0, 1.05),
+        title=f"{label}: AL {al:.2f}" if al is not None else label,
+    )
+    ax.grid(alpha=0.3, axis="y")
     return _save(fig, plt, path)
 
 

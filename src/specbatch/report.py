@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from specbatch.compare import CompareError, Comparison, compare, format_comparison, load_run, write_comparison
-from specbatch.config import TrackingConfig
 from specbatch.plots import plot_all
 from specbatch.runs import read_run
 from specbatch.sweep import SWEEP_FILE, read_sweep, sweep_run_folders
@@ -105,7 +104,7 @@ def _default_out_dir(sources: Sources) -> Path:
 
 
 def _log(comparison: Comparison, files: list[Path], sources: Sources) -> str | None:
-    from specbatch.tracking import RunLogger, mlflow_run
+    from specbatch.tracking import RunLogger, mlflow_run, recorded_tracking
 
     metrics: dict[str, float] = {}
     for row in comparison.rows:
@@ -129,18 +128,21 @@ def _log(comparison: Comparison, files: list[Path], sources: Sources) -> str | N
         for path in files:
             run.log_artifact(path, "comparison")
         for key, value in tags.items():
-            run.client.set_tag(run.run_id, key, value)
+            run.set_tag(key, value)
 
     if sources.parent_run_id and sources.tracking_uri:
         # The sweep's own parent run carries its verdict.
         from mlflow.tracking import MlflowClient
 
-        client = MlflowClient(tracking_uri=sources.tracking_uri)
+        client = MlflowClient(tracking_uri=recorded_tracking({"uri": sources.tracking_uri}).uri)
         parent = client.get_run(sources.parent_run_id)
-        fill(RunLogger(client, sources.parent_run_id, parent.info.experiment_id))
+        run = RunLogger(client, sources.parent_run_id, parent.info.experiment_id, sources.tracking_uri, "rerun")
+        fill(run)
+        if run.failure:
+            raise CompareError(f"the comparison is written to {files[0].parent} but logging it failed: {run.failure}")
         log.info("comparison logged to the sweep's MLflow run %s", sources.parent_run_id)
         return sources.parent_run_id
-    tracking = TrackingConfig(**read_run(sources.run_folders[0])["config"]["tracking"])
+    tracking = recorded_tracking(read_run(sources.run_folders[0])["config"]["tracking"])
     if not tracking.enabled:
         log.info("tracking is off for these runs: comparison not logged to MLflow")
         return None

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specbatch.config import TrackingConfig
 from specbatch.layout import RunLayout, atomic_write_json
 from specbatch.locks import is_locked
 from specbatch.summary import Summary, format_table, merge_summaries
@@ -112,10 +111,10 @@ def merge_run(root: Path, log_to_mlflow: bool = True) -> MergeResult:
 
 def _log_merged(root: Path, summary: Summary) -> None:
     """A parent MLflow run holding the merged figures; the shards' runs become its children."""
-    from specbatch.tracking import mlflow_run
+    from specbatch.tracking import mlflow_run, recorded_tracking
 
     config = read_run(root)["config"]
-    tracking = TrackingConfig(**config["tracking"])
+    tracking = recorded_tracking(config["tracking"])
     if not tracking.enabled:
         return
     name = f"{config['model']['name']}/{summary.method}"

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from specbatch.config import SpecConfig, SpecMethod, TrackingConfig
 from specbatch.layout import atomic_write_json
+from specbatch.masking import mask_text, mask_uri
 
 log = logging.getLogger(__name__)
 
@@ -81,31 +82,43 @@ class MlflowSweepCallback(Callback):
         tracking = _tracking(config)
         record: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "parent_run_id": None}
         if tracking.enabled:
-            from specbatch.tracking import open_client
-
-            swept = " ".join(config.hydra.overrides.task)
-            client, experiment_id = open_client(tracking)
-            run = client.create_run(
-                experiment_id,
-                run_name=f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')}",
-                tags={
-                    "specbatch.kind": "sweep",
-                    "sweep_dir": str(sweep_dir),
-                    "sweep.overrides": swept,
-                    "mlflow.note.content": (
-                        f"Sweep `{swept}`: one child run per job. Select the children and press Compare; "
-                        f"`python jobs/compare.py {sweep_dir}` adds speedup over spec=none here."
-                    ),
-                },
-            )
-            record.update(
-                parent_run_id=run.info.run_id,
-                experiment_id=experiment_id,
-                tracking_uri=tracking.uri,
-                overrides=swept,
-            )
-            log.info("sweep parent MLflow run %s in experiment %r", run.info.run_id, tracking.experiment)
+            try:
+                record.update(self._create_parent(config, tracking, sweep_dir))
+            except Exception as exc:  # noqa: BLE001 - the sweep runs without MLflow rather than not at all
+                log.warning(
+                    "sweep: no MLflow parent run (%s at %s: %s); the jobs still run and log on their own",
+                    type(exc).__name__,
+                    mask_uri(tracking.uri),
+                    mask_text(str(exc)).splitlines()[0][:300] if str(exc) else "",
+                )
         atomic_write_json(sweep_dir / SWEEP_FILE, record)
+
+    def _create_parent(self, config: DictConfig, tracking: TrackingConfig, sweep_dir: Path) -> dict[str, Any]:
+        from specbatch.tracking import open_client
+
+        swept = mask_text(" ".join(config.hydra.overrides.task))
+        client, experiment_id = open_client(tracking)
+        run = client.create_run(
+            experiment_id,
+            run_name=f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')}",
+            tags={
+                "specbatch.kind": "sweep",
+                "sweep_dir": str(sweep_dir),
+                "sweep.overrides": swept,
+                "mlflow.note.content": (
+                    f"Sweep `{swept}`: one child run per job. Select the children and press Compare; "
+                    f"`python jobs/compare.py {sweep_dir}` adds speedup over spec=none here."
+                ),
+            },
+        )
+        log.info("sweep parent MLflow run %s in experiment %r", run.info.run_id, tracking.experiment)
+        return {
+            "parent_run_id": run.info.run_id,
+            "experiment_id": experiment_id,
+            # Masked: sweep.json is a file anyone may read; jobs/compare.py then takes MLFLOW_TRACKING_URI.
+            "tracking_uri": mask_uri(tracking.uri),
+            "overrides": swept,
+        }
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir).resolve()
@@ -114,7 +127,7 @@ class MlflowSweepCallback(Callback):
             return
         from mlflow.tracking import MlflowClient
 
-        client = MlflowClient(tracking_uri=record["tracking_uri"])
+        client = MlflowClient(tracking_uri=_tracking(config).uri)
         children = client.search_runs(
             [record["experiment_id"]], filter_string=f"tags.mlflow.parentRunId = '{record['parent_run_id']}'"
         )

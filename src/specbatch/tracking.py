@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from specbatch.config import TrackingConfig
+from specbatch.interrupts import StopRequested
+from specbatch.masking import MASK, mask_text, mask_uri
 from specbatch.summary import Summary
 
 log = logging.getLogger(__name__)
@@ -22,6 +26,7 @@ log = logging.getLogger(__name__)
 PARAMS_PER_BATCH = 100
 METRICS_PER_BATCH = 1000
 MAX_PARAM_CHARS = 6000
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -59,24 +64,71 @@ def _prepare_store(uri: str) -> None:
         db.parent.mkdir(parents=True, exist_ok=True)
 
 
-class RunLogger:
-    """Logging calls for one open MLflow run."""
+def recorded_tracking(plain: dict[str, Any], uri: str | None = None) -> TrackingConfig:
+    """The tracking config a run folder recorded (run.json), for logging to it later.
 
-    def __init__(self, client: Any, run_id: str, experiment_id: str) -> None:
+    ``uri`` (or MLFLOW_TRACKING_URI) replaces the recorded URI when given, and must when the recorded one had its
+    password masked.
+    """
+    fields = {k: v for k, v in plain.items() if k in TrackingConfig.__dataclass_fields__}
+    uri = uri or (os.environ.get("MLFLOW_TRACKING_URI") if MASK in fields.get("uri", "") else None)
+    if uri:
+        fields["uri"] = uri
+    elif MASK in fields.get("uri", ""):
+        raise ValueError(
+            f"the run recorded tracking.uri={fields['uri']} with its password masked: pass the URI again "
+            "(--tracking-uri or MLFLOW_TRACKING_URI), or put the password in MLFLOW_TRACKING_PASSWORD"
+        )
+    return TrackingConfig(**fields)
+
+
+class RunLogger:
+    """Logging calls for one MLflow run that never take the job down.
+
+    The first failure (tracking server down or unreachable, store locked, ...) is logged once as a warning with the
+    URI (credentials masked) and turns the logger inert: the job's files are complete, and ``jobs/log_run.py`` logs
+    them later. ``failure`` says what went wrong, or is None while all is well.
+    """
+
+    def __init__(self, client: Any, run_id: str | None, experiment_id: str | None, uri: str, later: str) -> None:
         self.client = client
         self.run_id = run_id
         self.experiment_id = experiment_id
+        self.uri = uri
+        # The command that logs this run later, named in the warning.
+        self.later = later
+        self.failure: str | None = None
+
+    def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``self.client.<method>(self.run_id, ...)``, unless an earlier call failed."""
+        if self.failure is not None:
+            return None
+        try:
+            return getattr(self.client, method)(self.run_id, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - any tracking failure: the job's own outputs must not depend on it
+            self.fail(what, exc)
+            return None
+
+    def fail(self, what: str, exc: BaseException) -> None:
+        self.failure = f"{what}: {type(exc).__name__}: {mask_text(str(exc))[:500]}"
+        log.warning(
+            "MLflow tracking at %s failed while %s (%s: %s). The job goes on without MLflow; its Parquet and "
+            "summary are written as usual. Log it to MLflow later with: %s",
+            mask_uri(self.uri),
+            what,
+            type(exc).__name__,
+            mask_text(str(exc)).splitlines()[0][:300] if str(exc) else "",
+            self.later,
+        )
 
     def log_params(self, params: dict[str, str]) -> None:
         from mlflow.entities import Param
 
         items = [Param(k, v) for k, v in sorted(params.items())]
         for start in range(0, len(items), PARAMS_PER_BATCH):
-            self.client.log_batch(self.run_id, params=items[start : start + PARAMS_PER_BATCH])
+            self._call("logging params", "log_batch", params=items[start : start + PARAMS_PER_BATCH])
 
     def log_summary(self, summary: Summary) -> None:
-        import time
-
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -87,23 +139,39 @@ class RunLogger:
         for category, figures in (summary.per_category or {}).items():
             name = metric_safe(category)
             metrics += [Metric(f"category/{name}/{k}", float(v), now, 0) for k, v in figures.items()]
-        self.client.log_batch(self.run_id, metrics=metrics)
-
-    def log_text(self, text: str, artifact_file: str) -> None:
-        self.client.log_text(self.run_id, text, artifact_file)
-
-    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
-        self.client.log_artifact(self.run_id, str(path), artifact_path)
+        self._log_metric_list(metrics)
 
     def log_metrics(self, metrics: dict[str, float]) -> None:
-        import time
-
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        items = [Metric(k, float(v), now, 0) for k, v in sorted(metrics.items())]
-        for start in range(0, len(items), METRICS_PER_BATCH):
-            self.client.log_batch(self.run_id, metrics=items[start : start + METRICS_PER_BATCH])
+        self._log_metric_list([Metric(k, float(v), now, 0) for k, v in sorted(metrics.items())])
+
+    def _log_metric_list(self, metrics: list[Any]) -> None:
+        for start in range(0, len(metrics), METRICS_PER_BATCH):
+            self._call("logging metrics", "log_batch", metrics=metrics[start : start + METRICS_PER_BATCH])
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self._call(f"logging {artifact_file}", "log_text", mask_text(text), artifact_file)
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        self._call(f"logging {Path(path).name}", "log_artifact", str(path), artifact_path)
+
+    def log_table(self, data: dict[str, list[Any]], artifact_file: str) -> None:
+        self._call(f"logging {artifact_file}", "log_table", data, artifact_file)
+
+    def log_dataset(self, dataset: Any, context: str) -> None:
+        from mlflow.entities import DatasetInput, InputTag
+        from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+        entry = DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
+        self._call("logging the dataset input", "log_inputs", datasets=[entry])
+
+    def set_tag(self, key: str, value: str) -> None:
+        self._call(f"setting tag {key}", "set_tag", key, mask_text(value))
+
+    def terminate(self, status: str) -> None:
+        self._call(f"marking the run {status}", "set_terminated", status=status)
 
 
 def open_client(cfg: TrackingConfig) -> tuple[Any, str]:
@@ -111,12 +179,20 @@ def open_client(cfg: TrackingConfig) -> tuple[Any, str]:
     from mlflow.tracking import MlflowClient
 
     _prepare_store(cfg.uri)
+    if cfg.uri.startswith(("http://", "https://")):
+        # MLflow's own defaults retry for minutes against a dead server; a batch job should give up sooner and go
+        # on without it. Values set in the environment win.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(cfg.http_retries))
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(cfg.http_timeout_seconds))
     client = MlflowClient(tracking_uri=cfg.uri)
     experiment = client.get_experiment_by_name(cfg.experiment)
     if experiment is not None:
         return client, experiment.experiment_id
     location = cfg.artifact_location or default_artifact_location(cfg.uri)
-    return client, client.create_experiment(cfg.experiment, artifact_location=location)
+    # MLflow 3's UI opens an untyped experiment in its GenAI view (traces, evaluation runs); ours are metric runs,
+    # so mark the experiment as model development: the UI then shows the runs table with metric columns.
+    tags = {EXPERIMENT_KIND_TAG: "custom_model_development"}
+    return client, client.create_experiment(cfg.experiment, artifact_location=location, tags=tags)
 
 
 @contextlib.contextmanager
@@ -126,25 +202,37 @@ def mlflow_run(
     tags: dict[str, str],
     description: str,
     parent_run_id: str | None = None,
+    later: str = "python jobs/log_run.py <run folder>",
 ) -> Iterator[RunLogger | None]:
-    """An MLflow run that ends FINISHED, or FAILED when the body raises (the exception still propagates).
+    """An MLflow run that ends FINISHED, FAILED when the body raises, KILLED when it was stopped by SIGTERM.
 
-    With ``parent_run_id`` (a sweep's parent run) the run is nested under it in the UI.
-    Yields None when tracking is off, so callers write ``if run: ...``.
+    With ``parent_run_id`` (a sweep's parent run) the run is nested under it in the UI. Yields None when tracking
+    is off, so callers write ``if run: ...``; when the store cannot be reached the logger is already inert
+    (``run.failure`` says why) and the body runs anyway.
     """
     if not cfg.enabled:
         yield None
         return
-    client, experiment_id = open_client(cfg)
-    tags = {**tags, "mlflow.note.content": description}
+    tags = {key: mask_text(value) for key, value in {**tags, "mlflow.note.content": description}.items()}
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id
-    run = client.create_run(experiment_id, run_name=run_name, tags=tags)
-    run_id = run.info.run_id
-    log.info("MLflow run %s (%s) in experiment %r at %s", run_name, run_id, cfg.experiment, cfg.uri)
+    logger = RunLogger(None, None, None, cfg.uri, later)
     try:
-        yield RunLogger(client, run_id, experiment_id)
-    except BaseException:
-        client.set_terminated(run_id, status="FAILED")
+        client, experiment_id = open_client(cfg)
+        run = client.create_run(experiment_id, run_name=run_name, tags=tags)
+    except Exception as exc:  # noqa: BLE001 - see RunLogger: tracking never stops the job
+        logger.fail("starting the run", exc)
+    else:
+        logger.client, logger.run_id, logger.experiment_id = client, run.info.run_id, experiment_id
+        log.info(
+            "MLflow run %s (%s) in experiment %r at %s", run_name, run.info.run_id, cfg.experiment, mask_uri(cfg.uri)
+        )
+    try:
+        yield logger
+    except StopRequested:
+        logger.terminate("KILLED")
         raise
-    client.set_terminated(run_id, status="FINISHED")
+    except BaseException:
+        logger.terminate("FAILED")
+        raise
+    logger.terminate("FINISHED")

@@ -1,0 +1,70 @@
+"""Keeping secrets out of everything a run writes: MLflow params, tags and artifacts, Parquet metadata, run.json.
+
+Two kinds are masked: passwords inside URIs (``https://user:pw@host`` → ``https://user:***@host``), and the values of
+environment variables that hold credentials (HF_TOKEN, MLFLOW_TRACKING_PASSWORD, ...) wherever they appear in a
+text, e.g. a token pasted into a hub URL or a template. The live config keeps the real values (the job needs them to
+connect); only what is written goes through here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+MASK = "***"
+# Known credential variables, plus any variable whose name says it is one.
+SECRET_ENV_VARS = (
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HUGGINGFACE_TOKEN",
+    "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_TRACKING_TOKEN",
+    "MLFLOW_TRACKING_CLIENT_CERT_PATH",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AZURE_STORAGE_ACCESS_KEY",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "DATABRICKS_TOKEN",
+    "WANDB_API_KEY",
+)
+_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.IGNORECASE)
+# scheme://user:password@host — the password part (anything up to the last @ before the host).
+_URI_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]+:)(?P<password>[^\s/]+)(?P<tail>@)")
+# Values shorter than this are not masked on their own: "1" or "true" in a variable would mask half the config.
+_MIN_SECRET_LENGTH = 6
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Values of the environment's credential variables, longest first (so a value containing another wins)."""
+    env = os.environ if environ is None else environ
+    values = {
+        value
+        for name, value in env.items()
+        if (name in SECRET_ENV_VARS or _SECRET_NAME.search(name)) and len(value) >= _MIN_SECRET_LENGTH
+    }
+    return sorted(values, key=len, reverse=True)
+
+
+def mask_text(text: str, environ: Mapping[str, str] | None = None) -> str:
+    masked = _URI_PASSWORD.sub(lambda m: m["head"] + MASK + m["tail"], text)
+    for value in secret_values(environ):
+        masked = masked.replace(value, MASK)
+    return masked
+
+
+def mask_uri(uri: str) -> str:
+    """A URI fit for a log line: without its password (and without any credential the environment holds)."""
+    return mask_text(uri)
+
+
+def mask_data(data: Any, environ: Mapping[str, str] | None = None) -> Any:
+    """A copy of nested dicts/lists with every string masked."""
+    if isinstance(data, str):
+        return mask_text(data, environ)
+    if isinstance(data, Mapping):
+        return {key: mask_data(value, environ) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [mask_data(value, environ) for value in data]
+    return data
