@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from mlflow_server import MlflowServer, start_mlflow_server
 from specbatch.config import JobConfig, register_configs, to_job_config
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -53,3 +54,15 @@ def job_factory(tmp_path: Path) -> Callable[..., JobConfig]:
         return compose_job([f"output_root={tmp_path / 'outputs'}", *overrides])
 
     return make
+
+
+@pytest.fixture
+def mlflow_server(tmp_path: Path) -> Iterator[MlflowServer]:
+    """A real ``mlflow server`` on 127.0.0.1 (sqlite store, artifacts over HTTP) in this test's tmp folder.
+
+    Yields an object with ``.uri`` (pass it as ``tracking.uri=...``), ``.process``, ``.stop()`` and ``.kill()``.
+    Function-scoped so a test may kill it; for one server per module, use ``start_mlflow_server`` in a
+    module-scoped fixture (see tests/mlflow_server.py).
+    """
+    with start_mlflow_server(tmp_path / "mlflow-server") as server:
+        yield server
