@@ -14,9 +14,11 @@ setup:
 run: setup
 	$(PY) jobs/generate.py $(ARGS)
 
-# The Slurm tests run a real single-node cluster: its Debian packages are installed here when missing.
+# The Slurm tests run a real single-node cluster and the UI test a headless chromium: their Debian packages
+# are installed here when missing.
 test: setup
 	bash jobs/slurm/cluster.sh install
+	bash jobs/browser.sh install
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,6 +16,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from mlflow_server import MlflowServer, start_mlflow_server
 from specbatch.config import JobConfig, register_configs, to_job_config
 from specbatch.engine import Engine, engine_fingerprint
 
@@ -150,3 +151,15 @@ class LiveJob:
         code = self.process.wait(timeout=timeout)
         self._reader.join(timeout=30)
         return code
+
+
+@pytest.fixture
+def mlflow_server(tmp_path: Path) -> Iterator[MlflowServer]:
+    """A real ``mlflow server`` on 127.0.0.1 (sqlite store, artifacts over HTTP) in this test's tmp folder.
+
+    Yields an object with ``.uri`` (pass it as ``tracking.uri=...``), ``.process``, ``.stop()`` and ``.kill()``.
+    Function-scoped so a test may kill it; for one server per module, use ``start_mlflow_server`` in a
+    module-scoped fixture (see tests/mlflow_server.py).
+    """
+    with start_mlflow_server(tmp_path / "mlflow-server") as server:
+        yield server
