@@ -43,8 +43,8 @@ def main(cfg: DictConfig) -> None:
     except OSError as exc:
         # A full disk, a vanished folder: finished chunks are on disk, the half-written one was removed.
         log.error(
-            "writing failed: %s. Finished chunks are kept and no partial file was left; fix the cause (e.g. free "
-            "disk space) and rerun the same command to finish the shard",
+            "stopped by an OS error: %s. Finished chunks are kept and no partial file was left; fix the cause "
+            "(e.g. free disk space) and rerun the same command to finish the shard",
             exc,
         )
         sys.exit(1)

@@ -28,7 +28,7 @@ def args_for(tmp_path: Path, experiment: str, rows: int, chunk: int) -> list[str
         "spec=ngram",
         f"max_samples={rows}",
         f"chunk_size={chunk}",
-        "sampling.max_tokens=48",
+        "sampling.max_tokens=32",
         f"output_root={tmp_path}",
         f"tracking.experiment={experiment}",
     ]
