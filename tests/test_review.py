@@ -110,11 +110,19 @@ def test_trust_remote_code_warns_and_is_tagged(make_job, caplog) -> None:
     assert make_job().model.trust_remote_code is False
 
 
+@pytest.fixture
+def quick_http_failure(monkeypatch) -> None:
+    """The job sets MLflow's HTTP retry/timeout variables for its process; in this test process they must not
+    outlive the test (later tests talk to a real server), so they are set here and restored afterwards."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+
+
 def test_unreachable_server_warns_once_without_credentials_and_the_run_is_logged_later(
-    make_job, tmp_path, caplog
+    make_job, tmp_path, caplog, quick_http_failure
 ) -> None:
     uri = f"http://admin:{PASSWORD}@127.0.0.1:9"  # port 9 (discard): nothing listens
-    job = make_job(f"tracking.uri={uri}", "tracking.http_retries=0", "tracking.http_timeout_seconds=2")
+    job = make_job(f"tracking.uri={uri}")
     with caplog.at_level(logging.WARNING):
         result = run_job(job, engine=fake_engine(job, FakeLLM()))
     assert result.layout.done_marker.exists() and len(result.parquet_files) == 2
@@ -163,3 +171,24 @@ def test_a_full_disk_leaves_no_half_file_fails_the_run_and_a_rerun_finishes(make
     llm = FakeLLM()
     result = run_job(job, engine=fake_engine(job, llm))
     assert llm.calls == [2] and result.summary.rows == 4 and result.layout.done_marker.exists()
+
+
+def test_a_sweep_whose_server_is_down_still_runs_its_jobs(tmp_path, caplog, quick_http_failure) -> None:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from conftest import CONF_DIR
+    from specbatch.sweep import MlflowSweepCallback, read_sweep
+
+    overrides = [f"tracking.uri=http://admin:{PASSWORD}@127.0.0.1:9"]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.sweep.dir = str(tmp_path / "sweep")
+    callback = MlflowSweepCallback()
+    with caplog.at_level(logging.WARNING):
+        callback.on_multirun_start(cfg)
+        callback.on_multirun_end(cfg)
+    assert read_sweep(tmp_path / "sweep")["parent_run_id"] is None
+    assert "sweep: no MLflow parent run" in caplog.text and "admin:***@" in caplog.text
+    assert PASSWORD not in caplog.text

@@ -406,6 +406,11 @@ class TrackingConfig:
                 "http://host:5000 (tracking=server reads MLFLOW_TRACKING_URI)",
             )
             _require(bool(self.experiment.strip()), "tracking.experiment is empty: name an MLflow experiment")
+        _require(self.http_retries >= 0, f"tracking.http_retries={self.http_retries} must be 0 or more, e.g. 2")
+        _require(
+            self.http_timeout_seconds >= 1,
+            f"tracking.http_timeout_seconds={self.http_timeout_seconds} must be 1 or more, e.g. 20",
+        )
 
 
 @dataclass
