@@ -210,3 +210,18 @@ def test_a_sweep_crossing_the_baseline_with_k_drops_k_for_the_baseline(tmp_path:
         cfg = compose(config_name="config", overrides=["spec=ngram", "spec.num_speculative_tokens=5"])
     job = to_job_config(SweepJob(tmp_path, None, {"spec.num_speculative_tokens": "5"}).drop_foreign_knobs(cfg))
     assert job.spec.k == 5 and job.spec.prompt_lookup_max == 4
+
+
+def test_an_unreachable_sweep_run_keeps_the_written_comparison(job_factory, tmp_path: Path, monkeypatch) -> None:
+    from specbatch.report import run_compare
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    runs = [write_run(job_factory, SAME, 10.0, "spec=none"), write_run(job_factory, SAME, 20.0, "spec=ngram")]
+    sweep = tmp_path / "sweep"
+    for number, folder in enumerate(runs):
+        atomic_write_json(sweep / str(number) / JOB_FILE, {"run_folder": str(folder)})
+    atomic_write_json(sweep / SWEEP_FILE, {"parent_run_id": "abc", "tracking_uri": "http://127.0.0.1:9"})
+    with pytest.raises(CompareError, match="could not be reached"):
+        run_compare(find_runs([sweep]))
+    assert json.loads((sweep / "comparison" / "comparison.json").read_text())["rows"][1]["speedup"] == 2.0

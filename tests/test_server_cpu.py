@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
-from mlflow_server import start_mlflow_server
 
 from conftest import PROJECT_ROOT, LiveJob, compose_job, run_generate
+from mlflow_server import start_mlflow_server
 from specbatch.layout import RunLayout
 
 pytestmark = pytest.mark.slow

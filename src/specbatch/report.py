@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specbatch.compare import CompareError, Comparison, compare, format_comparison, load_run, write_comparison
+from specbatch.masking import mask_text
 from specbatch.plots import plot_all
 from specbatch.runs import read_run
 from specbatch.sweep import SWEEP_FILE, read_sweep, sweep_run_folders
@@ -134,12 +135,20 @@ def _log(comparison: Comparison, files: list[Path], sources: Sources) -> str | N
         # The sweep's own parent run carries its verdict.
         from mlflow.tracking import MlflowClient
 
-        client = MlflowClient(tracking_uri=recorded_tracking({"uri": sources.tracking_uri}).uri)
-        parent = client.get_run(sources.parent_run_id)
-        run = RunLogger(client, sources.parent_run_id, parent.info.experiment_id, sources.tracking_uri, "rerun")
+        written = files[0].parent
+        try:
+            client = MlflowClient(tracking_uri=recorded_tracking({"uri": sources.tracking_uri}).uri)
+            parent = client.get_run(sources.parent_run_id)
+        except Exception as exc:  # noqa: BLE001 - one clear line; the files are already written
+            raise CompareError(
+                f"the comparison is written to {written}, but the sweep's MLflow run could not be reached: "
+                f"{type(exc).__name__}: {mask_text(str(exc)).splitlines()[0][:300]}; rerun with --no-mlflow or later"
+            ) from exc
+        later = f"python jobs/compare.py {sources.sweep_dir or '--mlflow-run ' + sources.parent_run_id}"
+        run = RunLogger(client, sources.parent_run_id, parent.info.experiment_id, sources.tracking_uri, later)
         fill(run)
         if run.failure:
-            raise CompareError(f"the comparison is written to {files[0].parent} but logging it failed: {run.failure}")
+            raise CompareError(f"the comparison is written to {written}, but logging it failed: {run.failure}")
         log.info("comparison logged to the sweep's MLflow run %s", sources.parent_run_id)
         return sources.parent_run_id
     tracking = recorded_tracking(read_run(sources.run_folders[0])["config"]["tracking"])
@@ -152,4 +161,4 @@ def _log(comparison: Comparison, files: list[Path], sources: Sources) -> str | N
     ) as run:
         assert run is not None
         fill(run)
-        return run.run_id
+        return None if run.failure else run.run_id
