@@ -23,6 +23,8 @@ from specbatch.engine import Engine, engine_fingerprint
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = PROJECT_ROOT / "conf"
 GENERATE = PROJECT_ROOT / "jobs" / "generate.py"
+# First bytes of every PNG file (plots and screenshots are checked against it).
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 register_configs()
 

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from hydra import compose, initialize_config_dir
 
-from conftest import CONF_DIR
+from conftest import CONF_DIR, PNG_MAGIC
 from specbatch.compare import CompareError, compare, first_difference, format_comparison, load_run, write_comparison
 from specbatch.config import ConfigError, to_plain_dict
 from specbatch.layout import RunLayout, atomic_write_json, atomic_write_text
@@ -23,7 +23,6 @@ from specbatch.spec_metrics import Counters
 from specbatch.summary import RowTotals, summarize
 from specbatch.sweep import JOB_FILE, SWEEP_FILE, parse_overrides
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SAME = {"r0": [1, 2, 3, 4], "r1": [5, 6, 7, 8]}
 
 

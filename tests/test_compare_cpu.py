@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import PROJECT_ROOT, run_generate
+from conftest import PNG_MAGIC, PROJECT_ROOT, run_generate
 
 pytestmark = pytest.mark.slow
 COMPARE = PROJECT_ROOT / "jobs" / "compare.py"
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")

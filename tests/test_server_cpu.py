@@ -11,13 +11,12 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import PROJECT_ROOT, LiveJob, compose_job, run_generate
+from conftest import PNG_MAGIC, PROJECT_ROOT, LiveJob, compose_job, run_generate
 from mlflow_server import start_mlflow_server
 from specbatch.layout import RunLayout
 
 pytestmark = pytest.mark.slow
 LOG_RUN = PROJECT_ROOT / "jobs" / "log_run.py"
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_run_on_a_tracking_server_shows_everything(mlflow_server, tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ import pytest
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
-from conftest import PROJECT_ROOT, run_generate
+from conftest import PNG_MAGIC, PROJECT_ROOT, run_generate
 from mlflow_server import MlflowServer, start_mlflow_server
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,6 @@ ARTIFACTS = PROJECT_ROOT / "outputs" / "test-artifacts"
 # Virtual time (ms) the page may use after the network goes idle; chromium skips ahead through it, so a generous
 # budget costs little wall time but lets the app's delayed renders (data fetches chained on timers) finish.
 BUDGETS_MS = (20_000, 60_000)
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def chromium() -> str:

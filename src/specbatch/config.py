@@ -245,7 +245,7 @@ class SpecConfig:
     @property
     def label(self) -> str:
         """Readable method label, e.g. ``ngram-k3`` or ``none``."""
-        return self.method.value if self.k is None else f"{self.method.value}-k{self.k}"
+        return spec_label(self.method.value, self.k)
 
     def to_vllm(self) -> dict[str, Any] | None:
         """The ``speculative_config`` dict for ``vllm.LLM``; None for the baseline."""
@@ -562,6 +562,11 @@ def public_config(job: JobConfig) -> dict[str, Any]:
     return mask_data(to_plain_dict(job))
 
 
-def to_yaml(job: JobConfig) -> str:
-    """The resolved config as YAML, masked (it is written to run folders and MLflow)."""
-    return OmegaConf.to_yaml(OmegaConf.create(public_config(job)))
+def to_yaml(config: dict[str, Any]) -> str:
+    """A plain config (from ``public_config``, so already masked) as YAML."""
+    return OmegaConf.to_yaml(OmegaConf.create(config))
+
+
+def spec_label(method: str, k: int | None) -> str:
+    """Readable method label, e.g. ``ngram-k3`` or ``none``: run folders, MLflow run names, comparison metrics."""
+    return method if k is None else f"{method}-k{k}"

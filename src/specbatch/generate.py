@@ -87,7 +87,7 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
         )
         config = public_config(job)
         info = runtime_info()
-        _record_run(layout, job, info)
+        _record_run(layout, config, info)
         identity = run_identity(config, layout, len(source))
         tags = {**identity.tags, "mlflow.source.git.commit": info["git_commit"], **info}
         tags.update(sweep.tags() if sweep else {})
@@ -122,7 +122,7 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
             summary = _summarize_shard(layout, job, parts, engine)
             atomic_write_json(layout.stats_path, summary.to_dict())
             if run:
-                log_shard_results(run, layout, summary, to_yaml(job), parts)
+                log_shard_results(run, layout, summary, layout.config_yaml.read_text(), parts)
                 _note_tracking(layout, run, identity, parent)
             # Written last: its presence promises every part of the shard is complete.
             atomic_write_text(layout.done_marker, time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
@@ -210,12 +210,12 @@ def _check_run_record(layout: RunLayout) -> None:
             )
 
 
-def _record_run(layout: RunLayout, job: JobConfig, info: dict[str, str]) -> None:
+def _record_run(layout: RunLayout, config: dict[str, Any], info: dict[str, str]) -> None:
     """run.json and config.yaml describe the run folder; written once, before any data."""
     layout.root.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(layout.config_yaml, to_yaml(job))
+    atomic_write_text(layout.config_yaml, to_yaml(config))
     if not layout.run_json.exists():
         atomic_write_json(
             layout.run_json,
-            {"config": public_config(job), "shard_count": layout.shard_count, "created_with": info},
+            {"config": config, "shard_count": layout.shard_count, "created_with": info},
         )

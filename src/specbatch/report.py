@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specbatch.compare import CompareError, Comparison, compare, format_comparison, load_run, write_comparison
+from specbatch.config import spec_label
 from specbatch.masking import mask_text
 from specbatch.plots import plot_all
 from specbatch.runs import read_run
@@ -109,7 +110,7 @@ def _log(comparison: Comparison, files: list[Path], sources: Sources) -> str | N
 
     metrics: dict[str, float] = {}
     for row in comparison.rows:
-        name = f"{row.method}-k{row.k}" if row.k else row.method
+        name = spec_label(row.method, row.k)
         prefix = f"compare/bs{row.batch_size}/{name}"
         metrics[f"{prefix}/output_tokens_per_second"] = row.output_tokens_per_second
         if row.speedup is not None:

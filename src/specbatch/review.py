@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from specbatch.config import spec_label
 from specbatch.layout import RunLayout
 from specbatch.summary import Summary
 from specbatch.tracking import RunLogger, flatten
@@ -42,7 +43,7 @@ def run_identity(config: dict[str, Any], layout: RunLayout, rows: int | None = N
     """Name, description and tags of a shard's run, from the run's (masked) plain config."""
     spec = config["spec"]
     k = spec.get("num_speculative_tokens")
-    label = spec["method"] if k is None else f"{spec['method']}-k{k}"
+    label = spec_label(spec["method"], k)
     model, dataset = config["model"]["name"], config["dataset"]["name"]
     shard = f"{layout.shard_index}/{layout.shard_count}"
     name = f"{model}/{label}/{dataset}"

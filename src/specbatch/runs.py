@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specbatch.config import spec_label
 from specbatch.layout import RunLayout, atomic_write_json
 from specbatch.locks import is_locked
 from specbatch.summary import Summary, format_table, merge_summaries
@@ -117,8 +118,7 @@ def _log_merged(root: Path, summary: Summary) -> None:
     tracking = recorded_tracking(config["tracking"])
     if not tracking.enabled:
         return
-    name = f"{config['model']['name']}/{summary.method}"
-    name += f"-k{summary.num_speculative_tokens}" if summary.num_speculative_tokens else ""
+    name = f"{config['model']['name']}/{spec_label(summary.method, summary.num_speculative_tokens)}"
     tags = {
         "method": summary.method,
         "k": str(summary.num_speculative_tokens or "none"),

@@ -68,9 +68,11 @@ def parse_overrides(overrides: list[str]) -> dict[str, str]:
 
 
 def _tracking(config: DictConfig) -> TrackingConfig:
+    from specbatch.tracking import recorded_tracking
+
     plain = OmegaConf.to_container(config.tracking, resolve=True)
     assert isinstance(plain, dict)
-    return TrackingConfig(**{k: v for k, v in plain.items() if k in TrackingConfig.__dataclass_fields__})
+    return recorded_tracking(plain)
 
 
 class MlflowSweepCallback(Callback):
