@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,9 +22,18 @@ from specbatch.data import SourceRow, open_rows
 from specbatch.embedded import ensure_embedded
 from specbatch.engine import Engine, engine_fingerprint
 from specbatch.environment import runtime_info
+from specbatch.integrity import (
+    PartRecord,
+    changed_chunks,
+    damaged_parts,
+    describe_damage,
+    read_source_record,
+    rows_digest,
+)
 from specbatch.interrupts import StopRequested, sigterm_deferred
-from specbatch.layout import RunLayout, atomic_write_json, atomic_write_text
+from specbatch.layout import RunLayout, atomic_write_json, atomic_write_text, create_json_once
 from specbatch.locks import shard_lock
+from specbatch.masking import mask_uri
 from specbatch.preflight import preflight
 from specbatch.prompts import check_chat_template, load_tokenizer
 from specbatch.records import write_parquet
@@ -32,7 +42,7 @@ from specbatch.sharding import chunk_ranges, resolve_shard, shard_range
 from specbatch.spec_metrics import Counters
 from specbatch.summary import RowTotals, Summary, format_table, summarize
 from specbatch.sweep import SweepJob
-from specbatch.tracking import RunLogger, mlflow_run
+from specbatch.tracking import RunLogger, mark_run_killed, mlflow_run
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +68,19 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
     shard = resolve_shard(job.shard)
     layout = RunLayout.for_job(job, shard.index, shard.count)
     if layout.done_marker.exists():
-        log.info(
-            "shard %s already complete, nothing to do: %s (repeat=<n> measures it again in a new folder)",
+        damaged = damaged_parts(layout)
+        if not damaged:
+            log.info(
+                "shard %s already complete, nothing to do: %s (repeat=<n> measures it again in a new folder)",
+                shard,
+                layout.root,
+            )
+            return _finished_result(layout)
+        log.warning(
+            "shard %s was complete but has damaged parts; regenerating them: %s",
             shard,
-            layout.root,
+            describe_damage(layout, damaged),
         )
-        summary = Summary(**json.loads(layout.stats_path.read_text()))
-        return JobResult(layout, summary, sorted(layout.data_dir.glob("part-*.parquet")), generated=False)
 
     if engine is not None and engine.fingerprint != engine_fingerprint(job):
         raise ValueError("the engine passed in was built for another model/spec/engine config than this job")
@@ -78,16 +94,23 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
     tokenizer = load_tokenizer(job.model)
     check_chat_template(job.dataset, tokenizer)
     preflight(job)
+    config = public_config(job)
+    info = runtime_info()
+    _claim_run_record(layout, config, info, len(source), job)
 
     with shard_lock(layout.lock_path, str(shard)):
+        if layout.done_marker.exists() and not damaged_parts(layout):
+            # Another launch finished the shard between this one's first look and taking the lock.
+            log.info("shard %s was finished by another process meanwhile; nothing to do: %s", shard, layout.root)
+            return _finished_result(layout)
+        _end_killed_run(job, layout)
         _remove_stale_temporaries(layout)
+        _check_source(layout, job, [rows_digest(source.rows(c)) for c in chunks])
+        _drop_damaged_parts(layout, len(chunks))
         todo = [n for n in range(len(chunks)) if not layout.part_path(n).exists()]
         log.info(
             "shard %s: rows %d..%d in %d chunks, %d to generate", shard, span.start, span.stop, len(chunks), len(todo)
         )
-        config = public_config(job)
-        info = runtime_info()
-        _record_run(layout, config, info)
         identity = run_identity(config, layout, len(source))
         tags = {**identity.tags, "mlflow.source.git.commit": info["git_commit"], **info}
         tags.update(sweep.tags() if sweep else {})
@@ -99,36 +122,49 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
             )
         parent = sweep.parent_run_id if sweep else None
         later = f"python jobs/log_run.py {layout.root}"
-        with mlflow_run(job.tracking, identity.name, tags, identity.description, parent, later) as run:
-            if run:
-                log_params(run, config)
-            own_engine = engine is None and bool(todo)
-            if own_engine:
-                engine = Engine.start(job)
-            try:
-                # SIGTERM (Slurm's warning before a time limit) stops the loop between chunks, never inside one.
-                with sigterm_deferred() as stop_requested:
-                    for done, number in enumerate(todo):
-                        if stop_requested():
-                            raise StopRequested(
-                                f"stopped by SIGTERM after {done} of {len(todo)} chunks of shard {shard}; finished "
-                                "chunks are kept: rerun the same command to generate the rest"
-                            )
-                        _generate_chunk(engine, source.rows(chunks[number]), job, tokenizer, layout, number, config)
-            finally:
+        try:
+            with mlflow_run(job.tracking, identity.name, tags, identity.description, parent, later) as run:
+                if run and run.run_id:
+                    # Left behind only if this process is killed: the next launch of the shard ends the run KILLED.
+                    atomic_write_json(layout.mlflow_active_path, {"run_id": run.run_id, "uri": mask_uri(run.uri)})
+                if run:
+                    log_params(run, config)
+                own_engine = engine is None and bool(todo)
                 if own_engine:
-                    engine.close()
-            parts = [layout.part_path(n) for n in range(len(chunks))]
-            summary = _summarize_shard(layout, job, parts, engine)
-            atomic_write_json(layout.stats_path, summary.to_dict())
-            if run:
-                log_shard_results(run, layout, summary, layout.config_yaml.read_text(), parts)
-                _note_tracking(layout, run, identity, parent)
-            # Written last: its presence promises every part of the shard is complete.
-            atomic_write_text(layout.done_marker, time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
+                    engine = Engine.start(job)
+                try:
+                    # SIGTERM (Slurm's warning before a time limit) stops the loop between chunks, never inside one.
+                    with sigterm_deferred() as stop_requested:
+                        for done, number in enumerate(todo):
+                            if stop_requested():
+                                raise StopRequested(
+                                    f"stopped by SIGTERM after {done} of {len(todo)} chunks of shard {shard}; "
+                                    "finished chunks are kept: rerun the same command to generate the rest"
+                                )
+                            _generate_chunk(
+                                engine, source.rows(chunks[number]), job, tokenizer, layout, number, config
+                            )
+                finally:
+                    if own_engine:
+                        engine.close()
+                parts = [layout.part_path(n) for n in range(len(chunks))]
+                summary = _summarize_shard(layout, job, parts, engine)
+                atomic_write_json(layout.stats_path, summary.to_dict())
+                if run:
+                    log_shard_results(run, layout, summary, layout.config_yaml.read_text(), parts)
+                    _note_tracking(layout, run, identity, parent)
+                # Written last: its presence promises every part of the shard is complete.
+                atomic_write_text(layout.done_marker, time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
+        finally:
+            layout.mlflow_active_path.unlink(missing_ok=True)
     log.info("summary of %s (shard %s)\n%s", layout.root, shard, format_table(summary))
     log.info("shard %s: %d rows (%d error rows) in %s", shard, summary.rows, summary.error_rows, layout.data_dir)
     return JobResult(layout, summary, parts, generated=bool(todo))
+
+
+def _finished_result(layout: RunLayout) -> JobResult:
+    summary = Summary(**json.loads(layout.stats_path.read_text()))
+    return JobResult(layout, summary, sorted(layout.data_dir.glob("part-*.parquet")), generated=False)
 
 
 def _note_tracking(layout: RunLayout, run: RunLogger, identity: RunIdentity, parent: str | None) -> None:
@@ -159,9 +195,17 @@ def _generate_chunk(
     config: dict[str, Any],
 ) -> None:
     batch = generate_rows(engine, rows, job, tokenizer)
-    # The chunk's counters go first; the part's rename is the commit, so a part never lacks its figures.
-    atomic_write_json(layout.part_stats_path(number), {"counters": asdict(batch.counters), "seconds": batch.seconds})
-    write_parquet(batch.records, layout.part_path(number), config)
+    part = layout.part_path(number)
+    tmp = part.with_name(f".{part.name}.tmp-{os.getpid()}")
+    try:
+        write_parquet(batch.records, tmp, config)
+        # The chunk's counters and the part's checksum go first; the part's rename is the commit, so a part never
+        # lacks its figures and every later reader can tell a damaged part from a good one.
+        stats = {"counters": asdict(batch.counters), "seconds": batch.seconds, "part": PartRecord.of(tmp).to_dict()}
+        atomic_write_json(layout.part_stats_path(number), stats)
+        os.replace(tmp, part)
+    finally:
+        tmp.unlink(missing_ok=True)
     log.info("chunk %d written: %d rows", number, len(batch.records))
 
 
@@ -201,21 +245,92 @@ def _remove_stale_temporaries(layout: RunLayout) -> None:
 def _check_run_record(layout: RunLayout) -> None:
     """A run's shard count is fixed by its first launch: another count would cut rows differently."""
     if layout.run_json.exists():
-        recorded = json.loads(layout.run_json.read_text())["shard_count"]
-        if recorded != layout.shard_count:
-            raise ConfigError(
-                f"this run was started with shard.count={recorded}; relaunching it with shard.count="
-                f"{layout.shard_count} would cut the rows differently and duplicate or lose some. Relaunch with "
-                f"shard.count={recorded}, or start a new run with run_name=..."
-            )
+        _refuse_other_count(layout, json.loads(layout.run_json.read_text()))
 
 
-def _record_run(layout: RunLayout, config: dict[str, Any], info: dict[str, str]) -> None:
-    """run.json and config.yaml describe the run folder; written once, before any data."""
-    layout.root.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(layout.config_yaml, to_yaml(config))
-    if not layout.run_json.exists():
-        atomic_write_json(
-            layout.run_json,
-            {"config": config, "shard_count": layout.shard_count, "created_with": info},
+def _refuse_other_count(layout: RunLayout, record: dict[str, Any]) -> None:
+    recorded = record["shard_count"]
+    if recorded != layout.shard_count:
+        raise ConfigError(
+            f"this run was started with shard.count={recorded}; relaunching it with shard.count="
+            f"{layout.shard_count} would cut the rows differently and duplicate or lose some. Relaunch with "
+            f"shard.count={recorded}, or start a new run with run_name=..."
         )
+
+
+def _claim_run_record(
+    layout: RunLayout, config: dict[str, Any], info: dict[str, str], source_rows: int, job: JobConfig
+) -> None:
+    """run.json fixes the run's shard count and row count; the first launch's record wins, atomically.
+
+    Two launches racing with different shard counts both find no run.json at their first look; only one of them
+    can create it, and the other is refused here, before it writes anything.
+    """
+    record = {"config": config, "shard_count": layout.shard_count, "source_rows": source_rows, "created_with": info}
+    if create_json_once(layout.run_json, record):
+        atomic_write_text(layout.config_yaml, to_yaml(config))
+        return
+    recorded = json.loads(layout.run_json.read_text())
+    _refuse_other_count(layout, recorded)
+    before = recorded.get("source_rows")
+    if before is not None and before != source_rows:
+        raise ConfigError(
+            f"{_source_name(job)} now gives {source_rows} rows, but this run started with {before}: the shards "
+            "would cut the rows differently and repeat or lose some. Restore the data as it was to finish this run, "
+            f"or start a new run of the new data with run_name=<new name> (this run stays in {layout.root})"
+        )
+    if not layout.config_yaml.exists():
+        atomic_write_text(layout.config_yaml, to_yaml(config))
+
+
+def _source_name(job: JobConfig) -> str:
+    return f"dataset.path={job.dataset.path}" if job.dataset.path else f"dataset.hub_id={job.dataset.hub_id}"
+
+
+def _check_source(layout: RunLayout, job: JobConfig, digests: list[str]) -> None:
+    """Refuse to resume over source rows that changed since the shard started; record them on its first start."""
+    recorded = read_source_record(layout)
+    has_parts = any(layout.data_dir.glob("part-*.parquet"))
+    if recorded is not None and has_parts:
+        changed = changed_chunks(recorded, digests)
+        if changed:
+            first = changed[0]
+            raise ConfigError(
+                f"{_source_name(job)} changed since shard {layout.shard_index}/{layout.shard_count} of this run "
+                f"started: the rows of chunk {first} (and {len(changed) - 1} more chunk(s)) are not what they were, "
+                "so resuming would mix two versions of the data (rows twice, rows missing). Restore the file as it "
+                f"was to finish this run, or start a new run of the new data with run_name=<new name> (the finished "
+                f"parts stay in {layout.root})"
+            )
+        return
+    if recorded is None and has_parts:
+        log.info(
+            "shard %s has parts from before source records existed; recording the source as it is now",
+            layout.shard_tag,
+        )
+    atomic_write_json(layout.source_record_path, {"chunks": digests})
+
+
+def _drop_damaged_parts(layout: RunLayout, chunks: int) -> None:
+    """A part that is not as it was written is regenerated: it and its stats are the job's own files."""
+    numbers = [n for n in range(chunks) if layout.part_path(n).exists()]
+    damaged = damaged_parts(layout, numbers)
+    if not damaged:
+        return
+    log.warning("damaged parts are regenerated: %s", describe_damage(layout, damaged))
+    # The shard is no longer complete until they are written again.
+    layout.done_marker.unlink(missing_ok=True)
+    for number in damaged:
+        layout.part_path(number).unlink(missing_ok=True)
+        layout.part_stats_path(number).unlink(missing_ok=True)
+
+
+def _end_killed_run(job: JobConfig, layout: RunLayout) -> None:
+    """An MLflow run left RUNNING by a killed launch of this shard is ended KILLED (it can never finish)."""
+    path = layout.mlflow_active_path
+    if not path.exists():
+        return
+    run_id = json.loads(path.read_text())["run_id"]
+    if job.tracking.enabled and not mark_run_killed(job.tracking, run_id):
+        return  # keep the record: a later launch that reaches the store ends the run
+    path.unlink(missing_ok=True)

@@ -86,6 +86,16 @@ class RunLayout:
         return self.root / "stats" / f"{self.shard_tag}.json"
 
     @property
+    def source_record_path(self) -> Path:
+        """Digests of the shard's source rows per chunk, written when the shard starts (resume checks them)."""
+        return self.root / "stats" / self.shard_tag / "source.json"
+
+    @property
+    def mlflow_active_path(self) -> Path:
+        """The MLflow run of the process writing the shard; left behind only by a killed process."""
+        return self.root / "mlflow_active" / f"{self.shard_tag}.json"
+
+    @property
     def mlflow_pending_path(self) -> Path:
         """Present while the shard's MLflow logging failed and waits for jobs/log_run.py."""
         return self.root / "mlflow_pending" / f"{self.shard_tag}.json"
@@ -109,3 +119,22 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def create_json_once(path: Path, data: Any) -> bool:
+    """Create ``path`` with ``data`` unless it exists; True if this call created it.
+
+    The complete file is hard-linked into place, which fails when the name exists: of two processes racing to
+    create it, exactly one wins and neither ever sees half a file.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,7 +1,8 @@
 """Whole-run views over a run folder: which shards are done, and the merge of finished shards into one result.
 
 A run folder knows its shard count (run.json). A shard is done when its marker exists, running while a live
-process holds its lock, partial when it has parts but neither, missing otherwise. Merging refuses until every
+process holds its lock, partial when it has parts but neither, missing otherwise; damaged when one of its parts is
+not as it was written (truncated, corrupted, missing), whatever its marker says. Merging refuses until every
 shard is done, then writes a manifest over all parts and one summary added up from the shards' counts.
 """
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from specbatch.config import spec_label
+from specbatch.integrity import damaged_parts, describe_damage
 from specbatch.layout import RunLayout, atomic_write_json
 from specbatch.locks import is_locked
 from specbatch.summary import Summary, format_table, merge_summaries
@@ -28,9 +30,11 @@ class RunIncompleteError(RuntimeError):
 @dataclass(frozen=True)
 class ShardState:
     index: int
-    # done | running | partial | missing
+    # done | running | partial | missing | damaged
     state: str
     parts: int
+    # For a damaged shard: which parts and what is wrong with them.
+    problem: str | None = None
 
 
 def read_run(root: Path) -> dict[str, Any]:
@@ -49,10 +53,18 @@ def run_status(root: Path) -> list[ShardState]:
     states = []
     for layout in shard_layouts(root):
         parts = len(list(layout.data_dir.glob("part-*.parquet"))) if layout.data_dir.exists() else 0
+        if is_locked(layout.lock_path):
+            states.append(ShardState(layout.shard_index, "running", parts))
+            continue
+        # A done shard must have every part it recorded; an unfinished one only its finished parts intact.
+        on_disk = sorted(int(p.stem.split("-")[1]) for p in layout.data_dir.glob("part-*.parquet"))
+        damaged = damaged_parts(layout, None if layout.done_marker.exists() else on_disk)
+        if damaged:
+            problem = describe_damage(layout, damaged)
+            states.append(ShardState(layout.shard_index, "damaged", parts, problem))
+            continue
         if layout.done_marker.exists():
             state = "done"
-        elif is_locked(layout.lock_path):
-            state = "running"
         else:
             state = "partial" if parts else "missing"
         states.append(ShardState(layout.shard_index, state, parts))
@@ -60,9 +72,14 @@ def run_status(root: Path) -> list[ShardState]:
 
 
 def format_status(root: Path, states: list[ShardState]) -> str:
-    counts = {s: sum(x.state == s for x in states) for s in ("done", "running", "partial", "missing")}
-    lines = [f"{root}", "  " + ", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(states)} shards"]
-    lines += [f"  shard {s.index:>5}: {s.state:<8} {s.parts} part(s)" for s in states if s.state != "done"]
+    counts = {s: sum(x.state == s for x in states) for s in ("done", "running", "partial", "missing", "damaged")}
+    lines = [f"{root}", "  " + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s != "damaged")]
+    lines[-1] += f" of {len(states)} shards"
+    for s in states:
+        if s.state != "done":
+            lines.append(f"  shard {s.index:>5}: {s.state:<8} {s.parts} part(s)")
+        if s.problem:
+            lines.append(f"      {s.problem}: rerun the shard to regenerate it")
     return "\n".join(lines)
 
 
@@ -80,7 +97,7 @@ def finished_summary(root: Path) -> Summary:
     states = run_status(root)
     unfinished = [s for s in states if s.state != "done"]
     if unfinished:
-        listed = ", ".join(f"{s.index} ({s.state})" for s in unfinished)
+        listed = ", ".join(f"{s.index} ({s.problem or s.state})" for s in unfinished)
         raise RunIncompleteError(
             f"{root}: {len(unfinished)} of {len(states)} shards are not done: {listed}. "
             f"Finish them (rerun with shard.index=<i> shard.count={len(states)}; finished chunks are kept) "

@@ -195,6 +195,25 @@ def open_client(cfg: TrackingConfig) -> tuple[Any, str]:
     return client, client.create_experiment(cfg.experiment, artifact_location=location, tags=tags)
 
 
+def mark_run_killed(cfg: TrackingConfig, run_id: str) -> bool:
+    """End a run that a killed process left RUNNING as KILLED; False (with a warning) when the store is unreachable."""
+    try:
+        client, _ = open_client(cfg)
+        run = client.get_run(run_id)
+        if run.info.status == "RUNNING":
+            client.set_terminated(run_id, status="KILLED")
+            log.info("MLflow run %s of an earlier launch that was killed is now marked KILLED", run_id)
+    except Exception as exc:  # noqa: BLE001 - tracking never stops the job
+        log.warning(
+            "could not mark MLflow run %s of a killed earlier launch as KILLED (%s: %s); a later launch will retry",
+            run_id,
+            type(exc).__name__,
+            mask_text(str(exc)).splitlines()[0][:300] if str(exc) else "",
+        )
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def mlflow_run(
     cfg: TrackingConfig,

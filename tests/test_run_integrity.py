@@ -1,0 +1,183 @@
+"""What a run folder records about its inputs and parts, checked with a fake engine (logic only): a resume over an
+edited data file is refused, damaged parts are named and regenerated, the first launch's shard count wins, a shard
+finished by another process is left alone, and an MLflow run left RUNNING by a killed launch ends KILLED.
+The same situations with real processes are in tests/test_races_cpu.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import PROJECT_ROOT, FakeLLM, fake_engine
+from specbatch.config import ConfigError
+from specbatch.generate import run_job
+from specbatch.layout import RunLayout, atomic_write_text
+from specbatch.runs import RunIncompleteError, merge_run, run_status
+
+STATUS = PROJECT_ROOT / "jobs" / "status.py"
+COMPARE = PROJECT_ROOT / "jobs" / "compare.py"
+
+
+def write_rows(path: Path, ids: list[str], text: str = "question") -> None:
+    path.write_text("".join(json.dumps({"id": i, "q": f"{text} {i}"}) + "\n" for i in ids))
+
+
+@pytest.fixture
+def data_job(job_factory, tmp_path: Path):
+    """Jobs over tmp_path/q.jsonl (ids q0..q5 unless rewritten), chunks of 2 rows, spec=none."""
+    data = tmp_path / "q.jsonl"
+    write_rows(data, [f"q{i}" for i in range(6)])
+
+    def make(*extra: str):
+        return job_factory(
+            "spec=none",
+            "dataset=local",
+            f"dataset.path={data}",
+            "dataset.template='{q}'",
+            "dataset.id_column=id",
+            "chunk_size=2",
+            "tracking=off",
+            *extra,
+        )
+
+    make.data = data
+    return make
+
+
+def row_ids(layout: RunLayout) -> list[str]:
+    return [r for p in sorted(layout.data_dir.glob("part-*.parquet")) for r in pq.read_table(p)["row_id"].to_pylist()]
+
+
+def test_a_resume_over_an_edited_data_file_is_refused(data_job) -> None:
+    job = data_job()
+    layout = RunLayout.for_job(job)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(job, engine=fake_engine(job, FakeLLM(die_on_call=2)))
+    assert row_ids(layout) == ["q0", "q1"]
+    # The file is rewritten between the kill and the rerun: other order, other text.
+    write_rows(data_job.data, [f"q{i}" for i in (5, 4, 3, 2, 1, 0)], text="edited")
+    llm = FakeLLM()
+    with pytest.raises(ConfigError, match=r"dataset.path=.*q.jsonl changed since shard 0/1.*chunk 0.*run_name="):
+        run_job(job, engine=fake_engine(job, llm))
+    assert llm.calls == [] and row_ids(layout) == ["q0", "q1"]  # nothing generated, nothing mixed
+
+    # Restored, the run finishes with every row once.
+    write_rows(data_job.data, [f"q{i}" for i in range(6)])
+    result = run_job(job, engine=fake_engine(job, FakeLLM()))
+    assert result.layout.done_marker.exists() and row_ids(layout) == [f"q{i}" for i in range(6)]
+
+
+def test_an_edit_to_rows_not_generated_yet_is_refused_too(data_job) -> None:
+    job = data_job()
+    with pytest.raises(KeyboardInterrupt):
+        run_job(job, engine=fake_engine(job, FakeLLM(die_on_call=2)))
+    data_job.data.write_text(data_job.data.read_text().replace("question q5", "question five"))
+    with pytest.raises(ConfigError, match="chunk 2"):
+        run_job(job, engine=fake_engine(job, FakeLLM()))
+
+
+def test_rows_added_to_a_sharded_run_are_refused(data_job) -> None:
+    job = data_job("shard.index=0", "shard.count=2", "max_samples=null")
+    run_job(job, engine=fake_engine(job, FakeLLM()))
+    write_rows(data_job.data, [f"q{i}" for i in range(8)])  # shard 0 would now end at q3 instead of q2
+    other = data_job("shard.index=1", "shard.count=2", "max_samples=null")
+    with pytest.raises(ConfigError, match="now gives 8 rows, but this run started with 6"):
+        run_job(other, engine=fake_engine(other, FakeLLM()))
+
+
+def test_damaged_parts_are_named_by_status_merge_and_compare_and_regenerated(data_job, tmp_path: Path) -> None:
+    job = data_job()
+    layout = RunLayout.for_job(job)
+    run_job(job, engine=fake_engine(job, FakeLLM()))
+    stats_before = json.loads(layout.stats_path.read_text())
+    truncated, flipped = layout.part_path(1), layout.part_path(2)
+    truncated.write_bytes(truncated.read_bytes()[:100])
+    data = bytearray(flipped.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, other bytes
+    flipped.write_bytes(bytes(data))
+
+    [state] = run_status(layout.root)
+    assert state.state == "damaged" and "part-00001.parquet" in state.problem and "part-00002.parquet" in state.problem
+    status = subprocess.run([sys.executable, str(STATUS), str(layout.root)], capture_output=True, text=True)
+    assert status.returncode == 1 and "1 damaged of 1 shards" in status.stderr and "truncated" in status.stderr
+    with pytest.raises(RunIncompleteError, match="part-00001.parquet: it has .* bytes where"):
+        merge_run(layout.root, log_to_mlflow=False)
+    compare = subprocess.run(
+        [sys.executable, str(COMPARE), str(layout.root), "--no-mlflow", "--out", str(tmp_path / "cmp")],
+        capture_output=True,
+        text=True,
+    )
+    assert compare.returncode == 2 and "part-00002.parquet: its content differs" in compare.stderr
+    assert "Traceback" not in compare.stderr
+
+    # The rerun does not say "already complete": it regenerates exactly the two damaged parts.
+    llm = FakeLLM()
+    result = run_job(job, engine=fake_engine(job, llm))
+    assert result.generated and llm.calls == [2, 2]
+    assert row_ids(layout) == [f"q{i}" for i in range(6)] and run_status(layout.root)[0].state == "done"
+    assert json.loads(layout.stats_path.read_text())["rows"] == stats_before["rows"]
+    assert merge_run(layout.root, log_to_mlflow=False).summary.rows == 6
+
+
+def test_a_deleted_part_of_a_finished_shard_is_regenerated(data_job) -> None:
+    job = data_job()
+    layout = RunLayout.for_job(job)
+    run_job(job, engine=fake_engine(job, FakeLLM()))
+    layout.part_path(0).unlink()
+    assert run_status(layout.root)[0].state == "damaged"
+    llm = FakeLLM()
+    run_job(job, engine=fake_engine(job, llm))
+    assert llm.calls == [2] and row_ids(layout) == [f"q{i}" for i in range(6)]
+
+
+def test_a_shard_finished_by_another_process_meanwhile_is_left_alone(data_job, monkeypatch) -> None:
+    job = data_job("tracking=sqlite", "tracking.experiment=race")
+    layout = RunLayout.for_job(job)
+    first = run_job(job, engine=fake_engine(job, FakeLLM()))
+    stats = layout.stats_path.read_text()
+    finished_at = layout.done_marker.read_text()
+
+    # The second launch looked before the first one wrote its marker: it sees no marker at its first look only.
+    real_exists = Path.exists
+    looks = {"done": 0}
+
+    def exists(self: Path) -> bool:
+        if self == layout.done_marker and looks["done"] == 0:
+            looks["done"] += 1
+            return False
+        return real_exists(self)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    llm = FakeLLM()
+    again = run_job(job, engine=fake_engine(job, llm))
+    monkeypatch.undo()
+    assert looks["done"] == 1 and not again.generated and llm.calls == []
+    assert layout.stats_path.read_text() == stats and layout.done_marker.read_text() == finished_at
+    assert again.summary == first.summary
+    client = MlflowClient(job.tracking.uri)
+    runs = client.search_runs([client.get_experiment_by_name("race").experiment_id])
+    assert [r.info.status for r in runs] == ["FINISHED"]  # no second run
+
+
+def test_an_mlflow_run_left_running_by_a_killed_launch_ends_killed(data_job) -> None:
+    job = data_job("tracking=sqlite", "tracking.experiment=killed")
+    layout = RunLayout.for_job(job)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(job, engine=fake_engine(job, FakeLLM(die_on_call=2)))
+    client = MlflowClient(job.tracking.uri)
+    experiment = client.get_experiment_by_name("killed").experiment_id
+    [failed] = client.search_runs([experiment])
+    # A SIGKILL runs no handler: the run stays RUNNING and the shard keeps the record of it.
+    client.update_run(failed.info.run_id, status="RUNNING")
+    atomic_write_text(layout.mlflow_active_path, json.dumps({"run_id": failed.info.run_id}))
+
+    run_job(job, engine=fake_engine(job, FakeLLM()))
+    runs = client.search_runs([experiment], order_by=["start_time"])
+    assert [r.info.status for r in runs] == ["KILLED", "FINISHED"]
+    assert not layout.mlflow_active_path.exists()
