@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from specbatch.embedded import embedded_locations
 from specbatch.masking import mask_data, mask_uri
 
 
@@ -125,6 +127,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         _require(bool(self.name.strip()), "model.name is empty: give the model a short name, e.g. model.name=my-model")
         _require(bool(self.path.strip()), "model.path is empty: set it to a local HF folder or a hub id")
+        if self.embedded is not None:
+            self._check_embedded_home(self.embedded)
         _require(
             self.max_model_len >= 16,
             f"model.max_model_len={self.max_model_len} is too small: use at least 16 (e.g. model.max_model_len=2048)",
@@ -132,6 +136,18 @@ class ModelConfig:
         _require(
             self.tensor_parallel_size >= 1,
             f"model.tensor_parallel_size={self.tensor_parallel_size} is invalid: use 1 or more GPUs",
+        )
+
+    def _check_embedded_home(self, kind: EmbeddedModel) -> None:
+        """An embedded model is built only into its own cache folder, never into a folder the user named."""
+        homes = embedded_locations(kind.value)
+        if Path(self.path).expanduser().resolve() in {home.resolve() for home in homes}:
+            return
+        where = str(homes[0]) if len(homes) == 1 else f"one of {homes[0].parent}/{{{','.join(h.name for h in homes)}}}"
+        raise ConfigError(
+            f"model.path={self.path} is not where model.embedded={kind.value} builds its model ({where}): "
+            f"to run your own checkpoint add model.embedded=null (model.path={self.path} model.embedded=null); "
+            "to run the embedded model drop the model.path override"
         )
 
 
