@@ -6,6 +6,7 @@ python jobs/generate.py --cfg job                  print the composed config
 
 import logging
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -14,9 +15,11 @@ from specbatch.config import ConfigError, register_configs, to_job_config
 from specbatch.generate import run_job
 from specbatch.interrupts import EXIT_STOPPED, StopRequested
 from specbatch.locks import ShardBusyError
+from specbatch.overrides import check_overrides
 from specbatch.sweep import current_sweep_job, record_job_run
 
 log = logging.getLogger("specbatch")
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 register_configs()
 
 
@@ -52,4 +55,11 @@ def main(cfg: DictConfig) -> None:
 
 # vLLM starts its workers with spawn, which re-imports this file: only the guarded part may run the job.
 if __name__ == "__main__":
+    try:
+        # Before Hydra composes: its answer to a typo is "use +key=...", which would then be silently dropped.
+        check_overrides(sys.argv[1:], CONF_DIR)
+    except ConfigError as exc:
+        logging.basicConfig(format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+        log.error("%s", exc)
+        sys.exit(2)
     main()

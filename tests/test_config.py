@@ -8,8 +8,9 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from conftest import CONF_DIR, compose_config, compose_job, run_generate
-from specbatch.config import CHECKPOINT_METHODS, GROUPS, ConfigError, SpecMethod
+from specbatch.config import CHECKPOINT_METHODS, GROUPS, ConfigError, SpecMethod, to_job_config
 from specbatch.engine import llm_kwargs
+from specbatch.overrides import unknown_override_keys
 
 GROUP_FILES = sorted((group, path.stem) for group in GROUPS for path in (CONF_DIR / group).glob("*.yaml"))
 MODEL_SPEC_FILES = sorted(path.stem for path in (CONF_DIR / "model_spec").glob("*.yaml"))
@@ -258,11 +259,88 @@ def test_unknown_keys_and_wrong_types_fail_at_compose(overrides: list[str], expe
     assert expected in _chain(err.value)
 
 
-def test_cli_unknown_key_message() -> None:
-    result = run_generate(["sampling.max_tokenz=3"], timeout=120)
-    assert result.returncode != 0
-    assert "Key 'max_tokenz' not in 'SamplingConfig'" in result.stderr
-    assert "To append to your config use +sampling.max_tokenz=3" in result.stderr
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["+spec.prompt_lookup_mni=7"], "unknown key spec.prompt_lookup_mni: did you mean spec.prompt_lookup_min?"),
+        (["++spec.prompt_lookup_mni=7"], "unknown key spec.prompt_lookup_mni: did you mean spec.prompt_lookup_min?"),
+        (["+bogus_key=1"], "unknown key bogus_key: no key is like it (the closest is"),
+        (["+shard.idx=1"], "unknown key shard.idx: did you mean shard.index? shard has only index, count"),
+        (["+prompt_lookup_min=3"], "unknown key prompt_lookup_min: did you mean spec.prompt_lookup_min?"),
+        (["+spec.suffix.depth=3"], "unknown key spec.suffix: "),
+    ],
+)
+def test_added_keys_the_schema_lacks_are_refused(overrides: list[str], expected: str) -> None:
+    # Hydra accepts a +key on a structured config; building the dataclasses would silently drop it.
+    cfg = compose_config(overrides)
+    with pytest.raises(ConfigError) as err:
+        to_job_config(cfg)
+    assert expected in str(err.value)
+
+
+def test_known_keys_added_with_plus_plus_still_work() -> None:
+    assert compose_job(["++spec.prompt_lookup_min=1"]).spec.prompt_lookup_min == 1
+
+
+SPEC_TYPO = "unknown key spec.prompt_lookup_mni: did you mean spec.prompt_lookup_min?"
+BOGUS = "unknown key bogus_key: no key is like it (the closest is "
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["bogus_key=1"], BOGUS),
+        (["+bogus_key=1"], BOGUS),
+        (["+spec.prompt_lookup_mni=7"], SPEC_TYPO),
+        (["sampling.max_tokenz=3"], "unknown key sampling.max_tokenz: did you mean sampling.max_tokens?"),
+        (["-m", "spec=none,ngram", "+spec.prompt_lookup_mni=7,8"], SPEC_TYPO),
+        (["--cfg", "job", "++bogus_key=1"], BOGUS),
+    ],
+)
+def test_cli_unknown_key_is_one_line_naming_the_closest_key(args: list[str], expected: str, tmp_path) -> None:
+    # Small settings so that a regression costs one short engine run, not the default job.
+    small = ["max_samples=1", "sampling.max_tokens=8", "tracking=off", f"output_root={tmp_path}"]
+    result = run_generate([*args, *small], timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-3000:]
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"[ERROR] - {expected}" in lines[0], output[-3000:]
+    # Hydra's own advice (append with +) is not shown, and nothing started: no sweep, no engine, no run.
+    assert "To append to your config" not in output and "Traceback" not in output
+    assert "vllm" not in output.lower()
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "_hydra" / "multirun").exists()
+
+
+def test_override_keys_left_to_hydra(tmp_path) -> None:
+    argv = [
+        "-m",
+        "hydra/launcher=slurm",
+        "hydra.job.chdir=true",
+        "model=tiny_llama",
+        "spec@spec=ngram",
+        "~model_spec",
+        "spec.num_speculative_tokens=1,2,3",
+        "shard.index=range(0,8)",
+        "+run_name=x",
+        "~dataset.seed",
+    ]
+    assert unknown_override_keys(argv, CONF_DIR) == []
+    assert unknown_override_keys(["spec=ngram", "+bogus=1", "spec.k=2"], CONF_DIR) == ["bogus", "spec.k"]
+    # A group the user brings in their own config folder is a group, not a key.
+    (tmp_path / "prompts").mkdir()
+    assert unknown_override_keys(["prompts=x"], CONF_DIR) == ["prompts"]
+    assert unknown_override_keys(["--config-dir", str(tmp_path), "prompts=x"], CONF_DIR) == []
+    assert unknown_override_keys(["--help", "bogus=1"], CONF_DIR) == []
+
+
+def test_cli_sweep_values_and_group_choices_pass_the_key_check(tmp_path) -> None:
+    # Both jobs of the sweep start (each then refuses its k), so the check let the sweep through untouched.
+    args = ["-m", "spec=ngram", "spec.num_speculative_tokens=0,99", "hydra.job.chdir=false", "tracking=off"]
+    result = run_generate([*args, f"output_root={tmp_path}"], timeout=120)
+    output = result.stdout + result.stderr
+    assert "spec.num_speculative_tokens=0 is out of range" in output, output[-3000:]
+    assert "unknown key" not in output
+    assert result.returncode == 2
 
 
 def test_cli_prints_config() -> None:

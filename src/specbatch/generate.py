@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from specbatch.config import ConfigError, JobConfig, public_config, to_yaml
 from specbatch.conversation import generate_rows
 from specbatch.data import SourceRow, open_rows
-from specbatch.embedded import ensure_embedded
+from specbatch.embedded import EmbeddedAssetError, ensure_embedded
 from specbatch.engine import Engine, engine_fingerprint
 from specbatch.environment import runtime_info
 from specbatch.integrity import (
@@ -90,7 +90,11 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
     source.check_unique_ids(span)
     chunks = chunk_ranges(span, job.chunk_size)
     if job.model.embedded is not None:
-        ensure_embedded(job.model.embedded, job.model.path)
+        try:
+            ensure_embedded(job.model.embedded, job.model.path)
+        except EmbeddedAssetError as exc:
+            # A folder that is not ours, a package missing: one line saying what to do, before any model loads.
+            raise ConfigError(str(exc)) from None
     tokenizer = load_tokenizer(job.model)
     check_chat_template(job.dataset, tokenizer)
     preflight(job)

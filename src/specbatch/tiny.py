@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from specbatch.embedded import default_cache_dir
+from specbatch.embedded import EmbeddedAssetError, default_cache_dir, move_into_place, refuse_foreign_folder
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +51,19 @@ def tiny_is_ready(root: str | Path) -> bool:
 
 
 def ensure_tiny_family(root: str | Path, tokenizer_dir: str | Path | None = None, seed: int = 0) -> Path:
-    """Build the family once (a few seconds); later calls return at once. Built under a temporary name."""
+    """Build the family once (a few seconds); later calls return at once.
+
+    Built under a temporary name and renamed into place; an existing ``root`` without the ready marker is not
+    ours and is refused, never removed.
+    """
     root = Path(root).expanduser().resolve()
     if tiny_is_ready(root):
         return root
+    refuse_foreign_folder(root)
     if tokenizer_dir is None:
-        from specbatch.embedded import ensure_smollm2
+        from specbatch.embedded import default_smollm2_dir, ensure_smollm2
 
-        tokenizer_dir = ensure_smollm2(default_cache_dir() / "models" / "SmolLM2-135M-Instruct")
+        tokenizer_dir = ensure_smollm2(default_smollm2_dir())
     log.info("building tiny random checkpoints for every method into %s", root)
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
@@ -66,13 +71,10 @@ def ensure_tiny_family(root: str | Path, tokenizer_dir: str | Path | None = None
         _build(tmp, Path(tokenizer_dir), seed)
         (tmp / READY_MARKER).write_text(json.dumps({"seed": seed, "members": list(MEMBERS)}) + "\n")
         os.chmod(tmp, 0o755)
-        if root.exists():
-            shutil.rmtree(root)  # an unfinished family (no marker) from an interrupted build
-        os.replace(tmp, root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return root
+    return move_into_place(tmp, root, tiny_is_ready)
 
 
 def _build(out: Path, tokenizer_dir: Path, seed: int) -> None:
@@ -211,7 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    root = ensure_tiny_family(args.root, seed=args.seed)
+    try:
+        root = ensure_tiny_family(args.root, seed=args.seed)
+    except EmbeddedAssetError as exc:
+        log.error("%s", exc)
+        return 1
     for member in MEMBERS:
         log.info("%-11s %s", member, root / member)
     return 0
