@@ -181,3 +181,16 @@ def test_an_mlflow_run_left_running_by_a_killed_launch_ends_killed(data_job) -> 
     runs = client.search_runs([experiment], order_by=["start_time"])
     assert [r.info.status for r in runs] == ["KILLED", "FINISHED"]
     assert not layout.mlflow_active_path.exists()
+
+
+def test_a_damaged_part_of_an_unfinished_shard_is_regenerated(data_job) -> None:
+    job = data_job()
+    layout = RunLayout.for_job(job)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(job, engine=fake_engine(job, FakeLLM(die_on_call=2)))
+    part = layout.part_path(0)
+    part.write_bytes(part.read_bytes()[:-10])  # e.g. a disk that lost the file's tail
+    assert [(s.state, s.parts) for s in run_status(layout.root)] == [("damaged", 1)]
+    llm = FakeLLM()
+    run_job(job, engine=fake_engine(job, llm))
+    assert llm.calls == [2, 2, 2] and row_ids(layout) == [f"q{i}" for i in range(6)]
