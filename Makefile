@@ -1,7 +1,8 @@
 # The two commands in README.md: `make run` and `make test`. Each sets up what it needs first (jobs/setup.sh).
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# Extra Hydra overrides for `make run`, e.g. make run ARGS="spec=suffix max_samples=4"
+# Extra Hydra overrides for `make run`, e.g. make run ARGS="spec=suffix max_samples=4". The recipe's shell strips one
+# layer of quotes, so Hydra's own quotes go in escaped double quotes: ARGS="... \"dataset.template='{question}'\""
 ARGS ?=
 # Extra pytest arguments for `make test`, e.g. make test PYTEST_ARGS="-k config"
 PYTEST_ARGS ?=

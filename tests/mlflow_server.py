@@ -157,3 +157,71 @@ def start_mlflow_server(workdir: Path, timeout: float = 120) -> Iterator[MlflowS
         yield server
     finally:
         server.stop()
+
+
+@dataclass
+class AuthProxy:
+    """What ``basic_auth_proxy`` saw: requests it passed on and requests it refused (wrong or no credentials)."""
+
+    uri: str
+    passed: int = 0
+    refused: int = 0
+
+
+@contextlib.contextmanager
+def basic_auth_proxy(target: str, user: str, password: str, port: int | None = None) -> Iterator[AuthProxy]:
+    """A server that needs HTTP basic auth, in front of ``target`` (a real ``mlflow server`` without auth).
+
+    MLflow's own basic-auth app needs extra packages; this checks the credentials the way it does (the
+    Authorization header) and forwards every allowed request unchanged, so a client is proven to send them.
+    """
+    import base64
+    import http.client
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import urlsplit
+
+    expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    upstream = urlsplit(target)
+    proxy = AuthProxy(uri="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def _forward(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.headers.get("Authorization") != expected:
+                proxy.refused += 1
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="mlflow"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            proxy.passed += 1
+            conn = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=60)
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+            conn.request(self.command, self.path, body=body, headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+            conn.close()
+            self.send_response(response.status)
+            for key, value in response.getheaders():
+                if key.lower() not in ("transfer-encoding", "connection", "content-length", "date", "server"):
+                    self.send_header(key, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _forward
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+            log.debug("auth proxy: " + format, *args)
+
+    server = ThreadingHTTPServer((HOST, port or free_port()), Handler)
+    proxy.uri = f"http://{HOST}:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield proxy
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)

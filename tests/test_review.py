@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import PROJECT_ROOT, FakeLLM, fake_engine
+from mlflow_server import basic_auth_proxy, free_port
 from specbatch.generate import run_job
 from specbatch.layout import RunLayout
 from specbatch.masking import mask_data, mask_text
@@ -192,3 +194,32 @@ def test_a_sweep_whose_server_is_down_still_runs_its_jobs(tmp_path, caplog, quic
     assert read_sweep(tmp_path / "sweep")["parent_run_id"] is None
     assert "sweep: no MLflow parent run" in caplog.text and "admin:***@" in caplog.text
     assert PASSWORD not in caplog.text
+
+
+def test_log_run_takes_the_password_of_a_masked_uri_from_mlflow_tracking_password(
+    make_job, mlflow_server, quick_http_failure, monkeypatch
+) -> None:
+    """run.json keeps tracking.uri as http://admin:***@...; the README says to give the password back in
+    MLFLOW_TRACKING_PASSWORD. The server here refuses requests without exactly admin/PASSWORD."""
+    port = free_port()
+    job = make_job(f"tracking.uri=http://admin:{PASSWORD}@127.0.0.1:{port}")  # nothing listens there yet
+    result = run_job(job, engine=fake_engine(job, FakeLLM()))
+    recorded = json.loads(result.layout.run_json.read_text())["config"]["tracking"]["uri"]
+    assert recorded == f"http://admin:***@127.0.0.1:{port}" and result.layout.mlflow_pending_path.exists()
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME")}
+    env["MLFLOW_TRACKING_PASSWORD"] = PASSWORD
+    with basic_auth_proxy(mlflow_server.uri, "admin", PASSWORD, port=port) as proxy:
+        proc = subprocess.run(
+            [sys.executable, str(LOG_RUN), str(result.layout.root)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proxy.passed > 0 and proxy.refused == 0 and PASSWORD not in proc.stdout + proc.stderr
+    assert not result.layout.mlflow_pending_path.exists()
+    client, run = only_run(mlflow_server.uri, "specbatch/local")
+    assert run.info.status == "FINISHED" and run.data.tags["logged_later"] == "true"
+    assert run.data.params["tracking.uri"] == f"http://admin:***@127.0.0.1:{port}"

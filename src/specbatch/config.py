@@ -322,7 +322,7 @@ class DatasetConfig:
         if self.prompt_format is PromptFormat.text:
             _require(
                 self.template is not None and bool(self.template.strip()),
-                "dataset.template is empty: prompt_format=text needs one, e.g. dataset.template='{prompt}'",
+                "dataset.template is empty: prompt_format=text needs one, e.g. \"dataset.template='{prompt}'\"",
             )
         else:
             fmt = self.prompt_format.value

@@ -8,6 +8,7 @@ connect); only what is written goes through here.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -30,8 +31,9 @@ SECRET_ENV_VARS = (
     "WANDB_API_KEY",
 )
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.IGNORECASE)
-# scheme://user:password@host — the password part (anything up to the last @ before the host).
-_URI_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]+:)(?P<password>[^\s/]+)(?P<tail>@)")
+# scheme://user:password@host — the password part (anything up to the last @ before the host). Hydra's own log
+# lines escape the colons of an override (http\://user\:pw@host), so a backslash before them is allowed.
+_URI_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*\\?://[^/\s:@]+:)(?P<password>[^\s/]+)(?P<tail>@)")
 # Values shorter than this are not masked on their own: "1" or "true" in a variable would mask half the config.
 _MIN_SECRET_LENGTH = 6
 
@@ -68,3 +70,35 @@ def mask_data(data: Any, environ: Mapping[str, str] | None = None) -> Any:
     if isinstance(data, list | tuple):
         return [mask_data(value, environ) for value in data]
     return data
+
+
+_log_masking_installed = False
+
+
+def install_log_masking() -> None:
+    """Mask every log record of this process as it is made (message, arguments and traceback text).
+
+    A record factory rather than a handler filter: Hydra replaces the handlers whenever it configures logging (once
+    per job of a sweep), the factory stays. Records below a logger's level are never made, so the cost is only paid
+    for lines that are written.
+    """
+    global _log_masking_installed
+    if _log_masking_installed:
+        return
+    make_record = logging.getLogRecordFactory()
+
+    def masked_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make_record(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a bad format string is reported by the handler, as without masking
+            return record
+        masked = mask_text(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = mask_text(logging.Formatter().formatException(record.exc_info))
+        return record
+
+    logging.setLogRecordFactory(masked_record)
+    _log_masking_installed = True

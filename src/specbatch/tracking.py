@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from specbatch.config import TrackingConfig
 from specbatch.interrupts import StopRequested
@@ -67,19 +68,35 @@ def _prepare_store(uri: str) -> None:
 def recorded_tracking(plain: dict[str, Any], uri: str | None = None) -> TrackingConfig:
     """The tracking config a run folder recorded (run.json), for logging to it later.
 
-    ``uri`` (or MLFLOW_TRACKING_URI) replaces the recorded URI when given, and must when the recorded one had its
-    password masked.
+    ``uri`` (or MLFLOW_TRACKING_URI) replaces the recorded URI when given. A recorded URI whose password was masked
+    needs one of them, or MLFLOW_TRACKING_PASSWORD: then the URI is used without its user info and the user name goes
+    to MLflow in MLFLOW_TRACKING_USERNAME (unless that is set already), the way MLflow's own basic auth takes them.
     """
     fields = {k: v for k, v in plain.items() if k in TrackingConfig.__dataclass_fields__}
-    uri = uri or (os.environ.get("MLFLOW_TRACKING_URI") if MASK in fields.get("uri", "") else None)
+    recorded = str(fields.get("uri", ""))
+    masked = MASK in recorded
+    uri = uri or (os.environ.get("MLFLOW_TRACKING_URI") if masked else None)
     if uri:
         fields["uri"] = uri
-    elif MASK in fields.get("uri", ""):
+    elif masked:
+        fields["uri"] = _uri_for_env_password(recorded)
+    return TrackingConfig(**fields)
+
+
+def _uri_for_env_password(recorded: str) -> str:
+    """``http://user:***@host:5000`` → ``http://host:5000``, with ``user`` in MLFLOW_TRACKING_USERNAME.
+
+    The user info must go: requests turns a user and password in a URL (here ``***``) into its own Authorization
+    header, which replaces the one MLflow builds from MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD.
+    """
+    parts = urlsplit(recorded)
+    if not (os.environ.get("MLFLOW_TRACKING_PASSWORD") and parts.password == MASK and parts.username):
         raise ValueError(
-            f"the run recorded tracking.uri={fields['uri']} with its password masked: pass the URI again "
+            f"the run recorded tracking.uri={recorded} with its password masked: pass the URI again "
             "(--tracking-uri or MLFLOW_TRACKING_URI), or put the password in MLFLOW_TRACKING_PASSWORD"
         )
-    return TrackingConfig(**fields)
+    os.environ.setdefault("MLFLOW_TRACKING_USERNAME", unquote(parts.username))
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 class RunLogger:
