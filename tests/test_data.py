@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import run_generate
+from specbatch import data as data_module
 from specbatch.config import ConfigError
 from specbatch.data import load_rows, template_fields
 from specbatch.prompts import Prompt, conversation, length_error, load_tokenizer, render
@@ -294,3 +295,14 @@ def test_a_template_over_a_list_or_object_column_is_refused(job_factory, tmp_pat
     mixed = write(tmp_path / "mixed.jsonl", [{"q": "text"}, {"q": ["a", "list"]}])
     rows = load_rows(local(job_factory, mixed, "dataset.template='{q}'"), None)
     assert rows[0].text == "text" and "['q'] hold a list or object in this row, not text" in rows[1].error
+
+
+def test_the_utf8_check_counts_lines_across_blocks(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(data_module, "_SCAN_BLOCK", 3)  # every character and line end straddles some block edge
+    path = tmp_path / "t.jsonl"
+    path.write_bytes("é\nçà\n".encode() + b"ok\n\xff\n")
+    assert data_module._first_non_utf8_line(str(path)) == (4, "byte 0xff")
+    path.write_bytes("é\nçà\n".encode())
+    assert data_module._first_non_utf8_line(str(path)) is None
+    path.write_bytes("é\n".encode() + "ç".encode()[:1])
+    assert data_module._first_non_utf8_line(str(path)) == (2, "the file ends inside a character")

@@ -110,6 +110,8 @@ def infer_format(files: list[str]) -> DataFormat:
 
 # Key a leniently read JSON line gets when it is not valid JSON (it becomes an error row).
 BAD_LINE = "__specbatch_bad_line__"
+# Bytes read at a time when checking a text file is UTF-8.
+_SCAN_BLOCK = 1 << 22
 # Rows looked at to tell what a column of a leniently read file holds.
 _PEEK_ROWS = 100
 
@@ -233,7 +235,7 @@ def _first_non_utf8_line(name: str) -> tuple[int, str] | None:
     decoder = codecs.getincrementaldecoder("utf-8")()
     line = 1
     with open(name, "rb") as data:
-        while block := data.read(1 << 24):
+        while block := data.read(_SCAN_BLOCK):
             try:
                 decoder.decode(block)
             except UnicodeDecodeError as exc:
