@@ -3,6 +3,7 @@ bad rows become error rows."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import run_generate
+from specbatch import data as data_module
 from specbatch.config import ConfigError
 from specbatch.data import load_rows, template_fields
 from specbatch.prompts import Prompt, conversation, length_error, load_tokenizer, render
@@ -193,3 +195,114 @@ def test_unknown_hub_data_set_offline_fails_fast_before_any_model(tmp_path: Path
     assert "not available here" in output and "dataset=local dataset.path=data.jsonl" in output
     assert "starting vLLM" not in output and "Traceback" not in output
     assert time.monotonic() - began < 120
+
+
+def test_a_line_that_is_not_utf8_becomes_an_error_row_naming_its_line(job_factory, tmp_path: Path, caplog) -> None:
+    # The byte 0xE9 alone is Latin-1 "é": Arrow reads it and used to fail only when the row was used, mid-run.
+    good = json.dumps({"id": "a", "question": "fine"}).encode()
+    path = tmp_path / "latin.jsonl"
+    path.write_bytes(
+        good + b'\n{"id":"b","question":"caf\xe9"}\n' + json.dumps({"id": "c", "question": "ok"}).encode()
+    )
+    rows = load_rows(local(job_factory, str(path), "dataset.template='{question}'", "dataset.id_column=id"), None)
+    assert [(r.row_id, r.text) for r in rows] == [("a", "fine"), ("1", None), ("c", "ok")]
+    assert rows[1].error.startswith("latin.jsonl line 2 is not valid UTF-8 (byte 0xe9 at column 26)")
+    assert "iconv -f latin1 -t utf-8 latin.jsonl" in rows[1].error
+    assert "latin.jsonl line 2" in caplog.text  # said before any model loads
+    # A compressed file is not looked at up front: its row still becomes an error row, not a traceback.
+    gz = tmp_path / "latin.jsonl.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    rows = load_rows(local(job_factory, str(gz), "dataset.template='{question}'", "dataset.id_column=id"), None)
+    assert [r.row_id for r in rows if r.error is None] == ["a", "c"]
+    assert "row 2 of" in rows[1].error and "is not valid UTF-8 (byte 0xe9)" in rows[1].error
+
+
+def test_a_csv_that_is_not_utf8_is_refused_naming_its_line(job_factory, tmp_path: Path) -> None:
+    path = tmp_path / "latin.csv"
+    path.write_bytes(b"id,question\na,fine\nb,caf\xe9\n")
+    with pytest.raises(ConfigError) as err:
+        load_rows(local(job_factory, str(path), "dataset.template='{question}'"), None)
+    assert str(err.value).startswith(f"dataset.path={path}: latin.csv line 3 is not valid UTF-8 (byte 0xe9)")
+    assert "iconv -f latin1 -t utf-8 latin.csv" in str(err.value)
+
+
+def test_a_broken_json_line_is_named_by_one_line_number(job_factory, tmp_path: Path, caplog, capfd) -> None:
+    path = tmp_path / "broken.jsonl"
+    good = [json.dumps({"q": f"q{i}"}) for i in range(4)]
+    path.write_text("\n".join([good[0], good[1], "", '{"q": "x", oops}', good[2], good[3]]) + "\n")
+    rows = load_rows(local(job_factory, str(path), "dataset.template='{q}'"), None)
+    assert [r.text for r in rows] == ["q0", "q1", None, "q2", "q3"]
+    # The 1-based line of the file (blank lines count), and no second line number from json's own message.
+    assert rows[2].error == (
+        "broken.jsonl line 4 is not a JSON object: Expecting property name enclosed in double quotes at column 12"
+    )
+    said = caplog.text + "".join(capfd.readouterr())
+    assert "broken.jsonl line 4" in said and "row 3" not in said and "line 1 " not in said
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "says"),
+    [
+        ("empty.jsonl", "", "is empty"),
+        ("blank.jsonl", "\n\n", "is empty"),
+        ("empty.csv", "", "is empty"),
+        ("header.csv", "question\n", "holds no rows (only a header, or an empty list)"),
+        ("empty.json", "[]", "holds no rows (only a header, or an empty list)"),
+    ],
+)
+def test_an_empty_file_says_it_is_empty(job_factory, tmp_path: Path, name: str, content: str, says: str) -> None:
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(ConfigError) as err:
+        load_rows(local(job_factory, str(path), "dataset.template='{question}'"), None)
+    assert str(err.value).startswith(f"dataset.path={path} {says}")
+    assert "no such column" not in str(err.value)
+
+
+def test_an_empty_file_in_a_glob_is_skipped(job_factory, tmp_path: Path, caplog) -> None:
+    write(tmp_path / "d" / "a.jsonl", ROWS)
+    (tmp_path / "d" / "b.jsonl").write_text("")
+    rows = load_rows(local(job_factory, f"{tmp_path}/d/*.jsonl", "dataset.template='{question}'"), None)
+    assert len(rows) == 3 and "skipping" in caplog.text and "b.jsonl: the file is empty" in caplog.text
+
+
+@pytest.mark.parametrize("column", ["turns", "messages"])
+def test_text_format_over_chat_rows_suggests_the_prompt_format(job_factory, tmp_path: Path, column: str) -> None:
+    path = write(
+        tmp_path / "chat.jsonl", [{column: [{"role": "user", "content": "hi"}] if column == "messages" else ["hi"]}]
+    )
+    with pytest.raises(ConfigError) as err:
+        load_rows(local(job_factory, path, "dataset.template='{question}'"), None)
+    assert f"The rows hold {column}: to use it, set dataset.prompt_format={column} (and dataset.template=null)" in str(
+        err.value
+    )
+
+
+def test_a_template_over_a_list_or_object_column_is_refused(job_factory, tmp_path: Path) -> None:
+    path = write(tmp_path / "t.parquet", [{"turns": ["first", "second"], "meta": {"question": "q?"}}])
+    with pytest.raises(ConfigError) as err:
+        load_rows(local(job_factory, path, "dataset.template='Answer: {turns}'"), None)
+    message = str(err.value)
+    assert message.startswith("dataset.template=Answer: {turns} uses column turns, which holds lists, not text")
+    assert "dataset.prompt_format=turns dataset.turns_column=turns" in message
+    assert "dataset.prompt_format=messages" in message
+    with pytest.raises(ConfigError, match="uses column meta, which holds objects.*e.g. {meta\\[question\\]}"):
+        load_rows(local(job_factory, path, "dataset.template='{meta}'"), None)
+    # One item of a list, or one field of an object, is text: allowed.
+    [row] = load_rows(local(job_factory, path, "dataset.template='{turns[1]} / {meta[question]}'"), None)
+    assert row.text == "second / q?"
+    # A column that mixes text and lists (read as free-form JSON) is judged row by row.
+    mixed = write(tmp_path / "mixed.jsonl", [{"q": "text"}, {"q": ["a", "list"]}])
+    rows = load_rows(local(job_factory, mixed, "dataset.template='{q}'"), None)
+    assert rows[0].text == "text" and "['q'] hold a list or object in this row, not text" in rows[1].error
+
+
+def test_the_utf8_check_counts_lines_across_blocks(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(data_module, "_SCAN_BLOCK", 3)  # every character and line end straddles some block edge
+    path = tmp_path / "t.jsonl"
+    path.write_bytes("é\nçà\n".encode() + b"ok\n\xff\n")
+    assert data_module._first_non_utf8_line(str(path)) == (4, "byte 0xff")
+    path.write_bytes("é\nçà\n".encode())
+    assert data_module._first_non_utf8_line(str(path)) is None
+    path.write_bytes("é\n".encode() + "ç".encode()[:1])
+    assert data_module._first_non_utf8_line(str(path)) == (2, "the file ends inside a character")

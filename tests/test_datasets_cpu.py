@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import compose_job
+from conftest import compose_job, run_generate
 from specbatch.engine import Engine
 from specbatch.generate import run_job
 from test_data import ROWS, write
@@ -141,3 +141,27 @@ def test_bad_rows_are_recorded_and_never_sent(engine: Engine, tmp_path: Path) ->
     # Only the good rows reached the engine (the warm-up ran before `before`).
     ok_prompt_tokens = sum(r["prompt_tokens"] for r in rows if r["status"] == "ok")
     assert sent.prompt_tokens == ok_prompt_tokens
+
+
+def test_a_line_that_is_not_utf8_is_an_error_row_and_the_rest_are_generated(tmp_path: Path) -> None:
+    # The whole job as users run it: one Latin-1 byte (0xE9) used to end the batch with a traceback naming no row.
+    path = tmp_path / "latin.jsonl"
+    path.write_bytes(
+        b'{"id":"a","question":"Say hi."}\n{"id":"b","question":"caf\xe9"}\n{"id":"c","question":"Count to 3."}\n'
+    )
+    args = [
+        f"output_root={tmp_path / 'out'}",
+        "dataset=local",
+        f"dataset.path={path}",
+        "dataset.template='{question}'",
+    ]
+    args += ["dataset.id_column=id", "spec=none", "sampling.max_tokens=16", "tracking=off"]
+    result = run_generate(args, timeout=600)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    # Said before the engine starts, with the file and the line.
+    assert output.index("latin.jsonl line 2") < output.index("starting vLLM")
+    rows = [r for part in sorted((tmp_path / "out").rglob("part-*.parquet")) for r in pq.read_table(part).to_pylist()]
+    status = {r["row_id"]: (r["status"], r["error"]) for r in rows}
+    assert status["a"] == ("ok", None) and status["c"] == ("ok", None)
+    assert status["1"][0] == "error" and status["1"][1].startswith("latin.jsonl line 2 is not valid UTF-8 (byte 0xe9")

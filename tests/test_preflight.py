@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import time
 from pathlib import Path
 
 import pytest
 
+from conftest import run_generate
 from specbatch import preflight as preflight_module
 from specbatch.config import ConfigError
-from specbatch.preflight import mtp_layer_count, preflight, read_model_config
+from specbatch.preflight import check_model_source, mtp_layer_count, preflight, read_model_config
+from specbatch.prompts import load_tokenizer
 
 
 def fake_checkpoint(folder: Path, **config) -> str:
@@ -78,3 +81,44 @@ def test_mtp_layer_keys() -> None:
     assert mtp_layer_count({"num_nextn_predict_layers": 1}) == 1
     assert mtp_layer_count({"text_config": {"mtp_num_hidden_layers": 2}}) == 2
     assert mtp_layer_count({"vocab_size": 5}) == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("/nonexistent/ckpt", "model.path=/nonexistent/ckpt: no such folder, and not a hub id (org/name) either"),
+        ("not//a//repo", "model.path=not//a//repo: no such folder, and not a hub id (org/name) either"),
+        ("nobody/no-such-model-xyz", "model.path=nobody/no-such-model-xyz is not a local folder, and as a hub id it"),
+    ],
+)
+def test_a_model_path_that_cannot_be_loaded_names_the_key_before_any_engine(tmp_path: Path, path: str, says: str):
+    began = time.monotonic()
+    offline = {"HF_HUB_OFFLINE": "1"}
+    args = [f"output_root={tmp_path}", f"model.path={path}", "model.embedded=null", "max_samples=2", "tracking=off"]
+    result = run_generate(args, timeout=120, env=offline)
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-2000:]
+    [error] = [line for line in output.splitlines() if "[ERROR]" in line]
+    assert says in error
+    assert "OS error" not in output and "Traceback" not in output and "starting vLLM" not in output
+    assert time.monotonic() - began < 60
+
+
+def test_model_sources_are_checked_with_the_key_that_names_them(job_factory, tmp_path: Path, monkeypatch) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match=f"model.path={empty} is a folder without config.json"):
+        check_model_source("model.path", str(empty))
+    check_model_source("model.tokenizer", str(empty), checkpoint=False)  # a tokenizer folder needs no config.json
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    with pytest.raises(
+        ConfigError, match="model.tokenizer=nobody/no-tok is not a local folder.*not available offline"
+    ):
+        check_model_source("model.tokenizer", "nobody/no-tok", checkpoint=False)
+    target = fake_checkpoint(tmp_path / "target", vocab_size=10)
+    job = job_factory(f"model.path={target}", "model.embedded=null", "spec=draft_model", "spec.model=./no/draft")
+    with pytest.raises(ConfigError, match="spec.model=./no/draft: no such folder"):
+        preflight(job)
+    job = job_factory(f"model.path={target}", "model.embedded=null", "model.tokenizer=/no/such/tokenizer")
+    with pytest.raises(ConfigError, match="model.tokenizer=/no/such/tokenizer: no such folder"):
+        load_tokenizer(job.model)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+from mlflow.tracking import MlflowClient
 
+from conftest import FakeLLM, fake_engine
+from specbatch.generate import run_job
+from specbatch.runs import merge_run
 from specbatch.spec_metrics import (
     ACCEPTED_PER_POS,
     GENERATION_TOKENS,
@@ -226,3 +232,62 @@ def test_shard_summaries_add_up_to_the_summary_of_all_rows() -> None:
     assert merged == whole
     assert merged.accepted_per_position == [5, 3, 1] and merged.mean_acceptance_length == pytest.approx(1 + 9 / 7)
     assert merged.per_category["math"]["accepted_tokens"] == 9 and merged.per_category["x"]["error_rows"] == 1
+
+
+def test_rows_without_a_category_count_as_unknown_so_the_categories_add_up() -> None:
+    # A broken line is an error row with no category; an empty category cell is an ok row with none.
+    rows_a = [row("math", completion_tokens=10, spec_steps=4, draft_tokens=12, accepted_tokens=8), row(None, "error")]
+    rows_b = [row(None, completion_tokens=3, spec_steps=1, draft_tokens=3, accepted_tokens=2), row(None, "error")]
+    common = {"method": "ngram", "k": 3, "generation_seconds": 1.0, "engine_startup_seconds": 1.0, "warmup_seconds": 0}
+    delta_a = Counters(generation_tokens=10, drafts=4, draft_tokens=12, accepted_tokens=8)
+    delta_b = Counters(generation_tokens=3, drafts=1, draft_tokens=3, accepted_tokens=2)
+    a = summarize(delta_a, totals=RowTotals.of(rows_a, by_category=True), **common)
+    b = summarize(delta_b, totals=RowTotals.of(rows_b, by_category=True), **common)
+    assert list(a.per_category) == ["math", "(unknown)"] and list(b.per_category) == ["(unknown)"]
+    for summary in (a, b, merge_summaries([a, b])):
+        cats = summary.per_category
+        assert sum(c["rows"] for c in cats.values()) == summary.rows
+        assert sum(c["error_rows"] for c in cats.values()) == summary.error_rows
+        assert sum(c["output_tokens"] for c in cats.values()) == summary.output_tokens
+        assert sum(c["accepted_tokens"] for c in cats.values()) == summary.accepted_tokens
+    merged = merge_summaries([a, b])
+    assert merged.per_category["(unknown)"] == {
+        "rows": 3,
+        "error_rows": 2,
+        "output_tokens": 3,
+        "drafts": 1,
+        "draft_tokens": 3,
+        "accepted_tokens": 2,
+        "mean_acceptance_length": 3.0,
+        "draft_acceptance_rate": pytest.approx(2 / 3),
+    }
+    assert re.search(r"\n\(unknown\) +3 +2 +3 ", format_table(merged))
+    # A run without a category column keeps no per-category figures.
+    plain = summarize(delta_b, totals=RowTotals.of(rows_b), **common)
+    assert plain.per_category is None and merge_summaries([plain, plain]).per_category is None
+
+
+def test_a_sharded_run_with_broken_lines_counts_every_row_in_a_category(job_factory, tmp_path: Path) -> None:
+    data = tmp_path / "cats.jsonl"
+    lines = [
+        json.dumps({"id": f"r{i}", "q": f"question {i}", "cat": "even" if i % 2 == 0 else "odd"}) for i in range(5)
+    ]
+    lines[3] = '{"id": "r3", broken'
+    data.write_text("\n".join(lines) + "\n")
+    args = ["spec=none", "dataset=local", f"dataset.path={data}", "dataset.template='{q}'", "dataset.id_column=id"]
+    args += ["dataset.category_column=cat", "chunk_size=2", "shard.count=2", "tracking.experiment=cats"]
+    summaries = []
+    for index in range(2):
+        job = job_factory(*args, f"shard.index={index}")
+        result = run_job(job, engine=fake_engine(job, FakeLLM()))
+        summaries.append(result.summary)
+    merged = merge_run(result.layout.root).summary
+    assert merged.rows == 5 and merged.error_rows == 1
+    assert merged.per_category["(unknown)"]["rows"] == merged.per_category["(unknown)"]["error_rows"] == 1
+    for summary in (*summaries, merged):
+        assert sum(c["rows"] for c in summary.per_category.values()) == summary.rows
+    client = MlflowClient(tracking_uri=job.tracking.uri)
+    runs = client.search_runs([client.get_experiment_by_name("cats").experiment_id])
+    [parent] = [r for r in runs if r.data.tags.get("merged") == "true"]
+    metrics = parent.data.metrics
+    assert metrics["category/even/rows"] + metrics["category/odd/rows"] + metrics["category/_unknown_/rows"] == 5

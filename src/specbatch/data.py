@@ -7,12 +7,14 @@ row carries an ``error`` and becomes an error row in the output, so one bad row 
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import glob
 import json
 import logging
 import random
 import string
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,6 +110,10 @@ def infer_format(files: list[str]) -> DataFormat:
 
 # Key a leniently read JSON line gets when it is not valid JSON (it becomes an error row).
 BAD_LINE = "__specbatch_bad_line__"
+# Bytes read at a time when checking a text file is UTF-8.
+_SCAN_BLOCK = 1 << 22
+# Rows looked at to tell what a column of a leniently read file holds.
+_PEEK_ROWS = 100
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,34 @@ class Table:
     def __len__(self) -> int:
         return len(self.records)
 
+    def nested_kind(self, column: str) -> str | None:
+        """'list' or 'dict' when the column holds lists or objects rather than text/numbers, else None."""
+        features = getattr(self.records, "features", None)
+        if features is None:
+            values = [r.get(column) for r in self.records[:_PEEK_ROWS]]
+        else:
+            import datasets
+
+            feature = features.get(column)
+            if isinstance(feature, (datasets.List, datasets.LargeList, datasets.Sequence, list)):
+                return "list"
+            if isinstance(feature, dict):
+                return "dict"
+            if isinstance(feature, (datasets.Value, datasets.ClassLabel)):
+                return None
+            # A free-form column (datasets' Json feature for mixed types): look at its values.
+            try:
+                values = self.records[:_PEEK_ROWS][column]
+            except UnicodeDecodeError:
+                return None  # those rows become error rows when read
+        values = [v for v in values if v is not None]
+        # A column may mix types: refuse up front only when every value looked at is nested.
+        if values and all(isinstance(v, list) for v in values):
+            return "list"
+        if values and all(isinstance(v, dict) for v in values):
+            return "dict"
+        return None
+
 
 def load_table(cfg: DatasetConfig) -> Table:
     """The data set's rows; ConfigError when the source cannot be read at all."""
@@ -126,17 +160,35 @@ def load_table(cfg: DatasetConfig) -> Table:
 
     datasets.disable_progress_bars()
     if cfg.path is not None:
-        files = local_files(cfg)
+        files = _drop_blank_files(local_files(cfg), cfg)
         fmt = cfg.format or infer_format(files)
+        lenient = fmt is DataFormat.json and all(_is_plain_jsonl(f) for f in files)
+        # Arrow reads bytes that are not UTF-8 without complaint and fails only when a row is used, deep in the
+        # run: look at the text files first, so such a line is an error row (JSON Lines) or a ConfigError.
+        for name in files:
+            bad = _first_non_utf8_line(name) if _is_plain_text(name) else None
+            if bad is None:
+                continue
+            if lenient:
+                return _read_jsonl_leniently(files)
+            line, problem = bad
+            raise ConfigError(
+                f"dataset.path={cfg.path}: {Path(name).name} line {line} is not valid UTF-8 ({problem}): "
+                f"{_save_as_utf8(name)}"
+            )
         try:
-            ds = datasets.load_dataset(fmt.value, data_files=files, split="train")
+            with _quiet_datasets():
+                ds = datasets.load_dataset(fmt.value, data_files=files, split="train")
         except Exception as exc:  # malformed JSON/CSV surfaces as several exception types
-            if fmt is DataFormat.json and all(_is_plain_jsonl(f) for f in files):
+            if lenient:
                 # Arrow refuses a whole JSON Lines file for one broken line or one odd type; read it line by
                 # line instead, so those rows become error rows and the rest still run.
-                log.warning("datasets could not read %s (%s); reading it line by line", cfg.path, exc)
-                return _read_jsonl_leniently(files)
-            raise ConfigError(f"cannot read dataset.path={cfg.path} as {fmt.value}: {exc}") from exc
+                return _read_jsonl_leniently(files, why=_cause(exc))
+            if "corresponds to no data" in str(exc):
+                raise ConfigError(f"dataset.path={cfg.path} holds no rows{_NO_ROWS}") from exc
+            raise ConfigError(f"cannot read dataset.path={cfg.path} as {fmt.value}: {_cause(exc)}") from exc
+        if len(ds) == 0:
+            raise ConfigError(f"dataset.path={cfg.path} holds no rows{_NO_ROWS}")
         return Table(list(ds.column_names), ds)
     try:
         ds = datasets.load_dataset(cfg.hub_id, cfg.hub_config, split=cfg.split, revision=cfg.revision)
@@ -148,30 +200,134 @@ def load_table(cfg: DatasetConfig) -> Table:
             f"datasets.load_dataset({cfg.hub_id!r}, {cfg.hub_config!r}, split={cfg.split!r}).to_json('data.jsonl'), "
             "and run with dataset=local dataset.path=data.jsonl (plus the columns, see README)."
         ) from exc
+    if len(ds) == 0:
+        raise ConfigError(f"dataset.hub_id={cfg.hub_id} split {cfg.split} holds no rows: choose another dataset.split")
     return Table(list(ds.column_names), ds)
+
+
+_NO_ROWS = " (only a header, or an empty list): point dataset.path at a file with rows"
+
+
+def _drop_blank_files(files: list[str], cfg: DatasetConfig) -> list[str]:
+    """Files with nothing in them hold no rows (and make the CSV reader fail): skip them, refuse if all are."""
+    blank = [f for f in files if _is_blank(f)]
+    if len(blank) == len(files):
+        raise ConfigError(f"dataset.path={cfg.path} is empty: point it at a file with rows")
+    for name in blank:
+        log.warning("skipping %s: the file is empty", name)
+    return [f for f in files if f not in blank]
+
+
+def _is_blank(name: str) -> bool:
+    if not _is_plain_text(name):
+        return False
+    size = Path(name).stat().st_size
+    # Only a small file can be all whitespace worth checking; a big one has rows or fails later with its line.
+    return size == 0 or (size < 4096 and not Path(name).read_bytes().strip())
+
+
+def _is_plain_text(name: str) -> bool:
+    return Path(name).suffix.lower() in (".jsonl", ".json", ".csv")
+
+
+def _first_non_utf8_line(name: str) -> tuple[int, str] | None:
+    """(1-based line, what is wrong) of the first line of a file that is not UTF-8, or None; constant memory."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    line = 1
+    with open(name, "rb") as data:
+        while block := data.read(_SCAN_BLOCK):
+            try:
+                decoder.decode(block)
+            except UnicodeDecodeError as exc:
+                # exc.object is the decoder's few carried-over bytes (never a newline) plus this block.
+                return line + exc.object.count(b"\n", 0, exc.start), f"byte 0x{exc.object[exc.start]:02x}"
+            line += block.count(b"\n")
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            return line, "the file ends inside a character"
+    return None
+
+
+def _save_as_utf8(name: str) -> str:
+    path = Path(name)
+    return f"save it as UTF-8, e.g. iconv -f latin1 -t utf-8 {path.name} > {path.stem}.utf8{path.suffix}"
+
+
+@contextlib.contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    """datasets logs its own ERROR (with 0-based row numbers) before raising; we say it once, our way."""
+    logger = logging.getLogger("datasets")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost exception's message: datasets wraps the useful one in 'An error occurred while generating'."""
+    while exc.__cause__ is not None or exc.__context__ is not None:
+        exc = exc.__cause__ or exc.__context__
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _is_plain_jsonl(name: str) -> bool:
     return Path(name).suffix.lower() == ".jsonl"
 
 
-def _read_jsonl_leniently(files: list[str]) -> Table:
+def _read_jsonl_leniently(files: list[str], why: str | None = None) -> Table:
+    """Every line on its own: a line that is not UTF-8 or not a JSON object becomes an error row naming its line.
+
+    ``why``: what stopped datasets from reading the files as one table, said when no line is to blame (e.g. a
+    column with text in one row and a list in another).
+    """
     records: list[dict[str, Any]] = []
     columns: dict[str, None] = {}
+    bad: list[str] = []
     for name in files:
-        with open(name, encoding="utf-8") as lines:
-            for number, line in enumerate(lines, 1):
-                if not line.strip():
-                    continue
+        with open(name, "rb") as lines:
+            for number, raw in enumerate(lines, 1):
+                problem = None
                 try:
-                    record = json.loads(line)
-                    if not isinstance(record, dict):
-                        raise ValueError(f"a JSON {type(record).__name__}, not an object")
-                except ValueError as exc:
-                    record = {BAD_LINE: f"{Path(name).name} line {number} is not a JSON object: {exc}"}
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    line = ""
+                    problem = (
+                        f"is not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}): "
+                        f"{_save_as_utf8(name)}"
+                    )
+                if not problem and not line.strip():
+                    continue
+                if not problem:
+                    problem, record = _json_object(line)
+                if problem:
+                    where = f"{Path(name).name} line {number}"
+                    record = {BAD_LINE: f"{where} {problem}"}
+                    bad.append(where)
                 columns.update(dict.fromkeys(k for k in record if k != BAD_LINE))
                 records.append(record)
+    if bad:
+        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        log.warning("%d line(s) cannot be read and become error rows: %s", len(bad), shown)
+    elif why:
+        log.warning("datasets could not read %s as one table (%s); read it line by line", ", ".join(files), why)
     return Table(list(columns), records)
+
+
+def _json_object(line: str) -> tuple[str | None, dict[str, Any]]:
+    """(None, the object) or (why the line is not a JSON object, {}); positions are columns of the file's line."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        # json counts lines within this one line (always 1): give only the column, so one line number is said.
+        return f"is not a JSON object: {exc.msg} at column {exc.colno}", {}
+    except ValueError as exc:
+        return f"is not a JSON object: {exc}", {}
+    if not isinstance(record, dict):
+        return f"is not a JSON object: a JSON {type(record).__name__}", {}
+    return None, record
 
 
 @dataclass
@@ -198,7 +354,7 @@ class RowSource:
         seen: set[str] = set()
         column = self.cfg.id_column
         for index in (self.order[i] for i in span):
-            record = self.table.records[index]
+            record = self._record(index)
             row_id = self._row_id(record, index)
             if row_id in seen:
                 raise ConfigError(f"dataset.id_column={column} is not unique: {row_id!r} appears twice")
@@ -207,9 +363,20 @@ class RowSource:
     def rows(self, span: range) -> list[SourceRow]:
         out = []
         for index in (self.order[i] for i in span):
-            record = self.table.records[index]
+            record = self._record(index)
             out.append(parse_row(record, self._row_id(record, index), self.cfg))
         return out
+
+    def _record(self, index: int) -> dict[str, Any]:
+        """The source row; one whose text is not UTF-8 (a compressed or Parquet file, not checked up front) is an
+        error row rather than a traceback in the middle of the run."""
+        try:
+            return self.table.records[index]
+        except UnicodeDecodeError as exc:
+            problem = f"byte 0x{exc.object[exc.start]:02x}"
+            return {
+                BAD_LINE: f"row {index + 1} of {self.cfg.path} is not valid UTF-8 ({problem}): re-save it as UTF-8"
+            }
 
 
 def open_rows(cfg: DatasetConfig, max_samples: int | None) -> RowSource:
@@ -220,7 +387,10 @@ def open_rows(cfg: DatasetConfig, max_samples: int | None) -> RowSource:
     if missing:
         keys = ", ".join(f"{key}={column}" for key, column in missing)
         where = cfg.path or cfg.hub_id
-        raise ConfigError(f"{keys}: no such column in {where}; its columns are: {', '.join(columns)}")
+        raise ConfigError(
+            f"{keys}: no such column in {where}; its columns are: {', '.join(columns)}{_format_hint(cfg, columns)}"
+        )
+    _check_template_columns(cfg, table)
     order: Sequence[int] = range(len(table))
     if cfg.shuffle:
         shuffled = list(order)
@@ -230,6 +400,42 @@ def open_rows(cfg: DatasetConfig, max_samples: int | None) -> RowSource:
         order = order[:max_samples]
     log.info("dataset %s: %d rows from %s", cfg.name, len(order), cfg.path or cfg.hub_id)
     return RowSource(cfg, table, order)
+
+
+def _format_hint(cfg: DatasetConfig, columns: list[str]) -> str:
+    """With prompt_format=text over rows that hold a chat or turns, the fix is usually the other prompt format."""
+    if cfg.prompt_format is not PromptFormat.text:
+        return ""
+    for fmt, column in (("turns", cfg.turns_column), ("messages", cfg.messages_column)):
+        if column in columns:
+            return f". The rows hold {column}: to use it, set dataset.prompt_format={fmt} (and dataset.template=null)"
+    return ""
+
+
+def _check_template_columns(cfg: DatasetConfig, table: Table) -> None:
+    """A bare {column} over lists or objects would send their Python repr as the prompt: refuse it up front."""
+    if cfg.prompt_format is not PromptFormat.text:
+        return
+    for column in _bare_fields(cfg.template or ""):
+        kind = table.nested_kind(column)
+        if kind == "list":
+            raise ConfigError(
+                f"dataset.template={cfg.template} uses column {column}, which holds lists, not text: the prompt "
+                f"would be the list's Python repr. For a list of user turns set dataset.prompt_format=turns "
+                f"dataset.turns_column={column}, for a chat dataset.prompt_format=messages "
+                f"dataset.messages_column={column} (both with dataset.template=null); or pick one item, "
+                f"e.g. {{{column}[0]}}"
+            )
+        if kind == "dict":
+            raise ConfigError(
+                f"dataset.template={cfg.template} uses column {column}, which holds objects, not text: name a "
+                f"field of it in the template, e.g. {{{column}[question]}}"
+            )
+
+
+def _bare_fields(template: str) -> list[str]:
+    """Columns the template uses whole (``{turns}``, not ``{turns[0]}``): only those can be a list's repr."""
+    return [name for _, name, _, _ in string.Formatter().parse(template) if name and name.isidentifier()]
 
 
 def load_rows(cfg: DatasetConfig, max_samples: int | None) -> list[SourceRow]:
@@ -264,6 +470,9 @@ def _text(record: dict[str, Any], template: str) -> str:
     empty = [c for c in template_fields(template) if record.get(c) is None]
     if empty:
         raise _BadRow(f"column(s) {empty} are empty in this row")
+    nested = [c for c in _bare_fields(template) if isinstance(record.get(c), (list, dict))]
+    if nested:
+        raise _BadRow(f"column(s) {nested} hold a list or object in this row, not text: dataset.template needs text")
     try:
         text = template.format(**record)
     except (KeyError, IndexError, AttributeError, ValueError, TypeError) as exc:

@@ -219,7 +219,7 @@ _SUMMARY_COLUMNS = ["category", "status", "completion_tokens", "spec_steps", "dr
 
 def _summarize_shard(layout: RunLayout, job: JobConfig, parts: list[Path], engine: Engine | None) -> Summary:
     """From every part of the shard, one part at a time (memory stays flat however many rows there are)."""
-    counters, seconds, totals = Counters(), 0.0, RowTotals()
+    counters, seconds, totals = Counters(), 0.0, RowTotals(by_category=job.dataset.category_column is not None)
     for number, part in enumerate(parts):
         stats = json.loads(layout.part_stats_path(number).read_text())
         c = stats["counters"]

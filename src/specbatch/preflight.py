@@ -1,8 +1,9 @@
 """Checks that need installed packages or the checkpoints' config.json, run before the slow engine build.
 
 The config dataclasses already refused what can be judged from the config alone; here we look at what is on
-disk (or on the hub): is the suffix-decoding package there, does the draft share the target's vocabulary, does
-an MTP target really have MTP layers. Each failure names the key to change and how.
+disk (or on the hub): is each checkpoint a folder or a hub id that can be loaded here, is the suffix-decoding
+package there, does the draft share the target's vocabulary, does an MTP target really have MTP layers. Each
+failure names the key to change and how.
 """
 
 from __future__ import annotations
@@ -26,6 +27,49 @@ _KIND = {
     SpecMethod.eagle: "an EAGLE head",
     SpecMethod.eagle3: "an EAGLE3 head",
 }
+
+
+# Files whose presence in the Hugging Face cache shows a hub checkpoint (or tokenizer) was downloaded before.
+_CACHE_MARKERS = ("config.json", "tokenizer_config.json", "tokenizer.json")
+
+
+def check_model_source(key: str, value: str, revision: str | None = None, *, checkpoint: bool = True) -> None:
+    """``value`` (of config ``key``) is a local folder (with config.json for a ``checkpoint``) or a hub id that
+    can be loaded here; otherwise a ConfigError that names the key, instead of an OS error from deep in a loader.
+
+    A hub id that is not cached is refused only in offline mode: with network it is downloaded as usual.
+    """
+    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    folder = Path(value).expanduser()
+    if folder.is_dir():
+        if checkpoint and not (folder / "config.json").is_file():
+            raise ConfigError(
+                f"{key}={value} is a folder without config.json: point it at a Hugging Face checkpoint folder "
+                "(config.json, tokenizer files and weights)"
+            )
+        return
+    if folder.exists():
+        raise ConfigError(f"{key}={value} is a file: point it at a Hugging Face checkpoint folder or a hub id")
+    looks_like_a_path = value.startswith(("/", "~", ".")) or "\\" in value
+    try:
+        validate_repo_id(value)
+    except HFValidationError:
+        looks_like_a_path = True
+    if looks_like_a_path:
+        raise ConfigError(
+            f"{key}={value}: no such folder, and not a hub id (org/name) either: point it at an existing local "
+            "Hugging Face folder (holding config.json) or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct"
+        )
+    cached = any(isinstance(try_to_load_from_cache(value, f, revision=revision), str) for f in _CACHE_MARKERS)
+    if not cached and constants.HF_HUB_OFFLINE:
+        raise ConfigError(
+            f"{key}={value} is not a local folder, and as a hub id it is not available offline (HF_HUB_OFFLINE=1): "
+            "it is not in the Hugging Face cache. Download it where there is network (hf download "
+            f"{value} --local-dir <folder>) and set {key}=<folder>, or run with network access"
+        )
 
 
 def read_model_config(path_or_id: str, revision: str | None = None) -> dict[str, Any] | None:
@@ -96,7 +140,18 @@ def check_pairing(job: JobConfig) -> None:
             )
 
 
+def check_sources(job: JobConfig) -> None:
+    """Every checkpoint the job names exists here (or may be downloaded)."""
+    model = job.model
+    check_model_source("model.path", model.path, model.revision)
+    if model.tokenizer:
+        check_model_source("model.tokenizer", model.tokenizer, model.revision, checkpoint=False)
+    if job.spec.method in CHECKPOINT_METHODS and job.spec.model:
+        check_model_source("spec.model", job.spec.model, job.spec.revision)
+
+
 def preflight(job: JobConfig) -> None:
     """Every check that can run before the engine; raises ConfigError."""
+    check_sources(job)
     check_installed(job)
     check_pairing(job)

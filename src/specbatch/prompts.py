@@ -7,6 +7,7 @@ from typing import Any
 
 from specbatch.config import ConfigError, DatasetConfig, ModelConfig
 from specbatch.data import SourceRow
+from specbatch.preflight import check_model_source
 
 
 @dataclass(frozen=True)
@@ -21,12 +22,25 @@ class Prompt:
 
 
 def load_tokenizer(cfg: ModelConfig) -> Any:
-    """The target's HF tokenizer, loaded without the model (cheap), so prompts are checked before the engine."""
+    """The target's HF tokenizer, loaded without the model (cheap), so prompts are checked before the engine.
+
+    It is the first thing that reads model.path (or model.tokenizer): a path or hub id that cannot be loaded
+    fails here as a ConfigError naming the key, not as an OS error.
+    """
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(
-        cfg.tokenizer or cfg.path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code
-    )
+    check_model_source("model.path", cfg.path, cfg.revision)
+    key, source = ("model.tokenizer", cfg.tokenizer) if cfg.tokenizer else ("model.path", cfg.path)
+    if cfg.tokenizer:
+        check_model_source(key, source, cfg.revision, checkpoint=False)
+    try:
+        return AutoTokenizer.from_pretrained(source, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+    except (OSError, ValueError) as exc:  # not found, unreachable hub, gated, no tokenizer files
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(
+            f"{key}={source}: no tokenizer could be loaded ({first}). Point {key} at a local Hugging Face folder "
+            "or a hub id available here (without network it must be in the Hugging Face cache)"
+        ) from exc
 
 
 def check_chat_template(cfg: DatasetConfig, tokenizer: Any) -> None:

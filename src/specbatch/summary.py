@@ -11,6 +11,9 @@ from specbatch.spec_metrics import Counters, acceptance_length
 
 # Raw per-category sums; the derived figures (AL, acceptance rate) are recomputed from them, never averaged.
 _CATEGORY_SUMS = ("rows", "error_rows", "output_tokens", "drafts", "draft_tokens", "accepted_tokens")
+# Where a run with a category column counts the rows that have none (a broken line, an empty cell), so the
+# per-category rows always add up to the run's rows.
+UNKNOWN_CATEGORY = "(unknown)"
 
 
 @dataclass
@@ -19,16 +22,21 @@ class RowTotals:
 
     rows: int = 0
     error_rows: int = 0
-    # category -> raw sums; only filled for rows that have a category.
+    # category -> raw sums.
     categories: dict[str, dict[str, int]] = field(default_factory=dict)
+    # The run has a category column (dataset.category_column): rows without a category count as UNKNOWN_CATEGORY.
+    # Without one, rows carry no category and there are no per-category figures.
+    by_category: bool = False
 
     def add(self, record: dict[str, Any]) -> None:
         ok = record["status"] == STATUS_OK
         self.rows += 1
         self.error_rows += not ok
-        if record.get("category") is None:
+        category = record.get("category")
+        if category is None and not self.by_category:
             return
-        sums = self.categories.setdefault(str(record["category"]), dict.fromkeys(_CATEGORY_SUMS, 0))
+        name = UNKNOWN_CATEGORY if category is None else str(category)
+        sums = self.categories.setdefault(name, dict.fromkeys(_CATEGORY_SUMS, 0))
         sums["rows"] += 1
         sums["error_rows"] += not ok
         if ok:
@@ -40,14 +48,15 @@ class RowTotals:
     def merge(self, other: RowTotals) -> None:
         self.rows += other.rows
         self.error_rows += other.error_rows
+        self.by_category = self.by_category or other.by_category
         for category, theirs in other.categories.items():
             mine = self.categories.setdefault(category, dict.fromkeys(_CATEGORY_SUMS, 0))
             for key in _CATEGORY_SUMS:
                 mine[key] += theirs[key]
 
     @classmethod
-    def of(cls, records: Iterable[dict[str, Any]]) -> RowTotals:
-        totals = cls()
+    def of(cls, records: Iterable[dict[str, Any]], by_category: bool = False) -> RowTotals:
+        totals = cls(by_category=by_category)
         for record in records:
             totals.add(record)
         return totals
@@ -107,7 +116,12 @@ class Summary:
     def row_totals(self) -> RowTotals:
         # A baseline's categories carry no draft sums: they count as zero when shards are added up.
         categories = {c: {k: int(f.get(k, 0)) for k in _CATEGORY_SUMS} for c, f in (self.per_category or {}).items()}
-        return RowTotals(rows=self.rows, error_rows=self.error_rows, categories=categories)
+        return RowTotals(
+            rows=self.rows,
+            error_rows=self.error_rows,
+            categories=categories,
+            by_category=self.per_category is not None,
+        )
 
 
 def summarize(
@@ -143,7 +157,7 @@ def summarize(
         ),
         acceptance_rate_per_position=[a / drafts if drafts else 0.0 for a in per_position] if speculative else None,
         accepted_per_position=per_position if speculative else None,
-        per_category=per_category(totals, speculative) if totals.categories else None,
+        per_category=per_category(totals, speculative) if totals.categories or totals.by_category else None,
     )
 
 
@@ -169,7 +183,8 @@ def merge_summaries(summaries: list[Summary]) -> Summary:
 def per_category(totals: RowTotals, speculative: bool) -> dict[str, dict[str, Any]]:
     """Per category: its sums, and AL and acceptance derived from them (the rows' figures sum to the counters)."""
     out: dict[str, dict[str, Any]] = {}
-    for category, sums in sorted(totals.categories.items()):
+    # Sorted by name, the rows without a category last.
+    for category, sums in sorted(totals.categories.items(), key=lambda item: (item[0] == UNKNOWN_CATEGORY, item[0])):
         figures: dict[str, Any] = {k: sums[k] for k in ("rows", "error_rows", "output_tokens")}
         if speculative:
             figures.update(
