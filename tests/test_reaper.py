@@ -21,22 +21,34 @@ from conftest import PROJECT_ROOT
 SHM = Path("/dev/shm")
 
 # A stand-in for the job: starts the reaper, then a child that holds two /dev/shm files open (one older than the
-# reaper, one created after), optionally stops the reaper the normal way, prints the child's pid and waits.
+# reaper, one created after), optionally stops the reaper the normal way, prints the child's pid and waits. A forked
+# child (what vLLM does on GPUs) inherits the job's end of the reaper's pipe, so the pipe stays open after the kill.
 JOB = textwrap.dedent(
     """
-    import subprocess, sys, time
+    import os, subprocess, sys, time
     from specbatch.reaper import Reaper
 
-    older, newer, stop = sys.argv[1], sys.argv[2], sys.argv[3] == "stop"
+    older, newer, mode = sys.argv[1:4]
     reaper = Reaper.start()
-    child = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; a = open(sys.argv[1]); b = open(sys.argv[2], 'w'); print('open', flush=True); "
-        "time.sleep(600)"), older, newer], stdout=subprocess.PIPE, text=True)
-    assert child.stdout.readline() == "open\\n"
+    if mode == "fork":
+        reader, writer = os.pipe()
+        child_pid = os.fork()
+        if child_pid == 0:
+            a, b = open(older), open(newer, "w")
+            os.write(writer, b"open")
+            time.sleep(600)
+            os._exit(0)
+        assert os.read(reader, 4) == b"open"
+    else:
+        child = subprocess.Popen([sys.executable, "-c", (
+            "import sys, time; a = open(sys.argv[1]); b = open(sys.argv[2], 'w'); print('open', flush=True); "
+            "time.sleep(600)"), older, newer], stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline() == "open\\n"
+        child_pid = child.pid
     time.sleep(1.5)  # the reaper records every 0.5 s
-    if stop:
+    if mode == "stop":
         reaper.stop()
-    print(child.pid, reaper.process.pid, flush=True)
+    print(child_pid, reaper.process.pid, flush=True)
     time.sleep(600)
     """
 )
@@ -84,13 +96,15 @@ def _kill_all(job: subprocess.Popen[str], *pids: int) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("kill", ["job", "group"])
-def test_killed_job_leaves_nothing_it_started(tmp_path: Path, shm_files: tuple[Path, Path], kill: str) -> None:
+@pytest.mark.parametrize(("kill", "child"), [("job", "spawn"), ("job", "fork"), ("group", "spawn")])
+def test_killed_job_leaves_nothing_it_started(
+    tmp_path: Path, shm_files: tuple[Path, Path], kill: str, child: str
+) -> None:
     """kill -9 of the job alone, or of its whole process group (then the reaper, in its own session, still removes
     the shared memory of the processes killed with the job)."""
     older, newer = shm_files
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # not the job's
-    job, child_pid, reaper_pid = _start_job(tmp_path, older, newer, "run")
+    job, child_pid, reaper_pid = _start_job(tmp_path, older, newer, child)
     try:
         if kill == "job":
             job.send_signal(signal.SIGKILL)
