@@ -71,29 +71,35 @@ def shm_files() -> Iterator[tuple[Path, Path]]:
     newer.unlink(missing_ok=True)
 
 
-def _start_job(tmp_path: Path, older: Path, newer: Path, mode: str) -> tuple[subprocess.Popen[str], int, int]:
-    script = tmp_path / "job.py"
-    script.write_text(JOB)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    job = subprocess.Popen(
-        [sys.executable, str(script), str(older), str(newer), mode],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-    assert job.stdout is not None
-    child_pid, reaper_pid = (int(word) for word in job.stdout.readline().split())
-    return job, child_pid, reaper_pid
+class Job:
+    """The stand-in job in its own session; ``kill_all`` ends it, its child and its reaper whatever the test did."""
 
+    def __init__(self, tmp_path: Path, older: Path, newer: Path, mode: str) -> None:
+        script = tmp_path / "job.py"
+        script.write_text(JOB)
+        src = str(PROJECT_ROOT / "src")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+        self.process = subprocess.Popen(
+            [sys.executable, str(script), str(older), str(newer), mode],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        self.child_pid = self.reaper_pid = 0
 
-def _kill_all(job: subprocess.Popen[str], *pids: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(job.pid, signal.SIGKILL)
-    job.wait()
-    for pid in pids:
+    def wait_started(self) -> None:
+        assert self.process.stdout is not None
+        self.child_pid, self.reaper_pid = (int(word) for word in self.process.stdout.readline().split())
+
+    def kill_all(self) -> None:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        for pid in (self.child_pid, self.reaper_pid):
+            if pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize(("kill", "child"), [("job", "spawn"), ("job", "fork"), ("group", "spawn")])
@@ -104,13 +110,15 @@ def test_killed_job_leaves_nothing_it_started(
     the shared memory of the processes killed with the job)."""
     older, newer = shm_files
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # not the job's
-    job, child_pid, reaper_pid = _start_job(tmp_path, older, newer, child)
+    job = Job(tmp_path, older, newer, child)
     try:
+        job.wait_started()
+        child_pid, reaper_pid = job.child_pid, job.reaper_pid
         if kill == "job":
-            job.send_signal(signal.SIGKILL)
+            job.process.send_signal(signal.SIGKILL)
         else:
-            os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
+            os.killpg(job.process.pid, signal.SIGKILL)
+        job.process.wait()
         deadline = time.monotonic() + 10
         while (_alive(child_pid) or _alive(reaper_pid) or newer.exists()) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -122,17 +130,18 @@ def test_killed_job_leaves_nothing_it_started(
     finally:
         bystander.kill()
         bystander.wait()
-        _kill_all(job, child_pid, reaper_pid)
+        job.kill_all()
 
 
 def test_stopped_reaper_ends_nothing(tmp_path: Path, shm_files: tuple[Path, Path]) -> None:
     older, newer = shm_files
-    job, child_pid, reaper_pid = _start_job(tmp_path, older, newer, "stop")
+    job = Job(tmp_path, older, newer, "stop")
     try:
-        assert not _alive(reaper_pid), "reaper.stop() returned before the reaper exited"
-        job.send_signal(signal.SIGKILL)
-        job.wait()
+        job.wait_started()
+        assert not _alive(job.reaper_pid), "reaper.stop() returned before the reaper exited"
+        job.process.send_signal(signal.SIGKILL)
+        job.process.wait()
         time.sleep(2)
-        assert _alive(child_pid) and newer.exists()
+        assert _alive(job.child_pid) and newer.exists()
     finally:
-        _kill_all(job, child_pid, reaper_pid)
+        job.kill_all()
