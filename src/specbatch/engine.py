@@ -16,6 +16,7 @@ from typing import Any
 
 from specbatch.config import JobConfig, SamplingConfig, SpecMethod, to_plain_dict
 from specbatch.prompts import Prompt
+from specbatch.reaper import Reaper
 from specbatch.spec_metrics import Counters
 
 log = logging.getLogger(__name__)
@@ -82,11 +83,13 @@ class Generation:
 class Engine:
     """One ``vllm.LLM``; start-up and warm-up times are kept apart from generation time."""
 
-    def __init__(self, llm: Any, fingerprint: str, startup_seconds: float) -> None:
+    def __init__(self, llm: Any, fingerprint: str, startup_seconds: float, reaper: Reaper | None = None) -> None:
         self.llm = llm
         self.fingerprint = fingerprint
         self.startup_seconds = startup_seconds
         self.warmup_seconds = 0.0
+        # Ends vLLM's processes if this job dies without close() (kill -9); see specbatch.reaper.
+        self.reaper = reaper
 
     @classmethod
     def start(cls, job: JobConfig) -> Engine:
@@ -101,11 +104,23 @@ class Engine:
         kwargs = llm_kwargs(job)
         log.info("starting vLLM: model=%s spec=%s", job.model.path, kwargs.get("speculative_config"))
         began = time.perf_counter()
-        llm = LLM(**kwargs)
-        engine = cls(llm, engine_fingerprint(job), time.perf_counter() - began)
+        # Before the LLM: a kill during the start-up (tens of seconds) would leave its processes as well.
+        reaper = Reaper.start()
+        try:
+            llm = LLM(**kwargs)
+        except BaseException:
+            # vLLM ends the processes of an engine that failed to start.
+            if reaper:
+                reaper.stop()
+            raise
+        engine = cls(llm, engine_fingerprint(job), time.perf_counter() - began, reaper)
         log.info("engine ready in %.1f s", engine.startup_seconds)
         if job.engine.warmup:
-            engine.warmup()
+            try:
+                engine.warmup()
+            except BaseException:
+                engine.close()
+                raise
         return engine
 
     def warmup(self) -> None:
@@ -139,3 +154,8 @@ class Engine:
         if callable(getattr(core, "shutdown", None)):
             core.shutdown()
         del llm
+        # Only once vLLM's shutdown (which joins, and if need be kills, its processes) went through: if it raised,
+        # the reaper stays and ends whatever is left when this process exits.
+        reaper, self.reaper = self.reaper, None
+        if reaper:
+            reaper.stop()
