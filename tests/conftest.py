@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -103,6 +104,27 @@ class FakeLLM:
 
 def fake_engine(job, llm: FakeLLM) -> Engine:
     return Engine(llm, engine_fingerprint(job), startup_seconds=0.0)
+
+
+def kill_job_group_when(args: list[str], ready: Callable[[], bool], what: str, timeout: float = 600) -> None:
+    """Run jobs/generate.py in its own session until ``ready()``, then SIGKILL the whole group, as a node loss would
+    (the engine's processes die with it). Fails if the job ends first or ``what`` does not happen in time."""
+    proc = subprocess.Popen(
+        [sys.executable, str(GENERATE), *args],
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert proc.poll() is None, f"the job ended before {what}"
+            assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 class LiveJob:

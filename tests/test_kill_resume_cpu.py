@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import GENERATE, PROJECT_ROOT, compose_job, run_generate
+from conftest import compose_job, kill_job_group_when, run_generate
 from specbatch.layout import RunLayout
 
 pytestmark = pytest.mark.slow
@@ -29,23 +24,8 @@ def test_killed_shard_resumes_to_exactly_once(tmp_path: Path) -> None:
         "tracking=off",
     ]
     layout = RunLayout.for_job(compose_job(args))
-    # Its own process group, so the kill takes vLLM's engine and worker processes down with it, as a node loss would.
-    proc = subprocess.Popen(
-        [sys.executable, str(GENERATE), *args],
-        cwd=PROJECT_ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 600
-        while not layout.part_path(1).exists():  # two chunks written, the third in flight
-            assert proc.poll() is None, "the job ended before it could be killed"
-            assert time.monotonic() < deadline, "no second chunk within 10 minutes"
-            time.sleep(0.2)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    # Two chunks written, the third in flight.
+    kill_job_group_when(args, layout.part_path(1).exists, "second chunk")
     assert not layout.done_marker.exists()
     written_before = sorted(p.name for p in layout.data_dir.glob("part-*.parquet"))
     assert len(written_before) < N_ROWS // 3

@@ -4,18 +4,14 @@ launches with different shard counts at the same moment, and a launch racing the
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import GENERATE, PROJECT_ROOT, LiveJob, compose_job, run_generate
+from conftest import LiveJob, compose_job, kill_job_group_when, run_generate
 from specbatch.layout import RunLayout
 
 pytestmark = pytest.mark.slow
@@ -56,23 +52,7 @@ def test_a_kill_then_an_edited_data_file_is_refused_and_the_killed_run_ends_kill
     write_rows(data, original, "the quick brown fox number")
     args = local_args(tmp_path, data, "chunk_size=2", "tracking.experiment=edited")
     layout = RunLayout.for_job(compose_job(args))
-    # Its own session, so the kill takes the engine processes down too, as a node loss would.
-    proc = subprocess.Popen(
-        [sys.executable, str(GENERATE), *args],
-        cwd=PROJECT_ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 600
-        while not layout.part_path(0).exists():
-            assert proc.poll() is None, "the job ended before chunk 0 was written"
-            assert time.monotonic() < deadline, "no chunk within 10 minutes"
-            time.sleep(0.1)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    kill_job_group_when(args, layout.part_path(0).exists, "chunk 0")
     assert statuses(tmp_path, "edited") == ["RUNNING"]  # a SIGKILL ends nothing by itself
     written = row_ids(layout)
     assert written[:2] == ["q0", "q1"] and not layout.done_marker.exists()

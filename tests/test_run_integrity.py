@@ -24,29 +24,22 @@ STATUS = PROJECT_ROOT / "jobs" / "status.py"
 COMPARE = PROJECT_ROOT / "jobs" / "compare.py"
 
 
+ORIGINAL = [f"r{i}" for i in range(6)]
+
+
 def write_rows(path: Path, ids: list[str], text: str = "question") -> None:
     path.write_text("".join(json.dumps({"id": i, "q": f"{text} {i}"}) + "\n" for i in ids))
 
 
 @pytest.fixture
-def data_job(job_factory, tmp_path: Path):
-    """Jobs over tmp_path/q.jsonl (ids q0..q5 unless rewritten), chunks of 2 rows, spec=none."""
-    data = tmp_path / "q.jsonl"
-    write_rows(data, [f"q{i}" for i in range(6)])
+def data_job(local_job_factory, tmp_path: Path):
+    """Jobs over conftest's local file of rows r0..r5, chunks of 2 rows, spec=none. Making a job writes the file
+    afresh: tests that edit it make their jobs first."""
 
     def make(*extra: str):
-        return job_factory(
-            "spec=none",
-            "dataset=local",
-            f"dataset.path={data}",
-            "dataset.template='{q}'",
-            "dataset.id_column=id",
-            "chunk_size=2",
-            "tracking=off",
-            *extra,
-        )
+        return local_job_factory("tracking=off", *extra, rows=6)
 
-    make.data = data
+    make.data = tmp_path / "rows-6.jsonl"
     return make
 
 
@@ -57,27 +50,28 @@ def row_ids(layout: RunLayout) -> list[str]:
 def test_a_resume_over_an_edited_data_file_is_refused(data_job) -> None:
     job = data_job()
     layout = RunLayout.for_job(job)
+    original = data_job.data.read_text()
     with pytest.raises(KeyboardInterrupt):
         run_job(job, engine=fake_engine(job, FakeLLM(die_on_call=2)))
-    assert row_ids(layout) == ["q0", "q1"]
+    assert row_ids(layout) == ["r0", "r1"]
     # The file is rewritten between the kill and the rerun: other order, other text.
-    write_rows(data_job.data, [f"q{i}" for i in (5, 4, 3, 2, 1, 0)], text="edited")
+    write_rows(data_job.data, list(reversed(ORIGINAL)), text="edited")
     llm = FakeLLM()
-    with pytest.raises(ConfigError, match=r"dataset.path=.*q.jsonl changed since shard 0/1.*chunk 0.*run_name="):
+    with pytest.raises(ConfigError, match=r"dataset.path=.*rows-6.jsonl changed since shard 0/1.*chunk 0.*run_name="):
         run_job(job, engine=fake_engine(job, llm))
-    assert llm.calls == [] and row_ids(layout) == ["q0", "q1"]  # nothing generated, nothing mixed
+    assert llm.calls == [] and row_ids(layout) == ["r0", "r1"]  # nothing generated, nothing mixed
 
     # Restored, the run finishes with every row once.
-    write_rows(data_job.data, [f"q{i}" for i in range(6)])
+    data_job.data.write_text(original)
     result = run_job(job, engine=fake_engine(job, FakeLLM()))
-    assert result.layout.done_marker.exists() and row_ids(layout) == [f"q{i}" for i in range(6)]
+    assert result.layout.done_marker.exists() and row_ids(layout) == ORIGINAL
 
 
 def test_an_edit_to_rows_not_generated_yet_is_refused_too(data_job) -> None:
     job = data_job()
     with pytest.raises(KeyboardInterrupt):
         run_job(job, engine=fake_engine(job, FakeLLM(die_on_call=2)))
-    data_job.data.write_text(data_job.data.read_text().replace("question q5", "question five"))
+    data_job.data.write_text(data_job.data.read_text().replace("question 5", "question five"))
     with pytest.raises(ConfigError, match="chunk 2"):
         run_job(job, engine=fake_engine(job, FakeLLM()))
 
@@ -85,8 +79,8 @@ def test_an_edit_to_rows_not_generated_yet_is_refused_too(data_job) -> None:
 def test_rows_added_to_a_sharded_run_are_refused(data_job) -> None:
     job = data_job("shard.index=0", "shard.count=2", "max_samples=null")
     run_job(job, engine=fake_engine(job, FakeLLM()))
-    write_rows(data_job.data, [f"q{i}" for i in range(8)])  # shard 0 would now end at q3 instead of q2
     other = data_job("shard.index=1", "shard.count=2", "max_samples=null")
+    write_rows(data_job.data, [f"r{i}" for i in range(8)])  # shard 0 would now end at r3 instead of r2
     with pytest.raises(ConfigError, match="now gives 8 rows, but this run started with 6"):
         run_job(other, engine=fake_engine(other, FakeLLM()))
 
@@ -120,7 +114,7 @@ def test_damaged_parts_are_named_by_status_merge_and_compare_and_regenerated(dat
     llm = FakeLLM()
     result = run_job(job, engine=fake_engine(job, llm))
     assert result.generated and llm.calls == [2, 2]
-    assert row_ids(layout) == [f"q{i}" for i in range(6)] and run_status(layout.root)[0].state == "done"
+    assert row_ids(layout) == ORIGINAL and run_status(layout.root)[0].state == "done"
     assert json.loads(layout.stats_path.read_text())["rows"] == stats_before["rows"]
     assert merge_run(layout.root, log_to_mlflow=False).summary.rows == 6
 
@@ -133,7 +127,7 @@ def test_a_deleted_part_of_a_finished_shard_is_regenerated(data_job) -> None:
     assert run_status(layout.root)[0].state == "damaged"
     llm = FakeLLM()
     run_job(job, engine=fake_engine(job, llm))
-    assert llm.calls == [2] and row_ids(layout) == [f"q{i}" for i in range(6)]
+    assert llm.calls == [2] and row_ids(layout) == ORIGINAL
 
 
 def test_a_shard_finished_by_another_process_meanwhile_is_left_alone(data_job, monkeypatch) -> None:
@@ -193,4 +187,4 @@ def test_a_damaged_part_of_an_unfinished_shard_is_regenerated(data_job) -> None:
     assert [(s.state, s.parts) for s in run_status(layout.root)] == [("damaged", 1)]
     llm = FakeLLM()
     run_job(job, engine=fake_engine(job, llm))
-    assert llm.calls == [2, 2, 2] and row_ids(layout) == [f"q{i}" for i in range(6)]
+    assert llm.calls == [2, 2, 2] and row_ids(layout) == ORIGINAL
