@@ -21,8 +21,10 @@ from conftest import PROJECT_ROOT
 SHM = Path("/dev/shm")
 
 # A stand-in for the job: starts the reaper, then a child that holds two /dev/shm files open (one older than the
-# reaper, one created after), optionally stops the reaper the normal way, prints the child's pid and waits. A forked
-# child (what vLLM does on GPUs) inherits the job's end of the reaper's pipe, so the pipe stays open after the kill.
+# reaper, one created after) and makes a loky-style semaphore file named by its pid (closed at once, as vLLM's
+# EngineCore maps one without holding it open), optionally stops the reaper the normal way, prints the child's pid
+# and waits. A forked child (what vLLM does on GPUs) inherits the job's end of the reaper's pipe, so the pipe stays
+# open after the kill.
 JOB = textwrap.dedent(
     """
     import os, subprocess, sys, time
@@ -35,13 +37,15 @@ JOB = textwrap.dedent(
         child_pid = os.fork()
         if child_pid == 0:
             a, b = open(older), open(newer, "w")
+            open(f"/dev/shm/sem.loky-{os.getpid()}-specbatchtest", "w").close()
             os.write(writer, b"open")
             time.sleep(600)
             os._exit(0)
         assert os.read(reader, 4) == b"open"
     else:
         child = subprocess.Popen([sys.executable, "-c", (
-            "import sys, time; a = open(sys.argv[1]); b = open(sys.argv[2], 'w'); print('open', flush=True); "
+            "import os, sys, time; a = open(sys.argv[1]); b = open(sys.argv[2], 'w'); "
+            "open(f'/dev/shm/sem.loky-{os.getpid()}-specbatchtest', 'w').close(); print('open', flush=True); "
             "time.sleep(600)"), older, newer], stdout=subprocess.PIPE, text=True)
         assert child.stdout.readline() == "open\\n"
         child_pid = child.pid
@@ -114,6 +118,8 @@ def test_killed_job_leaves_nothing_it_started(
     try:
         job.wait_started()
         child_pid, reaper_pid = job.child_pid, job.reaper_pid
+        semaphore = SHM / f"sem.loky-{child_pid}-specbatchtest"
+        assert semaphore.exists()
         if kill == "job":
             job.process.send_signal(signal.SIGKILL)
         else:
@@ -124,6 +130,7 @@ def test_killed_job_leaves_nothing_it_started(
             time.sleep(0.1)
         assert not _alive(child_pid), "the job's child outlived it"
         assert not newer.exists(), "the segment the job's child created was left"
+        assert not semaphore.exists(), "the semaphore named by the job's child was left"
         assert not _alive(reaper_pid), "the reaper outlived its work"
         assert older.exists(), "a file older than the reaper was removed"
         assert bystander.poll() is None, "a process that is not the job's was ended"
@@ -131,6 +138,8 @@ def test_killed_job_leaves_nothing_it_started(
         bystander.kill()
         bystander.wait()
         job.kill_all()
+        if job.child_pid:
+            (SHM / f"sem.loky-{job.child_pid}-specbatchtest").unlink(missing_ok=True)
 
 
 def test_stopped_reaper_ends_nothing(tmp_path: Path, shm_files: tuple[Path, Path]) -> None:
@@ -143,5 +152,8 @@ def test_stopped_reaper_ends_nothing(tmp_path: Path, shm_files: tuple[Path, Path
         job.process.wait()
         time.sleep(2)
         assert _alive(job.child_pid) and newer.exists()
+        assert (SHM / f"sem.loky-{job.child_pid}-specbatchtest").exists()
     finally:
         job.kill_all()
+        if job.child_pid:
+            (SHM / f"sem.loky-{job.child_pid}-specbatchtest").unlink(missing_ok=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import select
 import signal
 import subprocess
@@ -134,6 +135,8 @@ class Watch:
         self.job = psutil.Process(job_pid)
         self.shm_before = _shm_entries()
         self.processes: set[psutil.Process] = set()  # hashed by pid and creation time: a reused pid is another
+        # Every pid of the job's tree seen alive: a group kill can end them all before the last record.
+        self.pids: set[int] = {job_pid}
         self.shm_paths: set[str] = set()
 
     def record(self) -> None:
@@ -141,6 +144,7 @@ class Watch:
             self.processes.update(self.job.children(recursive=True))
         self.processes.discard(psutil.Process())  # psutil.Process() is this reaper
         self.processes = {p for p in self.processes if p.is_running()}
+        self.pids.update(p.pid for p in self.processes)
         for process in self.processes:
             with contextlib.suppress(psutil.Error):
                 self.shm_paths |= _shm_used_by(process, maps=False)
@@ -175,13 +179,27 @@ class Watch:
         # No wait after SIGKILL: those processes clean nothing up any more, and an unlinked segment is freed when
         # its last mapping goes.
         _signal(alive, signal.SIGKILL)
-        owned = {(path, inode) for path, inode in _shm_entries() - self.shm_before if path in self.shm_paths}
+        owned = {
+            (path, inode)
+            for path, inode in _shm_entries() - self.shm_before
+            if path in self.shm_paths or _creator_pid(path) in self.pids
+        }
         for path, inode in sorted(owned):
             with contextlib.suppress(FileNotFoundError):
                 stat = os.stat(path)
                 if stat.st_ino == inode and stat.st_uid == os.getuid():
                     os.unlink(path)
                     log.warning("removed %s left by job %d", path, self.job_pid)
+
+
+# loky's named semaphores (vLLM's EngineCore makes one) carry their creator's pid in the name. They are mapped, never
+# held open, so when a group kill leaves no survivor to read the maps of, the name is what ties them to the job.
+_LOKY_SEMAPHORE = re.compile(r"sem\.loky-(\d+)-")
+
+
+def _creator_pid(path: str) -> int | None:
+    match = _LOKY_SEMAPHORE.match(os.path.basename(path))
+    return int(match.group(1)) if match else None
 
 
 def _name(process: psutil.Process) -> str:
