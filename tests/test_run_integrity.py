@@ -161,6 +161,7 @@ def test_a_shard_finished_by_another_process_meanwhile_is_left_alone(data_job, m
 
 def test_an_mlflow_run_left_running_by_a_killed_launch_ends_killed(data_job) -> None:
     job = data_job("tracking=sqlite", "tracking.experiment=killed")
+    assert RunLayout.for_job(data_job()) == RunLayout.for_job(job)  # tracking is not part of the run folder
     layout = RunLayout.for_job(job)
     with pytest.raises(KeyboardInterrupt):
         run_job(job, engine=fake_engine(job, FakeLLM(die_on_call=2)))
@@ -170,6 +171,13 @@ def test_an_mlflow_run_left_running_by_a_killed_launch_ends_killed(data_job) -> 
     # A SIGKILL runs no handler: the run stays RUNNING and the shard keeps the record of it.
     client.update_run(failed.info.run_id, status="RUNNING")
     atomic_write_text(layout.mlflow_active_path, json.dumps({"run_id": failed.info.run_id}))
+
+    # A launch with tracking off cannot end it and keeps the record (here it dies before its first chunk).
+    untracked = data_job()
+    with pytest.raises(KeyboardInterrupt):
+        run_job(untracked, engine=fake_engine(untracked, FakeLLM(die_on_call=1)))
+    assert layout.mlflow_active_path.exists()
+    assert [r.info.status for r in client.search_runs([experiment])] == ["RUNNING"]
 
     run_job(job, engine=fake_engine(job, FakeLLM()))
     runs = client.search_runs([experiment], order_by=["start_time"])

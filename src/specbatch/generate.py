@@ -126,11 +126,13 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
             )
         parent = sweep.parent_run_id if sweep else None
         later = f"python jobs/log_run.py {layout.root}"
+        recorded_run = False
         try:
             with mlflow_run(job.tracking, identity.name, tags, identity.description, parent, later) as run:
                 if run and run.run_id:
                     # Left behind only if this process is killed: the next launch of the shard ends the run KILLED.
                     atomic_write_json(layout.mlflow_active_path, {"run_id": run.run_id, "uri": mask_uri(run.uri)})
+                    recorded_run = True
                 if run:
                     log_params(run, config)
                 own_engine = engine is None and bool(todo)
@@ -160,7 +162,8 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
                 # Written last: its presence promises every part of the shard is complete.
                 atomic_write_text(layout.done_marker, time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
         finally:
-            layout.mlflow_active_path.unlink(missing_ok=True)
+            if recorded_run:  # the run has ended (FINISHED, FAILED or KILLED) with this launch
+                layout.mlflow_active_path.unlink(missing_ok=True)
     log.info("summary of %s (shard %s)\n%s", layout.root, shard, format_table(summary))
     log.info("shard %s: %d rows (%d error rows) in %s", shard, summary.rows, summary.error_rows, layout.data_dir)
     return JobResult(layout, summary, parts, generated=bool(todo))
@@ -335,6 +338,6 @@ def _end_killed_run(job: JobConfig, layout: RunLayout) -> None:
     if not path.exists():
         return
     run_id = json.loads(path.read_text())["run_id"]
-    if job.tracking.enabled and not mark_run_killed(job.tracking, run_id):
+    if not job.tracking.enabled or not mark_run_killed(job.tracking, run_id):
         return  # keep the record: a later launch that reaches the store ends the run
     path.unlink(missing_ok=True)
