@@ -3,7 +3,7 @@
 #
 #   bash jobs/slurm/cluster.sh install   # Debian's slurm-wlm and munge, when missing (needs root)
 #   bash jobs/slurm/cluster.sh up        # munged + slurmctld + slurmd; prints the SLURM_CONF to export
-#   bash jobs/slurm/cluster.sh down      # cancel jobs, stop the daemons
+#   bash jobs/slurm/cluster.sh down      # cancel jobs, stop the daemons (munged too, if `up` started it)
 #
 # Everything lives in $SPECBATCH_SLURM_DIR (default /tmp/specbatch-slurm); clients find the cluster through
 # SLURM_CONF=$SPECBATCH_SLURM_DIR/slurm.conf. No accounting database: sacct is unavailable (submitit warns).
@@ -78,6 +78,8 @@ CONF
   mkdir -p /run/munge && chown munge:munge /run/munge && chmod 755 /run/munge
   if ! pgrep -x munged >/dev/null; then
     runuser -u munge -- /usr/sbin/munged
+    # Ours to stop on `down` (its own pid file names it); a munged that was already running is left alone.
+    cp /run/munge/munged.pid "$DIR/munged.pid"
   fi
   slurmctld -c -f "$CONF"
   slurmd -c -f "$CONF"
@@ -118,6 +120,11 @@ down() {
     done
   fi
   stop_daemons
+  if [[ -f "$DIR/munged.pid" ]]; then
+    local pid
+    pid=$(cat "$DIR/munged.pid")
+    [[ "$(ps -o comm= -p "$pid" 2>/dev/null)" == munged ]] && kill -TERM "$pid" 2>/dev/null || true
+  fi
   say "down"
 }
 
