@@ -31,12 +31,12 @@ from specbatch.integrity import (
     rows_digest,
 )
 from specbatch.interrupts import StopRequested, sigterm_deferred
-from specbatch.layout import RunLayout, atomic_write_json, atomic_write_text, create_json_once
+from specbatch.layout import RunLayout, atomic_write_json, atomic_write_text, create_json_once, temporary_beside
 from specbatch.locks import shard_lock
 from specbatch.masking import mask_uri
 from specbatch.preflight import preflight
 from specbatch.prompts import check_chat_template, load_tokenizer
-from specbatch.records import write_parquet
+from specbatch.records import write_parquet_file
 from specbatch.review import RunIdentity, log_params, log_shard_results, run_identity
 from specbatch.sharding import chunk_ranges, resolve_shard, shard_range
 from specbatch.spec_metrics import Counters
@@ -110,7 +110,7 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
         _end_killed_run(job, layout)
         _remove_stale_temporaries(layout)
         _check_source(layout, job, [rows_digest(source.rows(c)) for c in chunks])
-        _drop_damaged_parts(layout, len(chunks))
+        _drop_damaged_parts(layout)
         todo = [n for n in range(len(chunks)) if not layout.part_path(n).exists()]
         log.info(
             "shard %s: rows %d..%d in %d chunks, %d to generate", shard, span.start, span.stop, len(chunks), len(todo)
@@ -203,16 +203,13 @@ def _generate_chunk(
 ) -> None:
     batch = generate_rows(engine, rows, job, tokenizer)
     part = layout.part_path(number)
-    tmp = part.with_name(f".{part.name}.tmp-{os.getpid()}")
-    try:
-        write_parquet(batch.records, tmp, config)
+    with temporary_beside(part) as tmp:
+        write_parquet_file(batch.records, tmp, config)
         # The chunk's counters and the part's checksum go first; the part's rename is the commit, so a part never
         # lacks its figures and every later reader can tell a damaged part from a good one.
         stats = {"counters": asdict(batch.counters), "seconds": batch.seconds, "part": PartRecord.of(tmp).to_dict()}
         atomic_write_json(layout.part_stats_path(number), stats)
         os.replace(tmp, part)
-    finally:
-        tmp.unlink(missing_ok=True)
     log.info("chunk %d written: %d rows", number, len(batch.records))
 
 
@@ -297,7 +294,7 @@ def _source_name(job: JobConfig) -> str:
 def _check_source(layout: RunLayout, job: JobConfig, digests: list[str]) -> None:
     """Refuse to resume over source rows that changed since the shard started; record them on its first start."""
     recorded = read_source_record(layout)
-    has_parts = any(layout.data_dir.glob("part-*.parquet"))
+    has_parts = bool(layout.part_numbers())
     if recorded is not None and has_parts:
         changed = changed_chunks(recorded, digests)
         if changed:
@@ -318,10 +315,9 @@ def _check_source(layout: RunLayout, job: JobConfig, digests: list[str]) -> None
     atomic_write_json(layout.source_record_path, {"chunks": digests})
 
 
-def _drop_damaged_parts(layout: RunLayout, chunks: int) -> None:
+def _drop_damaged_parts(layout: RunLayout) -> None:
     """A part that is not as it was written is regenerated: it and its stats are the job's own files."""
-    numbers = [n for n in range(chunks) if layout.part_path(n).exists()]
-    damaged = damaged_parts(layout, numbers)
+    damaged = damaged_parts(layout, layout.part_numbers())
     if not damaged:
         return
     log.warning("damaged parts are regenerated: %s", describe_damage(layout, damaged))

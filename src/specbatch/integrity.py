@@ -79,7 +79,7 @@ def part_problem(layout: RunLayout, number: int) -> str | None:
 
 def expected_parts(layout: RunLayout) -> list[int]:
     """Part numbers the shard has or should have: those on disk plus every chunk its source record lists."""
-    numbers = {int(p.stem.split("-")[1]) for p in layout.data_dir.glob("part-*.parquet")}
+    numbers = set(layout.part_numbers())
     record = read_source_record(layout)
     if record is not None:
         numbers.update(range(len(record["chunks"])))

@@ -7,10 +7,12 @@ different set-ups never share one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,10 @@ class RunLayout:
     def part_path(self, part: int) -> Path:
         return self.data_dir / f"part-{part:05d}.parquet"
 
+    def part_numbers(self) -> list[int]:
+        """Numbers of the shard's parts on disk, in order."""
+        return sorted(int(p.stem.removeprefix("part-")) for p in self.data_dir.glob("part-*.parquet"))
+
     def part_stats_path(self, part: int) -> Path:
         """Engine counters and seconds of one chunk, written just before its part (the part is the commit)."""
         return self.root / "stats" / self.shard_tag / f"part-{part:05d}.json"
@@ -105,16 +111,24 @@ class RunLayout:
         return self.root / "config.yaml"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary name in the same folder and rename, so readers never see half a file."""
+@contextlib.contextmanager
+def temporary_beside(path: Path) -> Iterator[Path]:
+    """A temporary name for ``path`` in its own folder (so the rename into place is atomic), removed on the way out
+    unless it was renamed: a failed write (e.g. a full disk) leaves no half file. The name ``.<name>.tmp-<pid>`` is
+    the one readers skip and the stale-temporary clean-up removes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
+        yield tmp
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temporary name in the same folder and rename, so readers never see half a file."""
+    with temporary_beside(path) as tmp:
         tmp.write_text(text)
         os.replace(tmp, path)
-    finally:
-        # After a failed write (e.g. a full disk) no half file is left behind.
-        tmp.unlink(missing_ok=True)
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
@@ -127,14 +141,10 @@ def create_json_once(path: Path, data: Any) -> bool:
     The complete file is hard-linked into place, which fails when the name exists: of two processes racing to
     create it, exactly one wins and neither ever sees half a file.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with temporary_beside(path) as tmp:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
         try:
             os.link(tmp, path)
         except FileExistsError:
             return False
         return True
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -1,7 +1,7 @@
 """Checks that need installed packages or the checkpoints' config.json, run before the slow engine build.
 
 The config dataclasses already refused what can be judged from the config alone; here we look at what is on
-disk (or on the hub): is each checkpoint a folder or a hub id that can be loaded here, is the suffix-decoding
+disk (or on the hub): is the draft checkpoint a folder or a hub id that can be loaded here, is the suffix-decoding
 package there, does the draft share the target's vocabulary, does an MTP target really have MTP layers. Each
 failure names the key to change and how.
 """
@@ -141,11 +141,8 @@ def check_pairing(job: JobConfig) -> None:
 
 
 def check_sources(job: JobConfig) -> None:
-    """Every checkpoint the job names exists here (or may be downloaded)."""
-    model = job.model
-    check_model_source("model.path", model.path, model.revision)
-    if model.tokenizer:
-        check_model_source("model.tokenizer", model.tokenizer, model.revision, checkpoint=False)
+    """The draft checkpoint exists here (or may be downloaded). model.path and model.tokenizer are checked by
+    prompts.load_tokenizer, their first reader, which runs before this."""
     if job.spec.method in CHECKPOINT_METHODS and job.spec.model:
         check_model_source("spec.model", job.spec.model, job.spec.revision)
 

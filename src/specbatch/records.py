@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from specbatch.layout import temporary_beside
 from specbatch.prompts import Prompt
 from specbatch.spec_metrics import RowSpecFigures
 
@@ -113,17 +114,17 @@ def error_record(
 
 def write_parquet(records: list[dict[str, Any]], path: Path, config: dict[str, Any]) -> None:
     """Write under a temporary name in the same folder, then rename: a reader sees the whole file or none."""
+    with temporary_beside(path) as tmp:
+        write_parquet_file(records, tmp, config)
+        os.replace(tmp, path)
+
+
+def write_parquet_file(records: list[dict[str, Any]], path: Path, config: dict[str, Any]) -> None:
+    """Write ``path`` as it is (not atomic: callers that need to, write a temporary name and rename it)."""
     schema = SCHEMA.with_metadata(
         {CONFIG_METADATA_KEY: json.dumps(config, sort_keys=True).encode(), SCHEMA_VERSION_KEY: SCHEMA_VERSION}
     )
-    table = pa.Table.from_pylist(records, schema=schema)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    pq.write_table(pa.Table.from_pylist(records, schema=schema), path)
 
 
 def read_config_metadata(path: Path) -> dict[str, Any]:

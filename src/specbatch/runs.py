@@ -52,12 +52,12 @@ def shard_layouts(root: Path) -> list[RunLayout]:
 def run_status(root: Path) -> list[ShardState]:
     states = []
     for layout in shard_layouts(root):
-        parts = len(list(layout.data_dir.glob("part-*.parquet"))) if layout.data_dir.exists() else 0
+        on_disk = layout.part_numbers()
+        parts = len(on_disk)
         if is_locked(layout.lock_path):
             states.append(ShardState(layout.shard_index, "running", parts))
             continue
         # A done shard must have every part it recorded; an unfinished one only its finished parts intact.
-        on_disk = sorted(int(p.stem.split("-")[1]) for p in layout.data_dir.glob("part-*.parquet"))
         damaged = damaged_parts(layout, None if layout.done_marker.exists() else on_disk)
         if damaged:
             problem = describe_damage(layout, damaged)
