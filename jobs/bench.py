@@ -6,10 +6,10 @@
     ``jobs/bench_bare.py`` (a bare ``vllm.LLM`` script given the exact same ``LLM`` arguments and prompt token ids)
     each run as a fresh process; wall time minus engine start-up, job ÷ bare. Goal: ≤ 1.03. The bare script also
     runs spec=none, so vLLM's own speedup on the same prompts is printed beside the job's.
-(b) Speedup: spec=none, ngram and suffix at several k, each engine measured at batch size 1 (chunk_size=1: one
-    prompt per engine call) and at full batch (all prompts in one call), greedy, on the default code-editing task,
-    through the job's own code (``run_job``); speedup and equality come from jobs/compare's analysis of the stored
-    runs. Goals: ≥ 3.0x at batch 1 and ≥ 2.0x at full batch with the best k.
+(b) Speedup: spec=none, ngram and suffix at several k, each measured at batch size 1 (engine.max_num_seqs=1: one
+    request at a time) and at full batch (every prompt in the engine at once), greedy, on the default
+    code-editing task, through the job's own code (``run_job``); speedup and equality come from jobs/compare's
+    analysis of the stored runs. Goals: ≥ 3.0x at batch 1 and ≥ 2.0x at full batch with the best k.
 
 One run per measurement on a shared, noisy 2-core machine: quote the ratios of one invocation together.
 """
@@ -27,7 +27,8 @@ from hydra import compose, initialize_config_dir
 from specbatch.compare import format_comparison
 from specbatch.config import JobConfig, register_configs, to_job_config
 from specbatch.data import load_rows
-from specbatch.engine import Engine, llm_kwargs
+from specbatch.engine import start_engine
+from specbatch.engine.vllm_offline import llm_kwargs
 from specbatch.generate import run_job
 from specbatch.prompts import load_tokenizer, render
 from specbatch.records import read_rows
@@ -99,21 +100,20 @@ def measure_overhead(common: list[str], root: Path, stamp: str) -> dict:
 
 
 def measure_speedups(common: list[str], root: Path, stamp: str) -> list[Path]:
-    """One engine per (method, k), used for batch 1 then full batch; returns the run folders."""
+    """One engine per (method, k) and batch size (the batch is the engine's max_num_seqs); returns the run folders."""
     folders = []
     for method, k in CASES:
         spec = [f"spec={method}"] + ([f"spec.num_speculative_tokens={k}"] if k else [])
         base = [*common, *spec, f"output_root={root}"]
-        jobs = [
-            compose_job([*base, "chunk_size=1", f"run_name=bs1-{stamp}"]),
+        for job in (
+            compose_job([*base, "engine.max_num_seqs=1", f"run_name=bs1-{stamp}"]),
             compose_job([*base, f"run_name=full-{stamp}"]),
-        ]
-        engine = Engine.start(jobs[0])
-        try:
-            for job in jobs:
+        ):
+            engine = start_engine(job)
+            try:
                 folders.append(run_job(job, engine=engine).layout.root)
-        finally:
-            engine.close()
+            finally:
+                engine.close()
     return folders
 
 

@@ -1,5 +1,6 @@
 """Peak memory of one shard job as the number of prompts grows: it should stay flat (rows are read, generated and
-written chunk by chunk). The engine is a fast stand-in (no model), everything else is the real job code.
+written chunk by chunk). The engine is the dummy backend (engine.backend=dummy: no model, answers at once),
+everything else is the real job code.
 
     .venv/bin/python jobs/bench_memory.py [--rows 1000 10000 100000] [--chunk-size 256]
 
@@ -15,36 +16,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 log = logging.getLogger("bench_memory")
-
-
-class InstantLLM:
-    """Stands in for vllm.LLM: answers every prompt with 16 tokens at once."""
-
-    def __init__(self) -> None:
-        self.generated = 0
-
-    def get_metrics(self) -> list:
-        return [SimpleNamespace(name="vllm:generation_tokens", value=self.generated)]
-
-    def generate(self, prompts, params, use_tqdm=True):
-        self.generated += 16 * len(prompts)
-        completion = SimpleNamespace(
-            text="an answer of sixteen tokens or so",
-            token_ids=list(range(16)),
-            finish_reason="length",
-            spec_decode_metrics=None,
-        )
-        return [SimpleNamespace(outputs=[completion]) for _ in prompts]
 
 
 def child(rows: int, chunk_size: int, workdir: Path) -> dict:
     from hydra import compose, initialize_config_dir
 
     from specbatch.config import register_configs, to_job_config
-    from specbatch.engine import Engine, engine_fingerprint
     from specbatch.generate import run_job
 
     data = workdir / f"rows-{rows}.jsonl"
@@ -54,6 +33,7 @@ def child(rows: int, chunk_size: int, workdir: Path) -> dict:
     register_configs()
     overrides = [
         "spec=none",
+        "engine.backend=dummy",
         "tracking=off",
         "dataset=local",
         f"dataset.path={data}",
@@ -68,7 +48,7 @@ def child(rows: int, chunk_size: int, workdir: Path) -> dict:
     with initialize_config_dir(config_dir=conf, version_base="1.3"):
         job = to_job_config(compose(config_name="config", overrides=overrides))
     began = time.perf_counter()
-    result = run_job(job, engine=Engine(InstantLLM(), engine_fingerprint(job), startup_seconds=0.0))
+    result = run_job(job)
     seconds = time.perf_counter() - began
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"rows": result.summary.rows, "parts": len(result.parquet_files), "seconds": seconds, "peak_mb": peak_mb}

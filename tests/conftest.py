@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -19,7 +19,8 @@ from omegaconf import DictConfig
 
 from mlflow_server import MlflowServer, start_mlflow_server
 from specbatch.config import JobConfig, register_configs, to_job_config
-from specbatch.engine import Engine, engine_fingerprint
+from specbatch.engine import engine_fingerprint
+from specbatch.engine.dummy import DummyEngine
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = PROJECT_ROOT / "conf"
@@ -84,26 +85,16 @@ def local_job_factory(job_factory, tmp_path: Path) -> Callable[..., JobConfig]:
     return make
 
 
-class FakeLLM:
-    """Stands in for vllm.LLM: answers with the prompt length; can be told to die on a given call."""
-
-    def __init__(self, die_on_call: int | None = None) -> None:
-        self.calls: list[int] = []
-        self.die_on_call = die_on_call
-
-    def get_metrics(self) -> list:
-        return [SimpleNamespace(name="vllm:generation_tokens", value=2 * sum(self.calls))]
-
-    def generate(self, prompts, params, use_tqdm=True):
-        if self.die_on_call is not None and len(self.calls) + 1 == self.die_on_call:
-            raise KeyboardInterrupt  # like a kill in the middle of a chunk: nothing of it may count
-        self.calls.append(len(prompts))
-        completion = SimpleNamespace(text="x", token_ids=[1, 2], finish_reason="stop", spec_decode_metrics=None)
-        return [SimpleNamespace(outputs=[completion]) for _ in prompts]
+def fake_engine(job: JobConfig, die_after: int | None = None, **options: Any) -> DummyEngine:
+    """The dummy backend for logic tests: one request at a time, every answer 2 tokens, so requests (and chunks)
+    finish in the order they were added. ``die_after=n``: the step after the n-th completion raises
+    KeyboardInterrupt, like a kill in the middle of the stream (nothing in flight may count)."""
+    return DummyEngine(engine_fingerprint(job), k=job.spec.k, concurrency=1, length=2, die_after=die_after, **options)
 
 
-def fake_engine(job, llm: FakeLLM) -> Engine:
-    return Engine(llm, engine_fingerprint(job), startup_seconds=0.0)
+def asked_rows(engine: DummyEngine) -> list[str]:
+    """Row ids (with the turn when it is not 1) the engine was asked to generate, in order."""
+    return [r.row_id if r.turn == 1 else f"{r.row_id}@{r.turn}" for r in engine.added]
 
 
 def kill_job_group_when(args: list[str], ready: Callable[[], bool], what: str, timeout: float = 600) -> None:

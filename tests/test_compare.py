@@ -32,8 +32,13 @@ def write_run(
     tok_per_s: float,
     *overrides: str,
     done: bool = True,
+    concurrency: int | None = None,
+    legacy: bool = False,
 ) -> Path:
-    """A finished one-shard run folder: run.json, one part, its summary with the given throughput, done marker."""
+    """A finished one-shard run folder: run.json, one part, its summary with the given throughput, done marker.
+
+    ``concurrency``: the engine's batch, as a streamed run records it (None: as runs written before streaming).
+    ``legacy``: run.json's config without the keys added since (engine.backend)."""
     job = job_factory("tracking=off", "max_samples=2", "model.dtype=float32", *overrides)
     layout = RunLayout.for_job(job)
     method, k = job.spec.method.value, job.spec.k
@@ -51,7 +56,10 @@ def write_run(
         }
         for row_id, ids in tokens.items()
     ]
-    atomic_write_json(layout.run_json, {"config": to_plain_dict(job), "shard_count": 1, "created_with": {}})
+    config = to_plain_dict(job)
+    if legacy:
+        del config["engine"]["backend"]
+    atomic_write_json(layout.run_json, {"config": config, "shard_count": 1, "created_with": {}})
     write_parquet(records, layout.part_path(0), to_plain_dict(job))
     out = sum(len(ids) for ids in tokens.values())
     counters = Counters(prompt_tokens=10, generation_tokens=out)
@@ -68,6 +76,7 @@ def write_run(
         generation_seconds=out / tok_per_s,
         engine_startup_seconds=20.0,
         warmup_seconds=1.0,
+        concurrency=concurrency,
     )
     atomic_write_json(layout.stats_path, summary.to_dict())
     if done:
@@ -132,6 +141,19 @@ def test_best_k_per_batch_size_and_bfloat16_baseline_consistency(job_factory) ->
     assert any("bfloat16" in note for note in result.notes)
     text = format_comparison(result)
     assert "recommended at batch size 1" in text and "baseline vs itself (bfloat16), batch size 1 vs 2: 1/2" in text
+
+
+def test_streamed_runs_take_the_batch_from_the_engine_and_older_runs_still_compare(job_factory) -> None:
+    # Written before the engine was streamed: one chunk (chunk_size=256 > 2 prompts) per call, no engine.backend.
+    old_base = write_run(job_factory, SAME, 10.0, "spec=none", legacy=True)
+    # Streamed: chunk_size is durability only; the batch is the engine's concurrency (capped by the prompts).
+    full = write_run(job_factory, SAME, 25.0, "spec=ngram", "chunk_size=1", concurrency=256)
+    base1 = write_run(job_factory, SAME, 4.0, "spec=none", "engine.max_num_seqs=1", concurrency=1)
+    bs1 = write_run(job_factory, SAME, 8.0, "spec=ngram", "engine.max_num_seqs=1", "chunk_size=1", concurrency=1)
+    runs = [load_run(p) for p in (old_base, full, base1, bs1)]
+    assert [r.batch_size for r in runs] == [2, 2, 1, 1]
+    speedups = {(r.method, r.batch_size): r.speedup for r in compare(runs).rows}
+    assert speedups[("ngram", 2)] == pytest.approx(2.5) and speedups[("ngram", 1)] == pytest.approx(2.0)
 
 
 def test_no_baseline_is_one_clear_error(job_factory) -> None:

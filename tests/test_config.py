@@ -9,7 +9,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from conftest import CONF_DIR, compose_config, compose_job, run_generate
 from specbatch.config import CHECKPOINT_METHODS, GROUPS, ConfigError, SpecMethod, to_job_config
-from specbatch.engine import llm_kwargs
+from specbatch.engine.vllm_offline import llm_kwargs
 from specbatch.overrides import unknown_override_keys
 
 GROUP_FILES = sorted((group, path.stem) for group in GROUPS for path in (CONF_DIR / group).glob("*.yaml"))

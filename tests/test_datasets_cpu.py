@@ -15,7 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import compose_job, run_generate
-from specbatch.engine import Engine
+from specbatch.engine import Engine, start_engine
 from specbatch.generate import run_job
 from test_data import ROWS, write
 
@@ -27,7 +27,7 @@ COMMON = ["model.dtype=float32", "sampling.max_tokens=24", "dataset=local"]
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     job = compose_job([*COMMON, "dataset.path=unused.jsonl", "dataset.template='{q}'"])
-    engine = Engine.start(job)
+    engine = start_engine(job)
     yield engine
     engine.close()
 

@@ -70,17 +70,18 @@ def test_a_full_disk_while_writing_a_chunk(tmp_path: Path) -> None:
     assert mlflow_statuses(tmp_path, "disk-full") == ["FAILED", "FINISHED"]
 
 
-def test_sigterm_stops_after_the_chunk_in_flight(tmp_path: Path) -> None:
-    args = args_for(tmp_path, "sigterm", rows=6, chunk=2)
+def test_sigterm_stops_after_the_chunks_in_flight(tmp_path: Path) -> None:
+    # Two requests at once, four queued: chunks 0 and 1 are in the engine when the stream starts, chunk 2 is not.
+    args = [*args_for(tmp_path, "sigterm", rows=6, chunk=2), "engine.max_num_seqs=2"]
     layout = RunLayout.for_job(compose_job(args))
     job = LiveJob.generate(args)
-    job.wait_for("turn 1: generating 2 prompts", timeout=600)  # chunk 0 is in the engine now
+    job.wait_for("streaming 3 chunks", timeout=600)
     job.process.send_signal(signal.SIGTERM)
     assert job.wait(timeout=600) == EXIT_STOPPED, job.output[-3000:]
     stopped = re.search(r"stopped by SIGTERM after (\d) of 3 chunks", job.output)
     assert stopped, job.output[-3000:]
     written = int(stopped.group(1))
-    # The chunk in flight was finished and written; nothing after it was started; no done marker.
+    # The chunks in flight were finished and written; nothing after them was started; no done marker.
     assert written >= 1 and len(list(layout.data_dir.glob("part-*.parquet"))) == written
     assert not list(layout.data_dir.glob(".*tmp*")) and not layout.done_marker.exists()
     assert mlflow_statuses(tmp_path, "sigterm") == ["KILLED"]

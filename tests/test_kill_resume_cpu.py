@@ -20,11 +20,13 @@ def test_killed_shard_resumes_to_exactly_once(tmp_path: Path) -> None:
         f"output_root={tmp_path}",
         f"max_samples={N_ROWS}",
         "chunk_size=3",
+        # Two requests at once and four queued: several chunks are in flight, the last ones not yet admitted.
+        "engine.max_num_seqs=2",
         "sampling.max_tokens=48",
         "tracking=off",
     ]
     layout = RunLayout.for_job(compose_job(args))
-    # Two chunks written, the third in flight.
+    # Killed mid-stream: the second chunk written, later ones in flight or not yet admitted.
     kill_job_group_when(args, layout.part_path(1).exists, "second chunk")
     assert not layout.done_marker.exists()
     written_before = sorted(p.name for p in layout.data_dir.glob("part-*.parquet"))

@@ -10,11 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from specbatch.engine import Sample
+from specbatch.engine.vllm_offline import row_figures
 from specbatch.prompts import Prompt
 from specbatch.records import SCHEMA, build_records, read_config_metadata, write_parquet
 
 
-class FakeMetrics:
+class FakeMetrics:  # shaped like vLLM's per-request spec decode metrics
     def to_dict(self) -> dict:
         return {
             "acceptance_histogram": [1, 0, 2],
@@ -24,14 +26,10 @@ class FakeMetrics:
         }
 
 
-def output(spec: bool) -> SimpleNamespace:
-    completion = SimpleNamespace(
-        text="hi there",
-        token_ids=[5, 6, 7],
-        finish_reason="stop",
-        spec_decode_metrics=FakeMetrics() if spec else None,
-    )
-    return SimpleNamespace(outputs=[completion])
+def output(spec: bool) -> list[Sample]:
+    """One sample, its figures read the way the vLLM backend reads vLLM's per-request metrics."""
+    figures = row_figures(SimpleNamespace(spec_decode_metrics=FakeMetrics() if spec else None))
+    return [Sample(text="hi there", token_ids=[5, 6, 7], finish_reason="stop", spec=figures)]
 
 
 PROMPT = Prompt(row_id="r0", text="say hi", token_ids=[1, 2])

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import PROJECT_ROOT, FakeLLM, fake_engine
+from conftest import PROJECT_ROOT, fake_engine
 from mlflow_server import basic_auth_proxy, free_port
 from specbatch.generate import run_job
 from specbatch.layout import RunLayout
@@ -47,7 +47,7 @@ def artifact_texts(client: MlflowClient, run_id: str, tmp_path: Path) -> dict[st
 
 def test_the_run_page_has_a_name_description_dataset_table_and_grouped_experiment(make_job, tmp_path) -> None:
     job = make_job("repeat=2")
-    result = run_job(job, engine=fake_engine(job, FakeLLM()))
+    result = run_job(job, engine=fake_engine(job))
     # Experiments group runs by data set by default: comparable runs sit together.
     assert job.tracking.experiment == "specbatch/local"
     client, run = only_run(job.tracking.uri, "specbatch/local")
@@ -77,7 +77,7 @@ def test_secrets_reach_no_param_tag_artifact_or_parquet_metadata(make_job, tmp_p
     job = make_job(f"model.revision={HF_SECRET}", "tracking.experiment=secrets")
     sweep = SweepJob(tmp_path / "sweep", None, {"dataset.path": f"https://user:{PASSWORD}@data.example/x.jsonl"})
     with caplog.at_level(logging.INFO):
-        result = run_job(job, engine=fake_engine(job, FakeLLM()), sweep=sweep)
+        result = run_job(job, engine=fake_engine(job), sweep=sweep)
     client, run = only_run(job.tracking.uri, "secrets")
     written = [
         json.dumps(run.data.params),
@@ -105,7 +105,7 @@ def test_masking_rules(monkeypatch) -> None:
 def test_trust_remote_code_warns_and_is_tagged(make_job, caplog) -> None:
     job = make_job("model.trust_remote_code=true", "tracking.experiment=remote-code")
     with caplog.at_level(logging.WARNING):
-        run_job(job, engine=fake_engine(job, FakeLLM()))
+        run_job(job, engine=fake_engine(job))
     assert "model.trust_remote_code=true" in caplog.text
     _, run = only_run(job.tracking.uri, "remote-code")
     assert run.data.tags["trust_remote_code"] == "true"
@@ -126,7 +126,7 @@ def test_unreachable_server_warns_once_without_credentials_and_the_run_is_logged
     uri = f"http://admin:{PASSWORD}@127.0.0.1:9"  # port 9 (discard): nothing listens
     job = make_job(f"tracking.uri={uri}")
     with caplog.at_level(logging.WARNING):
-        result = run_job(job, engine=fake_engine(job, FakeLLM()))
+        result = run_job(job, engine=fake_engine(job))
     assert result.layout.done_marker.exists() and len(result.parquet_files) == 2
     warnings = [r for r in caplog.records if "MLflow tracking at" in r.getMessage()]
     assert len(warnings) == 1
@@ -162,7 +162,7 @@ def test_a_full_disk_leaves_no_half_file_fails_the_run_and_a_rerun_finishes(make
 
     monkeypatch.setattr(pq, "write_table", write_until_full)
     with pytest.raises(OSError, match="No space left on device"):
-        run_job(job, engine=fake_engine(job, FakeLLM()))
+        run_job(job, engine=fake_engine(job))
     layout = RunLayout.for_job(job)
     assert [p.name for p in layout.data_dir.iterdir()] == ["part-00000.parquet"]
     assert not layout.done_marker.exists()
@@ -170,9 +170,9 @@ def test_a_full_disk_leaves_no_half_file_fails_the_run_and_a_rerun_finishes(make
     assert run.info.status == "FAILED"
 
     monkeypatch.setattr(pq, "write_table", real_write)
-    llm = FakeLLM()
-    result = run_job(job, engine=fake_engine(job, llm))
-    assert llm.calls == [2] and result.summary.rows == 4 and result.layout.done_marker.exists()
+    engine = fake_engine(job)
+    result = run_job(job, engine=engine)
+    assert len(engine.added) == 2 and result.summary.rows == 4 and result.layout.done_marker.exists()
 
 
 def test_a_sweep_whose_server_is_down_still_runs_its_jobs(tmp_path, caplog, quick_http_failure) -> None:
@@ -203,7 +203,7 @@ def test_log_run_takes_the_password_of_a_masked_uri_from_mlflow_tracking_passwor
     MLFLOW_TRACKING_PASSWORD. The server here refuses requests without exactly admin/PASSWORD."""
     port = free_port()
     job = make_job(f"tracking.uri=http://admin:{PASSWORD}@127.0.0.1:{port}")  # nothing listens there yet
-    result = run_job(job, engine=fake_engine(job, FakeLLM()))
+    result = run_job(job, engine=fake_engine(job))
     recorded = json.loads(result.layout.run_json.read_text())["config"]["tracking"]["uri"]
     assert recorded == f"http://admin:***@127.0.0.1:{port}" and result.layout.mlflow_pending_path.exists()
 

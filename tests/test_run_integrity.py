@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import PROJECT_ROOT, FakeLLM, fake_engine
+from conftest import PROJECT_ROOT, asked_rows, fake_engine
 from specbatch.config import ConfigError
 from specbatch.generate import run_job
 from specbatch.layout import RunLayout, atomic_write_text
@@ -52,43 +52,43 @@ def test_a_resume_over_an_edited_data_file_is_refused(data_job) -> None:
     layout = RunLayout.for_job(job)
     original = data_job.data.read_text()
     with pytest.raises(KeyboardInterrupt):
-        run_job(job, engine=fake_engine(job, FakeLLM(die_on_call=2)))
+        run_job(job, engine=fake_engine(job, die_after=2))
     assert row_ids(layout) == ["r0", "r1"]
     # The file is rewritten between the kill and the rerun: other order, other text.
     write_rows(data_job.data, list(reversed(ORIGINAL)), text="edited")
-    llm = FakeLLM()
+    engine = fake_engine(job)
     with pytest.raises(ConfigError, match=r"dataset.path=.*rows-6.jsonl changed since shard 0/1.*chunk 0.*run_name="):
-        run_job(job, engine=fake_engine(job, llm))
-    assert llm.calls == [] and row_ids(layout) == ["r0", "r1"]  # nothing generated, nothing mixed
+        run_job(job, engine=engine)
+    assert engine.added == [] and row_ids(layout) == ["r0", "r1"]  # nothing generated, nothing mixed
 
     # Restored, the run finishes with every row once.
     data_job.data.write_text(original)
-    result = run_job(job, engine=fake_engine(job, FakeLLM()))
+    result = run_job(job, engine=fake_engine(job))
     assert result.layout.done_marker.exists() and row_ids(layout) == ORIGINAL
 
 
 def test_an_edit_to_rows_not_generated_yet_is_refused_too(data_job) -> None:
     job = data_job()
     with pytest.raises(KeyboardInterrupt):
-        run_job(job, engine=fake_engine(job, FakeLLM(die_on_call=2)))
+        run_job(job, engine=fake_engine(job, die_after=2))
     data_job.data.write_text(data_job.data.read_text().replace("question 5", "question five"))
     with pytest.raises(ConfigError, match="chunk 2"):
-        run_job(job, engine=fake_engine(job, FakeLLM()))
+        run_job(job, engine=fake_engine(job))
 
 
 def test_rows_added_to_a_sharded_run_are_refused(data_job) -> None:
     job = data_job("shard.index=0", "shard.count=2", "max_samples=null")
-    run_job(job, engine=fake_engine(job, FakeLLM()))
+    run_job(job, engine=fake_engine(job))
     other = data_job("shard.index=1", "shard.count=2", "max_samples=null")
     write_rows(data_job.data, [f"r{i}" for i in range(8)])  # shard 0 would now end at r3 instead of r2
     with pytest.raises(ConfigError, match="now gives 8 rows, but this run started with 6"):
-        run_job(other, engine=fake_engine(other, FakeLLM()))
+        run_job(other, engine=fake_engine(other))
 
 
 def test_damaged_parts_are_named_by_status_merge_and_compare_and_regenerated(data_job, tmp_path: Path) -> None:
     job = data_job()
     layout = RunLayout.for_job(job)
-    run_job(job, engine=fake_engine(job, FakeLLM()))
+    run_job(job, engine=fake_engine(job))
     stats_before = json.loads(layout.stats_path.read_text())
     truncated, flipped = layout.part_path(1), layout.part_path(2)
     truncated.write_bytes(truncated.read_bytes()[:100])
@@ -111,9 +111,9 @@ def test_damaged_parts_are_named_by_status_merge_and_compare_and_regenerated(dat
     assert "Traceback" not in compare.stderr
 
     # The rerun does not say "already complete": it regenerates exactly the two damaged parts.
-    llm = FakeLLM()
-    result = run_job(job, engine=fake_engine(job, llm))
-    assert result.generated and llm.calls == [2, 2]
+    engine = fake_engine(job)
+    result = run_job(job, engine=engine)
+    assert result.generated and asked_rows(engine) == ["r2", "r3", "r4", "r5"]
     assert row_ids(layout) == ORIGINAL and run_status(layout.root)[0].state == "done"
     assert json.loads(layout.stats_path.read_text())["rows"] == stats_before["rows"]
     assert merge_run(layout.root, log_to_mlflow=False).summary.rows == 6
@@ -122,18 +122,18 @@ def test_damaged_parts_are_named_by_status_merge_and_compare_and_regenerated(dat
 def test_a_deleted_part_of_a_finished_shard_is_regenerated(data_job) -> None:
     job = data_job()
     layout = RunLayout.for_job(job)
-    run_job(job, engine=fake_engine(job, FakeLLM()))
+    run_job(job, engine=fake_engine(job))
     layout.part_path(0).unlink()
     assert run_status(layout.root)[0].state == "damaged"
-    llm = FakeLLM()
-    run_job(job, engine=fake_engine(job, llm))
-    assert llm.calls == [2] and row_ids(layout) == ORIGINAL
+    engine = fake_engine(job)
+    run_job(job, engine=engine)
+    assert asked_rows(engine) == ["r0", "r1"] and row_ids(layout) == ORIGINAL
 
 
 def test_a_shard_finished_by_another_process_meanwhile_is_left_alone(data_job, monkeypatch) -> None:
     job = data_job("tracking=sqlite", "tracking.experiment=race")
     layout = RunLayout.for_job(job)
-    first = run_job(job, engine=fake_engine(job, FakeLLM()))
+    first = run_job(job, engine=fake_engine(job))
     stats = layout.stats_path.read_text()
     finished_at = layout.done_marker.read_text()
 
@@ -148,10 +148,10 @@ def test_a_shard_finished_by_another_process_meanwhile_is_left_alone(data_job, m
         return real_exists(self)
 
     monkeypatch.setattr(Path, "exists", exists)
-    llm = FakeLLM()
-    again = run_job(job, engine=fake_engine(job, llm))
+    engine = fake_engine(job)
+    again = run_job(job, engine=engine)
     monkeypatch.undo()
-    assert looks["done"] == 1 and not again.generated and llm.calls == []
+    assert looks["done"] == 1 and not again.generated and engine.added == []
     assert layout.stats_path.read_text() == stats and layout.done_marker.read_text() == finished_at
     assert again.summary == first.summary
     client = MlflowClient(job.tracking.uri)
@@ -164,7 +164,7 @@ def test_an_mlflow_run_left_running_by_a_killed_launch_ends_killed(data_job) -> 
     assert RunLayout.for_job(data_job()) == RunLayout.for_job(job)  # tracking is not part of the run folder
     layout = RunLayout.for_job(job)
     with pytest.raises(KeyboardInterrupt):
-        run_job(job, engine=fake_engine(job, FakeLLM(die_on_call=2)))
+        run_job(job, engine=fake_engine(job, die_after=2))
     client = MlflowClient(job.tracking.uri)
     experiment = client.get_experiment_by_name("killed").experiment_id
     [failed] = client.search_runs([experiment])
@@ -175,11 +175,11 @@ def test_an_mlflow_run_left_running_by_a_killed_launch_ends_killed(data_job) -> 
     # A launch with tracking off cannot end it and keeps the record (here it dies before its first chunk).
     untracked = data_job()
     with pytest.raises(KeyboardInterrupt):
-        run_job(untracked, engine=fake_engine(untracked, FakeLLM(die_on_call=1)))
+        run_job(untracked, engine=fake_engine(untracked, die_after=0))
     assert layout.mlflow_active_path.exists()
     assert [r.info.status for r in client.search_runs([experiment])] == ["RUNNING"]
 
-    run_job(job, engine=fake_engine(job, FakeLLM()))
+    run_job(job, engine=fake_engine(job))
     runs = client.search_runs([experiment], order_by=["start_time"])
     assert [r.info.status for r in runs] == ["KILLED", "FINISHED"]
     assert not layout.mlflow_active_path.exists()
@@ -189,10 +189,10 @@ def test_a_damaged_part_of_an_unfinished_shard_is_regenerated(data_job) -> None:
     job = data_job()
     layout = RunLayout.for_job(job)
     with pytest.raises(KeyboardInterrupt):
-        run_job(job, engine=fake_engine(job, FakeLLM(die_on_call=2)))
+        run_job(job, engine=fake_engine(job, die_after=2))
     part = layout.part_path(0)
     part.write_bytes(part.read_bytes()[:-10])  # e.g. a disk that lost the file's tail
     assert [(s.state, s.parts) for s in run_status(layout.root)] == [("damaged", 1)]
-    llm = FakeLLM()
-    run_job(job, engine=fake_engine(job, llm))
-    assert llm.calls == [2, 2, 2] and row_ids(layout) == ORIGINAL
+    engine = fake_engine(job)
+    run_job(job, engine=engine)
+    assert len(engine.added) == 6 and row_ids(layout) == ORIGINAL

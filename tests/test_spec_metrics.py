@@ -10,16 +10,20 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import FakeLLM, fake_engine
-from specbatch.generate import run_job
-from specbatch.runs import merge_run
-from specbatch.spec_metrics import (
+from conftest import fake_engine
+from specbatch.engine.vllm_offline import (
     ACCEPTED_PER_POS,
     GENERATION_TOKENS,
     NUM_ACCEPTED,
     NUM_DRAFT_TOKENS,
     NUM_DRAFTS,
     PROMPT_TOKENS,
+    counters_from_metrics,
+    row_figures,
+)
+from specbatch.generate import run_job
+from specbatch.runs import merge_run
+from specbatch.spec_metrics import (
     Counters,
     RowSpecFigures,
     acceptance_length,
@@ -53,8 +57,8 @@ def snapshot(drafts: int, draft_tokens: int, accepted: int, per_pos: list[int], 
 
 
 def test_counter_difference_ignores_what_came_before() -> None:
-    before = Counters.from_metrics(snapshot(10, 30, 20, [9, 7, 4], gen=50, prompt=100))
-    after = Counters.from_metrics(snapshot(25, 75, 41, [20, 13, 8], gen=120, prompt=300))
+    before = counters_from_metrics(snapshot(10, 30, 20, [9, 7, 4], gen=50, prompt=100))
+    after = counters_from_metrics(snapshot(25, 75, 41, [20, 13, 8], gen=120, prompt=300))
     delta = after - before
     assert delta == Counters(
         prompt_tokens=200,
@@ -69,13 +73,13 @@ def test_counter_difference_ignores_what_came_before() -> None:
 def test_counters_sum_over_engines() -> None:
     # Data-parallel engines report one label set each: totals are the sums.
     metrics = snapshot(1, 3, 2, [1, 1, 0]) + snapshot(2, 6, 3, [2, 1, 0])
-    counters = Counters.from_metrics(metrics)
+    counters = counters_from_metrics(metrics)
     assert (counters.drafts, counters.draft_tokens, counters.accepted_tokens) == (3, 9, 5)
     assert counters.accepted_per_position == (3, 2, 0)
 
 
 def test_baseline_engine_has_no_spec_counters() -> None:
-    counters = Counters.from_metrics([Counter(GENERATION_TOKENS, 7)])
+    counters = counters_from_metrics([Counter(GENERATION_TOKENS, 7)])
     assert counters.drafts == 0 and counters.accepted_per_position == ()
 
 
@@ -101,7 +105,7 @@ def test_row_figures_from_vllm_request_metrics() -> None:
     class Completion:
         spec_decode_metrics = Metrics()
 
-    figures = RowSpecFigures.from_output(Completion())
+    figures = row_figures(Completion())
     assert figures == RowSpecFigures(
         spec_steps=16, draft_tokens=35, accepted_tokens=32, acceptance_length=3.0, acceptance_histogram=[0, 7, 2, 7]
     )
@@ -279,7 +283,7 @@ def test_a_sharded_run_with_broken_lines_counts_every_row_in_a_category(job_fact
     summaries = []
     for index in range(2):
         job = job_factory(*args, f"shard.index={index}")
-        result = run_job(job, engine=fake_engine(job, FakeLLM()))
+        result = run_job(job, engine=fake_engine(job))
         summaries.append(result.summary)
     merged = merge_run(result.layout.root).summary
     assert merged.rows == 5 and merged.error_rows == 1

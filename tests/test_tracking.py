@@ -7,25 +7,27 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from specbatch.engine import Engine, engine_fingerprint
+from specbatch.engine import Completion, engine_fingerprint
+from specbatch.engine.dummy import DummyEngine
 from specbatch.generate import run_job
 from specbatch.layout import RunLayout
 from specbatch.tracking import default_artifact_location, flatten
 
 
-class ExplodingLLM:
-    """Stands in for vllm.LLM: no counters, and generation fails like an engine crash would."""
+class ExplodingEngine(DummyEngine):
+    """Takes requests, then fails at its first step like an engine crash would."""
 
-    def get_metrics(self) -> list:
-        return []
-
-    def generate(self, *args, **kwargs):
+    def step(self) -> list[Completion]:
         raise RuntimeError("engine died mid-batch")
+
+
+def exploding(job) -> ExplodingEngine:
+    return ExplodingEngine(engine_fingerprint(job))
 
 
 def test_failure_marks_the_run_failed_and_propagates(job_factory, tmp_path: Path) -> None:
     job = job_factory("max_samples=2", "tracking.experiment=failing")
-    engine = Engine(ExplodingLLM(), engine_fingerprint(job), startup_seconds=0.0)
+    engine = exploding(job)
     with pytest.raises(RuntimeError, match="engine died mid-batch"):
         run_job(job, engine=engine)
     client = MlflowClient(tracking_uri=job.tracking.uri)
@@ -39,7 +41,7 @@ def test_failure_marks_the_run_failed_and_propagates(job_factory, tmp_path: Path
 
 def test_engine_built_for_another_config_is_refused(job_factory) -> None:
     job = job_factory("max_samples=1")
-    other = Engine(ExplodingLLM(), engine_fingerprint(job_factory("spec=none")), startup_seconds=0.0)
+    other = exploding(job_factory("spec=none"))
     with pytest.raises(ValueError, match="built for another model/spec/engine config"):
         run_job(job, engine=other)
 
@@ -47,7 +49,7 @@ def test_engine_built_for_another_config_is_refused(job_factory) -> None:
 def test_tracking_off_logs_nothing(job_factory, tmp_path: Path) -> None:
     job = job_factory("max_samples=1", "tracking=off")
     with pytest.raises(RuntimeError):
-        run_job(job, engine=Engine(ExplodingLLM(), engine_fingerprint(job), startup_seconds=0.0))
+        run_job(job, engine=exploding(job))
     assert not (tmp_path / "outputs" / "mlflow.db").exists()
 
 

@@ -65,10 +65,16 @@ class RunData:
 
     @property
     def batch_size(self) -> int:
-        """Prompts per engine step: one chunk per generate call, capped by engine.max_num_seqs."""
-        sizes = [self.config["chunk_size"], self.prompts]
-        if self.config["engine"].get("max_num_seqs"):
-            sizes.append(self.config["engine"]["max_num_seqs"])
+        """Requests the engine ran at once: its concurrency (engine.max_num_seqs or the engine's default), or fewer
+        when the run had fewer prompts. Runs written before the engine was streamed ran one chunk per generate
+        call, so their batch was also capped by chunk_size."""
+        sizes = [self.prompts]
+        if self.summary.concurrency:
+            sizes.append(self.summary.concurrency)
+        else:
+            sizes.append(self.config["chunk_size"])
+            if self.config["engine"].get("max_num_seqs"):
+                sizes.append(self.config["engine"]["max_num_seqs"])
         return max(1, min(sizes))
 
     @property
@@ -80,6 +86,8 @@ class RunData:
         """What must match for two runs to be compared: same prompts, model, dtype, sampling and engine."""
         plain = {k: v for k, v in self.config.items() if k not in _NOT_WORKLOAD}
         plain["engine"] = {k: v for k, v in plain["engine"].items() if k != "max_num_seqs"}
+        # Runs written before engine.backend existed ran on vLLM: they compare with the runs written since.
+        plain["engine"].setdefault("backend", "vllm")
         return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
 
 

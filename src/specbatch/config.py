@@ -368,19 +368,25 @@ class SamplingConfig:
         _require(self.n >= 1, f"sampling.n={self.n} must be 1 or more")
 
 
+# Names of the engine backends (specbatch.engine.REGISTRY maps each to its class).
+BACKENDS = ("vllm", "dummy")
+
+
 @dataclass
 class EngineConfig:
     """Engine knobs that depend on the hardware (group ``engine/``)."""
 
     # Preset name, recorded with the run (cpu, gpu, ...).
     name: str = MISSING
+    # Which engine generates (specbatch.engine): vllm (offline vllm.LLM) or dummy (no model; for tests).
+    backend: str = "vllm"
     # Skip CUDA graphs / torch.compile: same outputs, much faster start-up on CPU.
     enforce_eager: bool = True
     # vLLM CPU backend only: KV cache size in GiB (sets VLLM_CPU_KVCACHE_SPACE unless already set).
     cpu_kvcache_space_gib: int | None = None
     # GPU only: share of GPU memory vLLM may take.
     gpu_memory_utilization: float | None = None
-    # Concurrent sequences per step; null is vLLM's default.
+    # The batch: requests the engine runs at once (null: vLLM's default). chunk_size does not change it.
     max_num_seqs: int | None = None
     # Engine seed.
     seed: int = 0
@@ -388,6 +394,10 @@ class EngineConfig:
     warmup: bool = True
 
     def __post_init__(self) -> None:
+        _require(
+            self.backend in BACKENDS,
+            f"engine.backend={self.backend} is not an engine: use one of {', '.join(BACKENDS)}",
+        )
         _require(
             self.cpu_kvcache_space_gib is None or self.cpu_kvcache_space_gib >= 1,
             f"engine.cpu_kvcache_space_gib={self.cpu_kvcache_space_gib} must be 1 or more, e.g. 2",
@@ -468,7 +478,7 @@ class JobConfig:
     # Replaces the readable part of the run folder (e.g. run_name=tuned-prompts).
     run_name: str | None = None
     shard: ShardConfig = field(default_factory=ShardConfig)
-    # Rows per engine call; each finished chunk is its own Parquet part, so a restart redoes at most one chunk.
+    # Rows per Parquet part (durability, not the batch): a restart redoes at most the chunks that were in flight.
     chunk_size: int = 256
     # Repeat number of the same set-up (its own run folder, -rep<n>); jobs/compare.py reports the spread of repeats.
     repeat: int = 0

@@ -10,6 +10,9 @@ import json
 import logging
 import os
 import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -17,10 +20,9 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from specbatch.config import ConfigError, JobConfig, public_config, to_yaml
-from specbatch.conversation import generate_rows
 from specbatch.data import SourceRow, open_rows
 from specbatch.embedded import EmbeddedAssetError, ensure_embedded
-from specbatch.engine import Engine, engine_fingerprint
+from specbatch.engine import Engine, engine_fingerprint, start_engine
 from specbatch.environment import runtime_info
 from specbatch.integrity import (
     PartRecord,
@@ -40,6 +42,7 @@ from specbatch.records import write_parquet_file
 from specbatch.review import RunIdentity, log_params, log_shard_results, run_identity
 from specbatch.sharding import chunk_ranges, resolve_shard, shard_range
 from specbatch.spec_metrics import Counters
+from specbatch.streaming import ChunkResult, ChunkStreamer, StreamResult
 from specbatch.summary import RowTotals, Summary, format_table, summarize
 from specbatch.sweep import SweepJob
 from specbatch.tracking import RunLogger, mark_run_killed, mlflow_run
@@ -62,8 +65,9 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
     Inside a Hydra multirun, ``sweep`` nests the MLflow run under the sweep's parent and tags it with the job's
     choices.
 
-    The shard is cut into chunks of ``chunk_size`` rows; each finished chunk is written as its own Parquet part,
-    so a rerun after a kill redoes at most the chunk that was in flight. The done marker is written last.
+    The shard is cut into chunks of ``chunk_size`` rows, all streamed through one engine (specbatch.streaming);
+    each chunk is written as its own Parquet part as soon as its rows are finished, so a rerun after a kill redoes
+    at most the chunks that were in flight. The done marker is written last.
     """
     shard = resolve_shard(job.shard)
     layout = RunLayout.for_job(job, shard.index, shard.count)
@@ -137,19 +141,10 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
                     log_params(run, config)
                 own_engine = engine is None and bool(todo)
                 if own_engine:
-                    engine = Engine.start(job)
+                    engine = start_engine(job)
                 try:
-                    # SIGTERM (Slurm's warning before a time limit) stops the loop between chunks, never inside one.
-                    with sigterm_deferred() as stop_requested:
-                        for done, number in enumerate(todo):
-                            if stop_requested():
-                                raise StopRequested(
-                                    f"stopped by SIGTERM after {done} of {len(todo)} chunks of shard {shard}; "
-                                    "finished chunks are kept: rerun the same command to generate the rest"
-                                )
-                            _generate_chunk(
-                                engine, source.rows(chunks[number]), job, tokenizer, layout, number, config
-                            )
+                    if todo:
+                        _stream(engine, job, tokenizer, layout, config, todo, lambda n: source.rows(chunks[n]))
                 finally:
                     if own_engine:
                         engine.close()
@@ -192,25 +187,75 @@ def _note_tracking(layout: RunLayout, run: RunLogger, identity: RunIdentity, par
     log.warning("MLflow logging of shard %s is pending; log it with: %s", layout.shard_tag, run.later)
 
 
-def _generate_chunk(
+def _stream(
     engine: Engine,
-    rows: list[SourceRow],
     job: JobConfig,
     tokenizer: Any,
     layout: RunLayout,
-    number: int,
     config: dict[str, Any],
+    todo: list[int],
+    rows_of: Callable[[int], list[SourceRow]],
 ) -> None:
-    batch = generate_rows(engine, rows, job, tokenizer)
-    part = layout.part_path(number)
+    """Generate the chunks not done yet, each written as it finishes; then this launch's record of the loop.
+
+    SIGTERM (Slurm's warning before a time limit) stops admitting chunks; the ones in flight are finished and
+    written, then StopRequested ends the job without the done marker.
+    """
+    launch = uuid.uuid4().hex[:12]
+
+    def write(chunk: ChunkResult) -> None:
+        _write_chunk(layout, config, chunk, {"launch": launch, "concurrency": engine.concurrency})
+        written.append(chunk.number)
+        log.info(
+            "chunk %d written: %d rows (%d of %d chunks)", chunk.number, len(chunk.records), len(written), len(todo)
+        )
+
+    written: list[int] = []
+    # Rows are read when their chunk is admitted, not before: memory stays flat however long the shard.
+    chunks = ((number, rows_of(number)) for number in todo)
+    with sigterm_deferred() as stop_requested:
+        log.info(
+            "streaming %d chunks through the %s engine (up to %s requests at once; launch %s)",
+            len(todo),
+            job.engine.backend,
+            engine.concurrency,
+            launch,
+        )
+        streamed = ChunkStreamer(engine, job, tokenizer).run(chunks, write, stop_requested)
+    _write_launch_record(layout, launch, streamed)
+    if streamed.stopped:
+        raise StopRequested(
+            f"stopped by SIGTERM after {len(written)} of {len(todo)} chunks of shard {layout.shard_tag}; "
+            "finished chunks are kept: rerun the same command to generate the rest"
+        )
+
+
+def _write_chunk(layout: RunLayout, config: dict[str, Any], chunk: ChunkResult, launch: dict[str, Any]) -> None:
+    part = layout.part_path(chunk.number)
     with temporary_beside(part) as tmp:
-        write_parquet_file(batch.records, tmp, config)
-        # The chunk's counters and the part's checksum go first; the part's rename is the commit, so a part never
+        write_parquet_file(chunk.records, tmp, config)
+        # The chunk's figures and the part's checksum go first; the part's rename is the commit, so a part never
         # lacks its figures and every later reader can tell a damaged part from a good one.
-        stats = {"counters": asdict(batch.counters), "seconds": batch.seconds, "part": PartRecord.of(tmp).to_dict()}
-        atomic_write_json(layout.part_stats_path(number), stats)
+        stats = {
+            "counters": asdict(chunk.counters),
+            # Which launch wrote it (and at what engine concurrency), and when in that launch's loop: the time a
+            # killed launch's parts took.
+            **launch,
+            "elapsed": chunk.elapsed,
+            "part": PartRecord.of(tmp).to_dict(),
+        }
+        atomic_write_json(layout.part_stats_path(chunk.number), stats)
         os.replace(tmp, part)
-    log.info("chunk %d written: %d rows", number, len(batch.records))
+
+
+def _write_launch_record(layout: RunLayout, launch: str, streamed: StreamResult) -> None:
+    """The loop's wall time and engine counter differences, for the parts it wrote (absent if it was killed)."""
+    record = {
+        "parts": streamed.chunks,
+        "seconds": streamed.seconds,
+        "counters": asdict(streamed.counters) if streamed.counters is not None else None,
+    }
+    atomic_write_json(layout.launch_record_path(launch), record)
 
 
 # Row columns the summary needs (read back from every part, so a resumed shard counts its earlier chunks too).
@@ -218,15 +263,35 @@ _SUMMARY_COLUMNS = ["category", "status", "completion_tokens", "spec_steps", "dr
 
 
 def _summarize_shard(layout: RunLayout, job: JobConfig, parts: list[Path], engine: Engine | None) -> Summary:
-    """From every part of the shard, one part at a time (memory stays flat however many rows there are)."""
-    counters, seconds, totals = Counters(), 0.0, RowTotals(by_category=job.dataset.category_column is not None)
+    """From every part of the shard, one part at a time (memory stays flat however many rows there are).
+
+    Counters and seconds come from each launch's record of its loop (engine counter differences, wall time) when
+    every part that launch wrote is still its own; otherwise (a killed launch, a part regenerated since) from the
+    parts' own figures and the time the launch took up to its last part.
+    """
+    totals = RowTotals(by_category=job.dataset.category_column is not None)
+    by_launch: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
     for number, part in enumerate(parts):
         stats = json.loads(layout.part_stats_path(number).read_text())
-        c = stats["counters"]
-        counters = counters + Counters(**{**c, "accepted_per_position": tuple(c["accepted_per_position"])})
-        seconds += stats["seconds"]
+        by_launch[stats.get("launch")].append({**stats, "number": number})
         for record in pq.read_table(part, columns=_SUMMARY_COLUMNS).to_pylist():
             totals.add(record)
+    counters, seconds = Counters(), 0.0
+    concurrency = max((s.get("concurrency") or 0 for stats in by_launch.values() for s in stats), default=0)
+    for launch, stats in by_launch.items():
+        record = _read_launch_record(layout, launch)
+        own = record is not None and sorted(record["parts"]) == sorted(s["number"] for s in stats)
+        if own and record["counters"] is not None:
+            counters = counters + _counters(record["counters"])
+        else:
+            for s in stats:
+                counters = counters + _counters(s["counters"])
+        if own:
+            seconds += record["seconds"]
+        elif launch is None:  # parts written before streaming: each chunk's own generate time
+            seconds += sum(s["seconds"] for s in stats)
+        else:
+            seconds += max(s["elapsed"] for s in stats)
     return summarize(
         counters,
         method=job.spec.method.value,
@@ -235,7 +300,17 @@ def _summarize_shard(layout: RunLayout, job: JobConfig, parts: list[Path], engin
         generation_seconds=seconds,
         engine_startup_seconds=engine.startup_seconds if engine else 0.0,
         warmup_seconds=engine.warmup_seconds if engine else 0.0,
+        concurrency=concurrency or None,
     )
+
+
+def _read_launch_record(layout: RunLayout, launch: str | None) -> dict[str, Any] | None:
+    path = layout.launch_record_path(launch) if launch else None
+    return json.loads(path.read_text()) if path is not None and path.exists() else None
+
+
+def _counters(plain: dict[str, Any]) -> Counters:
+    return Counters(**{**plain, "accepted_per_position": tuple(plain["accepted_per_position"])})
 
 
 def _remove_stale_temporaries(layout: RunLayout) -> None:

@@ -1,8 +1,8 @@
 """SIGTERM as a request to stop between chunks.
 
 Slurm sends SIGTERM before a time limit or a pre-emption (and SIGKILL KillWait seconds later). Dying in the middle
-of a chunk would throw away the rows generated so far; instead the job finishes the chunk in flight, writes it, and
-stops without the done marker, so a rerun (or Slurm's requeue) generates only what is left.
+of a chunk would throw away the rows generated so far; instead the job admits no new chunk, finishes and writes the
+chunks in flight, and stops without the done marker, so a rerun (or Slurm's requeue) generates only what is left.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ EXIT_STOPPED = 143
 
 
 class StopRequested(Exception):
-    """The job was asked to stop (SIGTERM) and did, after writing its current chunk."""
+    """The job was asked to stop (SIGTERM) and did, after writing the chunks in flight."""
 
 
 @contextlib.contextmanager
@@ -36,7 +36,7 @@ def sigterm_deferred() -> Iterator[Callable[[], bool]]:
 
     def handler(signum: int, frame: object) -> None:
         if not received.is_set():
-            log.warning("SIGTERM received: finishing the chunk in flight, then stopping without the done marker")
+            log.warning("SIGTERM received: finishing the chunks in flight, then stopping without the done marker")
         received.set()
 
     previous = signal.signal(signal.SIGTERM, handler)

@@ -75,6 +75,10 @@ class RunLayout:
         """Numbers of the shard's parts on disk, in order."""
         return sorted(int(p.stem.removeprefix("part-")) for p in self.data_dir.glob("part-*.parquet"))
 
+    def launch_record_path(self, launch: str) -> Path:
+        """One launch's streaming loop: the parts it wrote, its wall time and engine counter differences."""
+        return self.root / "stats" / self.shard_tag / f"launch-{launch}.json"
+
     def part_stats_path(self, part: int) -> Path:
         """Engine counters and seconds of one chunk, written just before its part (the part is the commit)."""
         return self.root / "stats" / self.shard_tag / f"part-{part:05d}.json"

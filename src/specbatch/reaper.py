@@ -6,7 +6,7 @@ that the job is gone. After a ``kill -9`` of the job's main process, EngineCore 
 keep running under PID 1, and their shared-memory ring buffers stay in /dev/shm; vLLM's own clean-up (atexit,
 finalizers) never runs in a process killed that way.
 
-How: ``Reaper.start()`` (called by ``Engine.start`` before the ``LLM`` is built) starts ``python -m
+How: ``Reaper.start()`` (called by ``VllmEngine.start`` before the ``LLM`` is built) starts ``python -m
 specbatch.reaper`` in its own session and passes it the read end of a pipe. The job keeps the write end,
 close-on-exec, so the engine's spawned processes do not hold it. While the job lives, the reaper records the job's
 descendants (pid and creation time, through psutil) and the /dev/shm files they hold open. The job dies -> the pipe

@@ -10,9 +10,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from specbatch.engine import Sample
 from specbatch.layout import temporary_beside
 from specbatch.prompts import Prompt
-from specbatch.spec_metrics import RowSpecFigures
 
 # Key of the resolved config in the Parquet file's schema metadata.
 CONFIG_METADATA_KEY = b"specbatch.config"
@@ -56,11 +56,11 @@ _EMPTY_OUTPUT = dict.fromkeys(
 )
 
 
-def build_records(prompt: Prompt, output: Any, method: str, k: int | None) -> list[dict[str, Any]]:
-    """Output rows from a prompt and vLLM's ``RequestOutput`` for it: one per completion (sampling.n)."""
+def build_records(prompt: Prompt, samples: list[Sample], method: str, k: int | None) -> list[dict[str, Any]]:
+    """Output rows from a prompt and the engine's samples for it: one per completion (sampling.n)."""
     rows = []
-    for index, completion in enumerate(output.outputs):
-        figures = RowSpecFigures.from_output(completion) if k is not None else None
+    for index, completion in enumerate(samples):
+        figures = completion.spec if k is not None else None
         rows.append(
             {
                 "row_id": prompt.row_id,

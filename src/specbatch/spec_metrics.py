@@ -1,30 +1,13 @@
-"""Acceptance figures, with vLLM's own definitions (DESIGN.md "Metrics").
+"""Acceptance figures, with vLLM's own definitions (DESIGN.md "Metrics"), in engine-neutral records.
 
-Two sources: the engine's cumulative counters (``LLM.get_metrics()``), of which only *differences* around a
-generate call mean anything, and the per-request figures vLLM attaches to each completion when the engine runs
-with ``per_request_spec_decode_metrics``. Aggregates always come from summed counts, never from averaged ratios.
+Two sources: an engine's cumulative counters (vLLM's ``LLM.get_metrics()``), of which only *differences* mean
+anything, and the per-request figures an engine attaches to each completion (vLLM's
+``per_request_spec_decode_metrics``). Aggregates always come from summed counts, never from averaged ratios.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
-
-# vLLM metric names (vLLM 0.32; all cumulative over the life of the LLM).
-PROMPT_TOKENS = "vllm:prompt_tokens"
-GENERATION_TOKENS = "vllm:generation_tokens"
-NUM_DRAFTS = "vllm:spec_decode_num_drafts"
-NUM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
-NUM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
-ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
-_SCALAR_FIELDS = {
-    PROMPT_TOKENS: "prompt_tokens",
-    GENERATION_TOKENS: "generation_tokens",
-    NUM_DRAFTS: "drafts",
-    NUM_DRAFT_TOKENS: "draft_tokens",
-    NUM_ACCEPTED: "accepted_tokens",
-}
 
 
 @dataclass(frozen=True)
@@ -37,17 +20,6 @@ class Counters:
     draft_tokens: int = 0
     accepted_tokens: int = 0
     accepted_per_position: tuple[int, ...] = field(default_factory=tuple)
-
-    @classmethod
-    def from_metrics(cls, metrics: Iterable[Any]) -> Counters:
-        """Sum each counter over its label sets (one per engine when data-parallel)."""
-        total = cls()
-        for metric in metrics:
-            if metric.name in _SCALAR_FIELDS:
-                total = total + cls(**{_SCALAR_FIELDS[metric.name]: int(metric.value)})
-            elif metric.name == ACCEPTED_PER_POS:
-                total = total + cls(accepted_per_position=tuple(int(v) for v in metric.values))
-        return total
 
     def __sub__(self, before: Counters) -> Counters:
         return self._combine(before, -1)
@@ -83,19 +55,13 @@ class RowSpecFigures:
     # histogram[j] = steps in which exactly j draft tokens were accepted, j = 0..k.
     acceptance_histogram: list[int]
 
-    @classmethod
-    def from_output(cls, completion: Any) -> RowSpecFigures | None:
-        metrics = getattr(completion, "spec_decode_metrics", None)
-        if metrics is None:
-            return None
-        d = metrics.to_dict()
-        steps, accepted = int(d["num_spec_steps"]), int(d["num_accepted_draft_tokens"])
-        return cls(
-            spec_steps=steps,
-            draft_tokens=int(d["num_draft_tokens"]),
-            accepted_tokens=accepted,
-            acceptance_length=acceptance_length(accepted, steps),
-            acceptance_histogram=[int(x) for x in d["acceptance_histogram"]],
+    def counters(self) -> Counters:
+        """What this completion added to the engine counters (drafts = speculative steps)."""
+        return Counters(
+            drafts=self.spec_steps,
+            draft_tokens=self.draft_tokens,
+            accepted_tokens=self.accepted_tokens,
+            accepted_per_position=tuple(accepted_per_position_from_histogram(self.acceptance_histogram)),
         )
 
 

@@ -71,7 +71,7 @@ class Summary:
     error_rows: int
     prompt_tokens: int
     output_tokens: int
-    # Wall time of the generate calls only; engine start and warm-up are reported apart.
+    # Wall time of the streaming loop (engine start and warm-up are reported apart).
     generation_seconds: float
     output_tokens_per_second: float
     engine_startup_seconds: float
@@ -87,6 +87,9 @@ class Summary:
     accepted_per_position: list[int] | None = None
     # With dataset.category_column: per category, sums over its rows and the figures derived from them.
     per_category: dict[str, dict[str, Any]] | None = None
+    # The batch: requests the engine ran at once (engine.max_num_seqs or its default). Null for runs written
+    # before the engine was streamed, when the batch was a chunk (min of chunk_size and max_num_seqs).
+    concurrency: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,6 +102,7 @@ class Summary:
             "acceptance_rate_per_position",
             "accepted_per_position",
             "per_category",
+            "concurrency",
         }
         return {k: float(v) for k, v in asdict(self).items() if k not in skip and v is not None}
 
@@ -133,6 +137,7 @@ def summarize(
     generation_seconds: float,
     engine_startup_seconds: float,
     warmup_seconds: float,
+    concurrency: int | None = None,
 ) -> Summary:
     speculative = k is not None
     drafts = delta.drafts
@@ -158,6 +163,7 @@ def summarize(
         acceptance_rate_per_position=[a / drafts if drafts else 0.0 for a in per_position] if speculative else None,
         accepted_per_position=per_position if speculative else None,
         per_category=per_category(totals, speculative) if totals.categories or totals.by_category else None,
+        concurrency=concurrency,
     )
 
 
@@ -177,6 +183,7 @@ def merge_summaries(summaries: list[Summary]) -> Summary:
         generation_seconds=sum(s.generation_seconds for s in summaries),
         engine_startup_seconds=sum(s.engine_startup_seconds for s in summaries),
         warmup_seconds=sum(s.warmup_seconds for s in summaries),
+        concurrency=first.concurrency,
     )
 
 

@@ -1,0 +1,95 @@
+"""The engine interface every backend implements, and the neutral records that cross it.
+
+Requests go in one at a time (``add``); ``step`` advances the engine and returns the completions that finished in
+that step, in whatever order they finish. The caller decides what to add next (more rows, a row's next turn), so a
+backend never waits for a whole batch: it is kept full as long as the caller keeps adding. Nothing here, and nothing
+a caller sees, is an object of a particular engine library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from specbatch.config import JobConfig, SamplingConfig, to_plain_dict
+from specbatch.spec_metrics import Counters, RowSpecFigures
+
+# Sections of the config an engine is built from; a shared engine may only serve jobs that agree on them.
+ENGINE_KEYS = ("model", "spec", "engine")
+
+
+def engine_fingerprint(job: JobConfig) -> str:
+    plain = to_plain_dict(job)
+    return hashlib.sha256(json.dumps({k: plain[k] for k in ENGINE_KEYS}, sort_keys=True).encode()).hexdigest()
+
+
+class RequestRefused(ValueError):
+    """The engine will not take this one request (e.g. a token id outside the vocabulary); the others go on."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """One turn of one row, ready to generate: the exact prompt token ids and how to sample."""
+
+    row_id: str
+    turn: int
+    prompt_token_ids: list[int]
+    sampling: SamplingConfig
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One completion of a request (``sampling.n`` of them per request)."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None
+    # Per-request speculative figures; None when the engine does not speculate or does not report them.
+    spec: RowSpecFigures | None = None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A finished request with its samples; ``seconds`` from ``add`` to the step that finished it."""
+
+    request: Request
+    samples: list[Sample]
+    seconds: float
+
+
+class Engine(ABC):
+    """A started engine. Start-up and warm-up seconds are kept apart from generation time."""
+
+    def __init__(self, fingerprint: str, concurrency: int | None = None) -> None:
+        self.fingerprint = fingerprint
+        # Requests the engine runs at once (its batch): engine.max_num_seqs, or the backend's own default.
+        self.concurrency = concurrency
+        self.startup_seconds = 0.0
+        self.warmup_seconds = 0.0
+
+    @abstractmethod
+    def add(self, request: Request) -> None:
+        """Queue one request. Raises RequestRefused for a request the engine will never run (only that one)."""
+
+    @abstractmethod
+    def step(self) -> list[Completion]:
+        """Advance the engine (blocking until it made progress); the requests that finished meanwhile."""
+
+    @property
+    @abstractmethod
+    def unfinished(self) -> int:
+        """Requests added and not yet returned by ``step``."""
+
+    @abstractmethod
+    def cancel(self) -> None:
+        """Drop every unfinished request (after a failure), so a shared engine starts the next job empty."""
+
+    def counters(self) -> Counters | None:
+        """Cumulative engine counters, an optional capability: None when the backend has none (then the figures
+        come from the per-request ones). Only differences of two snapshots mean anything."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 (a backend with nothing to stop keeps this)
+        """Stop whatever the engine started (processes, servers). Idempotent."""

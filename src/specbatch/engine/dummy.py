@@ -1,0 +1,157 @@
+"""A deterministic engine without a model, for logic tests and jobs/bench_memory.py (``engine.backend=dummy``).
+
+It behaves like a real engine where the job can tell: at most ``concurrency`` requests run at once and the rest
+wait, each running request gains tokens every step, requests finish in the order their lengths make them finish
+(not the order they came in), and with a speculative method each step is a speculative step whose figures obey
+vLLM's invariants (accepted ≤ drafted, AL = 1 + accepted / steps, histogram over 0..k accepted). Lengths, tokens and
+acceptance are functions of the prompt alone, so the same request always gives the same completion.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from specbatch.config import JobConfig
+from specbatch.engine.base import Completion, Engine, Request, RequestRefused, Sample, engine_fingerprint
+from specbatch.spec_metrics import Counters, RowSpecFigures, acceptance_length
+
+# vLLM's own default for max_num_seqs on CPU; the dummy runs as many at once when engine.max_num_seqs is null.
+DEFAULT_CONCURRENCY = 256
+VOCABULARY = 1000
+
+
+def _digest(*parts: object) -> int:
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "big")
+
+
+@dataclass
+class _Running:
+    request: Request
+    sample: int
+    length: int
+    tokens: list[int] = field(default_factory=list)
+    steps: int = 0
+    histogram: list[int] = field(default_factory=list)
+
+
+class DummyEngine(Engine):
+    """Answers every prompt with made-up tokens; ``refuse`` and ``die_after`` play a bad request and a crash."""
+
+    name = "dummy"
+
+    def __init__(
+        self,
+        fingerprint: str,
+        k: int | None = None,
+        concurrency: int | None = None,
+        refuse: Callable[[Request], str | None] | None = None,
+        die_after: int | None = None,
+        length: int | Callable[[Request], int] | None = None,
+    ) -> None:
+        super().__init__(fingerprint, concurrency or DEFAULT_CONCURRENCY)
+        self.k = k
+        # refuse(request) -> why the engine will not take it, or None.
+        self.refuse = refuse
+        # After this many completions, the next step raises KeyboardInterrupt (like a kill: nothing in flight lands).
+        self.die_after = die_after
+        # Completions this many tokens long (capped by sampling.max_tokens), or length(request) tokens; a fixed
+        # length makes requests finish in the order they were added.
+        self.length = length
+        self.completed = 0
+        self.added: list[Request] = []
+        self._waiting: deque[_Running] = deque()
+        self._running: list[_Running] = []
+        # Samples of a request still running (a request finishes when all its samples have).
+        self._open: dict[int, dict[int, _Running]] = {}
+        self._counters = Counters()
+
+    @classmethod
+    def start(cls, job: JobConfig) -> DummyEngine:
+        return cls(engine_fingerprint(job), k=job.spec.k, concurrency=job.engine.max_num_seqs)
+
+    def add(self, request: Request) -> None:
+        why = self.refuse(request) if self.refuse else None
+        if why:
+            raise RequestRefused(why)
+        self.added.append(request)
+        key = id(request)
+        self._open[key] = {}
+        for sample in range(request.sampling.n):
+            length = self._length(request, sample)
+            running = _Running(request, sample, length, histogram=[0] * ((self.k or 0) + 1))
+            self._open[key][sample] = running
+            self._waiting.append(running)
+        self._counters = self._counters + Counters(prompt_tokens=len(request.prompt_token_ids) * request.sampling.n)
+
+    def _length(self, request: Request, sample: int) -> int:
+        if self.length is not None:
+            wanted = self.length(request) if callable(self.length) else self.length
+            return max(1, min(wanted, request.sampling.max_tokens))
+        # Mixed lengths, like real completions: from 1 token to sampling.max_tokens.
+        sampled = request.sampling.seed if request.sampling.temperature else 0
+        return 1 + _digest(request.prompt_token_ids, sample, sampled) % request.sampling.max_tokens
+
+    def step(self) -> list[Completion]:
+        if self.die_after is not None and self.completed >= self.die_after:
+            raise KeyboardInterrupt("dummy engine told to die")
+        while self._waiting and len(self._running) < (self.concurrency or DEFAULT_CONCURRENCY):
+            self._running.append(self._waiting.popleft())
+        done: list[Completion] = []
+        for run in list(self._running):
+            self._advance(run)
+            if len(run.tokens) < run.length:
+                continue
+            self._running.remove(run)
+            samples = self._open[id(run.request)]
+            if all(len(s.tokens) >= s.length for s in samples.values()):
+                del self._open[id(run.request)]
+                done.append(Completion(run.request, [self._sample(s) for s in samples.values()], seconds=0.0))
+                self.completed += 1
+        return done
+
+    def _advance(self, run: _Running) -> None:
+        """One engine step: 1 token without speculation, 1 + accepted (0..k) with it."""
+        accepted = 0
+        if self.k:
+            accepted = _digest(run.request.prompt_token_ids, run.sample, run.steps) % (self.k + 1)
+            accepted = min(accepted, run.length - len(run.tokens) - 1)
+            run.histogram[accepted] += 1
+            self._counters = self._counters + Counters(
+                drafts=1,
+                draft_tokens=self.k,
+                accepted_tokens=accepted,
+                accepted_per_position=tuple(1 if i < accepted else 0 for i in range(self.k)),
+            )
+        run.steps += 1
+        for _ in range(accepted + 1):
+            run.tokens.append(_digest(run.request.prompt_token_ids, run.sample, len(run.tokens)) % VOCABULARY)
+        self._counters = self._counters + Counters(generation_tokens=accepted + 1)
+
+    def _sample(self, run: _Running) -> Sample:
+        spec = None
+        if self.k:
+            accepted = sum(j * count for j, count in enumerate(run.histogram))
+            spec = RowSpecFigures(
+                spec_steps=run.steps,
+                draft_tokens=run.steps * self.k,
+                accepted_tokens=accepted,
+                acceptance_length=acceptance_length(accepted, run.steps),
+                acceptance_histogram=list(run.histogram),
+            )
+        reason = "length" if run.length == run.request.sampling.max_tokens else "stop"
+        return Sample(" ".join(f"t{t}" for t in run.tokens), list(run.tokens), reason, spec)
+
+    @property
+    def unfinished(self) -> int:
+        return len(self._open)
+
+    def cancel(self) -> None:
+        self._waiting.clear()
+        self._running.clear()
+        self._open.clear()
+
+    def counters(self) -> Counters:
+        return self._counters

@@ -1,0 +1,240 @@
+"""The offline vLLM backend: one ``vllm.LLM`` fed request by request through its engine's ``add_request`` / ``step``.
+
+Everything vLLM-specific about *running* lives here and only here: the ``LLM`` arguments (including
+``speculative_config`` and per-request spec metrics), the CPU environment, warm-up, vLLM's metric names and
+per-request figures, and stopping vLLM's processes.
+
+Why not ``LLM.generate``: it returns only when every prompt it was given has finished, so a caller that hands it a
+chunk (or one turn of a conversation) at a time leaves the batch draining while the longest completion finishes.
+Feeding the engine's own request queue keeps it full across chunk and turn boundaries, which is what vLLM itself
+does inside one ``generate`` call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from specbatch.config import JobConfig, SamplingConfig, SpecMethod
+from specbatch.engine.base import Completion, Engine, Request, RequestRefused, Sample, engine_fingerprint
+from specbatch.reaper import Reaper
+from specbatch.spec_metrics import Counters, RowSpecFigures, acceptance_length
+
+log = logging.getLogger(__name__)
+
+# vLLM metric names (vLLM 0.32; all cumulative over the life of the LLM).
+PROMPT_TOKENS = "vllm:prompt_tokens"
+GENERATION_TOKENS = "vllm:generation_tokens"
+NUM_DRAFTS = "vllm:spec_decode_num_drafts"
+NUM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+NUM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+_SCALAR_FIELDS = {
+    PROMPT_TOKENS: "prompt_tokens",
+    GENERATION_TOKENS: "generation_tokens",
+    NUM_DRAFTS: "drafts",
+    NUM_DRAFT_TOKENS: "draft_tokens",
+    NUM_ACCEPTED: "accepted_tokens",
+}
+
+
+def llm_kwargs(job: JobConfig) -> dict[str, Any]:
+    """Arguments of ``vllm.LLM`` for this job (pure: tests check GPU presets with it without loading anything)."""
+    model, engine, spec = job.model, job.engine, job.spec
+    kwargs: dict[str, Any] = {
+        "model": model.path,
+        "tokenizer": model.tokenizer,
+        "revision": model.revision,
+        "dtype": model.dtype.value,
+        "max_model_len": model.max_model_len,
+        "trust_remote_code": model.trust_remote_code,
+        "tensor_parallel_size": model.tensor_parallel_size,
+        "enforce_eager": engine.enforce_eager,
+        "seed": engine.seed,
+        # Counters for the summary: vLLM only keeps them (and get_metrics only works) with stats on.
+        "disable_log_stats": False,
+    }
+    speculative = spec.to_vllm()
+    if speculative is not None:
+        kwargs["speculative_config"] = speculative
+        # Per-row figures; vLLM refuses this option without a speculative_config.
+        kwargs["per_request_spec_decode_metrics"] = "summary"
+    if engine.gpu_memory_utilization is not None:
+        kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
+    if engine.max_num_seqs is not None:
+        kwargs["max_num_seqs"] = engine.max_num_seqs
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def sampling_params(cfg: SamplingConfig) -> Any:
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(
+        n=cfg.n,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        top_k=cfg.top_k,
+        max_tokens=cfg.max_tokens,
+        seed=cfg.seed,
+        # Only the finished output: no partial outputs to build and throw away at every step.
+        output_kind=RequestOutputKind.FINAL_ONLY,
+    )
+
+
+def counters_from_metrics(metrics: Iterable[Any]) -> Counters:
+    """Sum each vLLM counter over its label sets (one per engine when data-parallel)."""
+    total = Counters()
+    for metric in metrics:
+        if metric.name in _SCALAR_FIELDS:
+            total = total + Counters(**{_SCALAR_FIELDS[metric.name]: int(metric.value)})
+        elif metric.name == ACCEPTED_PER_POS:
+            total = total + Counters(accepted_per_position=tuple(int(v) for v in metric.values))
+    return total
+
+
+def row_figures(completion: Any) -> RowSpecFigures | None:
+    """vLLM's per-request ``spec_decode_metrics`` (with ``per_request_spec_decode_metrics``) as neutral figures."""
+    metrics = getattr(completion, "spec_decode_metrics", None)
+    if metrics is None:
+        return None
+    d = metrics.to_dict()
+    steps, accepted = int(d["num_spec_steps"]), int(d["num_accepted_draft_tokens"])
+    return RowSpecFigures(
+        spec_steps=steps,
+        draft_tokens=int(d["num_draft_tokens"]),
+        accepted_tokens=accepted,
+        acceptance_length=acceptance_length(accepted, steps),
+        acceptance_histogram=[int(x) for x in d["acceptance_histogram"]],
+    )
+
+
+class VllmEngine(Engine):
+    """One ``vllm.LLM``, streamed."""
+
+    name = "vllm"
+
+    def __init__(self, llm: Any, fingerprint: str, reaper: Reaper | None = None) -> None:
+        scheduler = getattr(getattr(llm.llm_engine, "vllm_config", None), "scheduler_config", None)
+        super().__init__(fingerprint, concurrency=getattr(scheduler, "max_num_seqs", None))
+        self.llm = llm
+        # Ends vLLM's processes if this job dies without close() (kill -9); see specbatch.reaper.
+        self.reaper = reaper
+        self._ids = itertools.count()
+        # vLLM's request id -> (our request, when it was added, vLLM's internal id for aborts).
+        self._running: dict[str, tuple[Request, float, str]] = {}
+        # SamplingParams made once per sampling config (every request of a job shares one).
+        self._params: tuple[SamplingConfig, Any] | None = None
+        # What vLLM raises for a request it will not take (caused by the request, "4xx"): that row fails alone.
+        from vllm.exceptions import VLLMClientError
+
+        self._refusals: tuple[type[BaseException], ...] = (ValueError, TypeError, VLLMClientError)
+
+    @classmethod
+    def start(cls, job: JobConfig) -> VllmEngine:
+        if job.engine.cpu_kvcache_space_gib is not None:
+            # The CPU worker refuses to start without it; an explicit environment value wins.
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(job.engine.cpu_kvcache_space_gib))
+        if job.spec.method is SpecMethod.suffix:
+            # arctic-inference's vLLM plugin must stay inert: we only use its suffix tree through vLLM.
+            os.environ.setdefault("ARCTIC_INFERENCE_ENABLED", "0")
+        from vllm import LLM
+
+        kwargs = llm_kwargs(job)
+        log.info("starting vLLM: model=%s spec=%s", job.model.path, kwargs.get("speculative_config"))
+        began = time.perf_counter()
+        # Before the LLM: a kill during the start-up (tens of seconds) would leave its processes as well.
+        reaper = Reaper.start()
+        try:
+            llm = LLM(**kwargs)
+        except BaseException:
+            # vLLM ends the processes of an engine that failed to start.
+            if reaper:
+                reaper.stop()
+            raise
+        engine = cls(llm, engine_fingerprint(job), reaper)
+        engine.startup_seconds = time.perf_counter() - began
+        log.info("engine ready in %.1f s (runs up to %s requests at once)", engine.startup_seconds, engine.concurrency)
+        if job.engine.warmup:
+            try:
+                engine.warmup()
+            except BaseException:
+                engine.close()
+                raise
+        return engine
+
+    def warmup(self) -> None:
+        """One short request, so one-off costs (numba JIT for n-gram, first kernels) stay out of the timings."""
+        from vllm import SamplingParams
+
+        began = time.perf_counter()
+        self.llm.generate(
+            [{"prompt_token_ids": [1, 2, 3, 4, 5, 6, 7, 8]}], SamplingParams(max_tokens=8), use_tqdm=False
+        )
+        self.warmup_seconds = time.perf_counter() - began
+
+    def counters(self) -> Counters:
+        return counters_from_metrics(self.llm.get_metrics())
+
+    def add(self, request: Request) -> None:
+        if self._params is None or self._params[0] is not request.sampling:
+            self._params = (request.sampling, sampling_params(request.sampling))
+        params = self._params[1]
+        request_id = str(next(self._ids))
+        try:
+            # vLLM validates each request as it is added; a bad one fails alone, before the engine sees it.
+            prompt = {"prompt_token_ids": request.prompt_token_ids}
+            internal = self.llm.llm_engine.add_request(request_id, prompt, params)
+        except self._refusals as exc:
+            raise RequestRefused(f"{type(exc).__name__}: {exc}") from exc
+        self._running[request_id] = (request, time.perf_counter(), internal)
+
+    def step(self) -> list[Completion]:
+        if not self._running:
+            return []
+        finished = []
+        for output in self.llm.llm_engine.step():
+            if not output.finished:
+                continue
+            request, added, _ = self._running.pop(output.request_id)
+            samples = [
+                Sample(
+                    text=c.text,
+                    token_ids=list(c.token_ids),
+                    finish_reason=c.finish_reason,
+                    spec=row_figures(c),
+                )
+                for c in output.outputs
+            ]
+            finished.append(Completion(request, samples, time.perf_counter() - added))
+        return finished
+
+    @property
+    def unfinished(self) -> int:
+        return len(self._running)
+
+    def cancel(self) -> None:
+        if self.llm is not None and self._running:
+            self.llm.llm_engine.abort_request([internal for _, _, internal in self._running.values()], internal=True)
+        self._running.clear()
+
+    def close(self) -> None:
+        """Stop the engine's worker processes now rather than at interpreter exit."""
+        llm, self.llm = self.llm, None
+        if llm is None:
+            return
+        self._running.clear()
+        # vLLM 0.32's LLM has no close(); its engine-core client owns the worker processes.
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if callable(getattr(core, "shutdown", None)):
+            core.shutdown()
+        del llm
+        # Only once vLLM's shutdown (which joins, and if need be kills, its processes) went through: if it raised,
+        # the reaper stays and ends whatever is left when this process exits.
+        reaper, self.reaper = self.reaper, None
+        if reaper:
+            reaper.stop()
