@@ -166,3 +166,32 @@ def test_status_and_merge_refuse_until_every_shard_is_done_then_add_up(make_job,
     assert {r.data.tags["shard"] for r in children} >= {"0/3", "1/3", "2/3"}
     status = subprocess.run([sys.executable, str(STATUS), str(root)], capture_output=True, text=True, timeout=120)
     assert status.returncode == 0 and "3 done" in status.stderr
+
+
+def test_a_resumed_shard_adds_up_every_launch_once(make_job) -> None:
+    """Figures of a shard finished by several launches: a killed launch counts only the parts it wrote (their own
+    figures, and its time up to its last part); a launch that ended counts its engine counters and loop time; parts
+    from before streaming (no launch) count their own seconds."""
+    job = make_job("spec=ngram")
+    layout = RunLayout.for_job(job)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(job, engine=fake_engine(job, die_after=2))  # killed after part 0, chunk 1 in flight
+    killed = json.loads(layout.part_stats_path(0).read_text())
+    # Part 1 as a launch before streaming would have left it: its own generate time, no launch.
+    with pytest.raises(KeyboardInterrupt):
+        run_job(job, engine=fake_engine(job, die_after=2))  # this launch writes part 1 only, then dies
+    old = json.loads(layout.part_stats_path(1).read_text())
+    del old["launch"], old["elapsed"]
+    layout.part_stats_path(1).write_text(json.dumps({**old, "seconds": 5.0}))
+
+    result = run_job(job, engine=fake_engine(job))
+    [record] = [json.loads(p.read_text()) for p in layout.part_stats_path(0).parent.glob("launch-*.json")]
+    assert sorted(record["parts"]) == [2, 3]
+    summary = result.summary
+    assert summary.generation_seconds == pytest.approx(killed["elapsed"] + 5.0 + record["seconds"])
+    rows = [r for p in result.parquet_files for r in pq.read_table(p).to_pylist()]
+    assert sorted(r["row_id"] for r in rows) == [f"r{i}" for i in range(7)]
+    assert summary.drafts == sum(r["spec_steps"] for r in rows) > 0
+    assert summary.accepted_tokens == sum(r["accepted_tokens"] for r in rows)
+    assert summary.output_tokens == sum(r["completion_tokens"] for r in rows) == 2 * 7
+    assert summary.concurrency == 1

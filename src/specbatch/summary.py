@@ -102,7 +102,6 @@ class Summary:
             "acceptance_rate_per_position",
             "accepted_per_position",
             "per_category",
-            "concurrency",
         }
         return {k: float(v) for k, v in asdict(self).items() if k not in skip and v is not None}
 
