@@ -1,6 +1,7 @@
 """Benchmark (not a test): the job's overhead over a bare vLLM script, and the embedded default's speedups.
 
     .venv/bin/python jobs/bench.py [--max-samples 16] [--output-root outputs/bench] [--skip-overhead]
+    .venv/bin/python jobs/bench.py --streaming [--rows 128] [--two-turn-rows 64] [--report before.md]
 
 (a) Overhead: ``jobs/generate.py`` (default config: SmolLM2 + ngram k=3, bfloat16, 16 prompts, full batch) and
     ``jobs/bench_bare.py`` (a bare ``vllm.LLM`` script given the exact same ``LLM`` arguments and prompt token ids)
@@ -10,6 +11,12 @@
     prompt per engine call) and at full batch (all prompts in one call), greedy, on the default code-editing task,
     through the job's own code (``run_job``); speedup and equality come from jobs/compare's analysis of the stored
     runs. Goals: ≥ 3.0x at batch 1 and ≥ 2.0x at full batch with the best k.
+(c) Keeping the engine full (issue 12; ``--streaming`` runs only this): spec=none and ngram, greedy, 256 new
+    tokens, on humaneval_edit (128 rows) and on a two-turn HumanEval file written at bench time (64 rows; turn 2
+    asks for type hints on the model's own answer). Per method, three fresh processes: the job with chunk_size=8,
+    the job with one chunk, and the bare script with every prompt of a turn in one generate call. Output tok/s =
+    output tokens ÷ generation seconds (start-up and warm-up excluded), read from the run folder's shard summary.
+    Goals: chunk_size=8 ÷ one chunk ≥ 0.97 and job ÷ bare ≥ 0.97. The report is printed and written to a file.
 
 One run per measurement on a shared, noisy 2-core machine: quote the ratios of one invocation together.
 """
