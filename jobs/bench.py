@@ -1,6 +1,7 @@
 """Benchmark (not a test): the job's overhead over a bare vLLM script, and the embedded default's speedups.
 
     .venv/bin/python jobs/bench.py [--max-samples 16] [--output-root outputs/bench] [--skip-overhead]
+    .venv/bin/python jobs/bench.py --streaming [--rows 128] [--two-turn-rows 64] [--report before.md]
 
 (a) Overhead: ``jobs/generate.py`` (default config: SmolLM2 + ngram k=3, bfloat16, 16 prompts, full batch) and
     ``jobs/bench_bare.py`` (a bare ``vllm.LLM`` script given the exact same ``LLM`` arguments and prompt token ids)
@@ -10,6 +11,12 @@
     request at a time) and at full batch (every prompt in the engine at once), greedy, on the default
     code-editing task, through the job's own code (``run_job``); speedup and equality come from jobs/compare's
     analysis of the stored runs. Goals: ≥ 3.0x at batch 1 and ≥ 2.0x at full batch with the best k.
+(c) Keeping the engine full (issue 12; ``--streaming`` runs only this): spec=none and ngram, greedy, 256 new
+    tokens, on humaneval_edit (128 rows) and on a two-turn HumanEval file written at bench time (64 rows; turn 2
+    asks for type hints on the model's own answer). Per method, three fresh processes: the job with chunk_size=8,
+    the job with one chunk, and the bare script with every prompt of a turn in one generate call. Output tok/s =
+    output tokens ÷ generation seconds (start-up and warm-up excluded), read from the run folder's shard summary.
+    Goals: chunk_size=8 ÷ one chunk ≥ 0.97 and job ÷ bare ≥ 0.97. The report is printed and written to a file.
 
 One run per measurement on a shared, noisy 2-core machine: quote the ratios of one invocation together.
 """
@@ -20,15 +27,18 @@ import logging
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.parquet as pq
 from hydra import compose, initialize_config_dir
 
 from specbatch.compare import format_comparison
 from specbatch.config import JobConfig, register_configs, to_job_config
-from specbatch.data import load_rows
+from specbatch.data import SourceRow, load_rows
 from specbatch.engine import start_engine
 from specbatch.engine.vllm_offline import llm_kwargs
+from specbatch.environment import git_commit
 from specbatch.generate import run_job
 from specbatch.prompts import load_tokenizer, render
 from specbatch.records import read_rows
@@ -46,20 +56,30 @@ def compose_job(overrides: list[str]) -> JobConfig:
         return to_job_config(compose(config_name="config", overrides=overrides))
 
 
-def run_bare(job: JobConfig, prompts: list[list[int]], path: Path) -> tuple[float, dict]:
-    """jobs/bench_bare.py as a fresh process with this job's exact LLM arguments; (process wall, its own report)."""
+def first_turn_prompts(job: JobConfig) -> tuple[list[SourceRow], list[list[int]]]:
+    """The job's rows and the exact token ids of their first prompts, rendered as the job renders them."""
+    tokenizer = load_tokenizer(job.model)
+    rows = load_rows(job.dataset, job.max_samples)
+    return rows, [render(r, 1, [], job.dataset, tokenizer).token_ids for r in rows]
+
+
+def run_bare(
+    job: JobConfig, prompts: list[list[int]], path: Path, turns: list[list[str]] | None = None
+) -> tuple[float, dict]:
+    """jobs/bench_bare.py as a fresh process with this job's exact LLM arguments; (process wall, its own report).
+
+    ``turns``: the rows' user turns for a multi-turn data set (``prompts`` are then their first turns)."""
     spec_file, out_file = path.with_suffix(".json"), path.with_suffix(".out.json")
-    spec_file.write_text(
-        json.dumps(
-            {
-                "llm_kwargs": llm_kwargs(job),
-                "env": {"VLLM_CPU_KVCACHE_SPACE": str(job.engine.cpu_kvcache_space_gib or 2)},
-                "prompts": prompts,
-                "max_tokens": job.sampling.max_tokens,
-                "batch_size": 0,
-            }
-        )
-    )
+    spec = {
+        "llm_kwargs": llm_kwargs(job),
+        "env": {"VLLM_CPU_KVCACHE_SPACE": str(job.engine.cpu_kvcache_space_gib or 2)},
+        "prompts": prompts,
+        "max_tokens": job.sampling.max_tokens,
+        "batch_size": 0,
+    }
+    if turns is not None:
+        spec["turns"] = turns
+    spec_file.write_text(json.dumps(spec))
     began = time.perf_counter()
     subprocess.run([sys.executable, str(PROJECT / "jobs/bench_bare.py"), str(spec_file), str(out_file)], check=True)
     return time.perf_counter() - began, json.loads(out_file.read_text())
@@ -70,8 +90,7 @@ def measure_overhead(common: list[str], root: Path, stamp: str) -> dict:
     vLLM's own speedup on these prompts is known without the job in between."""
     job_overrides = [*common, f"output_root={root}", f"run_name=overhead-{stamp}"]
     job = compose_job(job_overrides)
-    tokenizer = load_tokenizer(job.model)
-    prompts = [render(r, 1, [], job.dataset, tokenizer).token_ids for r in load_rows(job.dataset, job.max_samples)]
+    _, prompts = first_turn_prompts(job)
 
     began = time.perf_counter()
     subprocess.run([sys.executable, str(PROJECT / "jobs/generate.py"), *job_overrides], cwd=PROJECT, check=True)
@@ -117,11 +136,183 @@ def measure_speedups(common: list[str], root: Path, stamp: str) -> list[Path]:
     return folders
 
 
+# (c) keeping the engine full (issue 12).
+STREAMING_GOAL = 0.97
+STREAMING_METHODS = ("none", "ngram")
+STREAMING_MAX_TOKENS = 256
+# Turn 2 of the two-turn data set; turn 1 is humaneval_edit's own prompt.
+FOLLOW_UP = (
+    "Now also add type hints to every parameter and to the return value. Keep the comments, and reply with the "
+    "complete function in one Python code block."
+)
+# The stats file of a one-shard run, inside its run folder.
+SHARD_STATS = "stats/shard-00000-of-00001.json"
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """One measured run: output rows (every turn), output tokens and generation seconds (engine start-up and
+    warm-up excluded), and the process's whole wall time for reference."""
+
+    rows: int
+    output_tokens: int
+    generation_seconds: float
+    wall_seconds: float
+    # Job runs: completions equal token for token to the bare script's (bfloat16 may differ with batch shape).
+    identical: int | None = None
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.output_tokens / self.generation_seconds
+
+
+@dataclass(frozen=True)
+class StreamingCase:
+    dataset: str
+    method: str
+    chunked: Throughput
+    one_chunk: Throughput
+    bare: Throughput
+
+    @property
+    def chunk_ratio(self) -> float:
+        """Job with chunk_size=8 ÷ job with one chunk."""
+        return self.chunked.tokens_per_second / self.one_chunk.tokens_per_second
+
+    @property
+    def bare_ratio(self) -> float:
+        """Job (one chunk) ÷ the bare script."""
+        return self.one_chunk.tokens_per_second / self.bare.tokens_per_second
+
+
+def write_two_turn_file(path: Path) -> Path:
+    """An MT-Bench-style JSON Lines file from the packaged HumanEval: turn 1 is humaneval_edit's prompt, turn 2
+    a follow-up on the model's own answer. Built at bench time, every problem (the runs take the first rows)."""
+    rows = load_rows(compose_job(["dataset=humaneval_edit"]).dataset, None)
+    with path.open("w") as out:
+        for row in rows:
+            out.write(json.dumps({"id": row.row_id, "turns": [row.text, FOLLOW_UP]}) + "\n")
+    log.info("two-turn data set: %d rows in %s", len(rows), path)
+    return path
+
+
+def run_job_process(overrides: list[str], output_root: Path) -> tuple[Throughput, dict[tuple[str, int], list[int]]]:
+    """jobs/generate.py as a fresh process writing under its own ``output_root``; its figures from the run folder's
+    shard summary, its completions (by row id and turn) from its Parquet parts."""
+    began = time.perf_counter()
+    command = [sys.executable, str(PROJECT / "jobs/generate.py"), *overrides, f"output_root={output_root}"]
+    subprocess.run(command, cwd=PROJECT, check=True)
+    wall = time.perf_counter() - began
+    (run_folder,) = {p.parent for p in output_root.glob("runs/*/*/*/run.json")}
+    stats = json.loads((run_folder / SHARD_STATS).read_text())
+    if stats["error_rows"]:
+        log.warning("%s: %d error rows (not generated)", run_folder, stats["error_rows"])
+    completions = {}
+    for part in sorted(run_folder.glob("data/**/*.parquet")):
+        for r in pq.read_table(part, columns=["row_id", "turn", "completion_token_ids"]).to_pylist():
+            completions[(r["row_id"], r["turn"])] = r["completion_token_ids"]
+    figures = Throughput(stats["rows"], stats["output_tokens"], stats["generation_seconds"], wall)
+    return figures, completions
+
+
+def measure_streaming_case(name: str, data: list[str], method: str, folder: Path, stamp: str) -> StreamingCase:
+    """The job with chunk_size=8 and with one chunk, then the bare script with all prompts in one generate call
+    per turn, all three as fresh processes on the same rows."""
+    overrides = [*data, f"spec={method}", f"sampling.max_tokens={STREAMING_MAX_TOKENS}", "tracking=off"]
+    job = compose_job(overrides)
+    rows, prompts = first_turn_prompts(job)
+    turns = [r.turns for r in rows] if all(r.turns for r in rows) else None
+    # Output rows in the bare script's order: every row's turn 1, then every turn 2, ...
+    keys = [(r.row_id, t) for t in range(1, max(r.num_turns for r in rows) + 1) for r in rows if r.num_turns >= t]
+
+    runs = {}
+    for label, chunk_size in (("chunk8", 8), ("one-chunk", len(rows))):
+        log.info("%s %s: job with chunk_size=%d on %d rows", name, method, chunk_size, len(rows))
+        run = [*overrides, f"chunk_size={chunk_size}", f"run_name=streaming-{stamp}-{label}"]
+        runs[label] = run_job_process(run, folder / f"{name}-{method}-{label}")
+    log.info("%s %s: bare vLLM script on %d rows", name, method, len(rows))
+    wall, bare = run_bare(job, prompts, folder / f"bare-{name}-{method}", turns)
+    bare_tokens = dict(zip(keys, bare["token_ids"], strict=True))
+
+    def with_identical(figures: Throughput, completions: dict[tuple[str, int], list[int]]) -> Throughput:
+        same = sum(completions.get(key) == tokens for key, tokens in bare_tokens.items())
+        return Throughput(figures.rows, figures.output_tokens, figures.generation_seconds, figures.wall_seconds, same)
+
+    return StreamingCase(
+        dataset=name,
+        method=method,
+        chunked=with_identical(*runs["chunk8"]),
+        one_chunk=with_identical(*runs["one-chunk"]),
+        bare=Throughput(len(keys), bare["output_tokens"], bare["generation_seconds"], wall),
+    )
+
+
+def measure_streaming(rows: int, two_turn_rows: int, root: Path, stamp: str) -> list[StreamingCase]:
+    folder = root / f"streaming-{stamp}"
+    folder.mkdir(parents=True)
+    two_turn = write_two_turn_file(folder / "humaneval_edit_two_turn.jsonl")
+    datasets = {
+        "humaneval_edit": ["dataset=humaneval_edit", f"max_samples={rows}"],
+        "two-turn": [
+            "dataset=local",
+            f"dataset.path={two_turn}",
+            "dataset.prompt_format=turns",
+            "dataset.turns_column=turns",
+            "dataset.id_column=id",
+            f"max_samples={two_turn_rows}",
+        ],
+    }
+    return [
+        measure_streaming_case(name, data, method, folder, stamp)
+        for name, data in datasets.items()
+        for method in STREAMING_METHODS
+    ]
+
+
+def streaming_report(cases: list[StreamingCase], rows: int, two_turn_rows: int, seconds: float) -> str:
+    def verdict(ratio: float) -> str:
+        return f"{ratio:.3f} ({'met' if ratio >= STREAMING_GOAL else 'MISSED'})"
+
+    lines = [
+        f"# jobs/bench.py --streaming, {time.strftime('%Y-%m-%d %H:%M')}, commit {git_commit()}",
+        "",
+        f"Keeping the engine full (issue 12): humaneval_edit ({rows} rows) and a two-turn HumanEval data set "
+        f"({two_turn_rows} rows, turn 2 = a follow-up on the model's answer), greedy, "
+        f"max_tokens={STREAMING_MAX_TOKENS}, default model and engine. Output tok/s = output tokens ÷ generation "
+        "seconds (engine start-up and warm-up excluded; every turn counted). Each run a fresh process; process wall "
+        "s (start-up included) only for reference. Identical = completions equal token for token to the bare "
+        "script's.",
+        "",
+        "| data set | method | run | rows | output tokens | generation s | tok/s | process wall s | identical |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for case in cases:
+        for label, run in (("job chunk_size=8", case.chunked), ("job one chunk", case.one_chunk), ("bare", case.bare)):
+            identical = "-" if run.identical is None else f"{run.identical}/{case.bare.rows}"
+            lines.append(
+                f"| {case.dataset} | {case.method} | {label} | {run.rows} | {run.output_tokens} | "
+                f"{run.generation_seconds:.1f} | {run.tokens_per_second:.1f} | {run.wall_seconds:.1f} | {identical} |"
+            )
+    lines += [
+        "",
+        f"| data set | method | chunk_size=8 ÷ one chunk (goal ≥ {STREAMING_GOAL}) | job ÷ bare (goal ≥ "
+        f"{STREAMING_GOAL}) |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {c.dataset} | {c.method} | {verdict(c.chunk_ratio)} | {verdict(c.bare_ratio)} |" for c in cases]
+    lines += ["", f"benchmark wall time: {seconds / 60:.1f} min"]
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-samples", type=int, default=16)
     parser.add_argument("--output-root", type=Path, default=PROJECT / "outputs" / "bench")
     parser.add_argument("--skip-overhead", action="store_true")
+    parser.add_argument("--streaming", action="store_true", help="run only (c), keeping the engine full")
+    parser.add_argument("--rows", type=int, default=128, help="(c): humaneval_edit rows")
+    parser.add_argument("--two-turn-rows", type=int, default=64, help="(c): rows of the two-turn data set")
+    parser.add_argument("--report", type=Path, help="(c): also write the report here (default: in --output-root)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     register_configs()
@@ -129,6 +320,15 @@ def main() -> int:
     root.mkdir(parents=True, exist_ok=True)
     # Fresh run folders per invocation: a finished run would otherwise be found and not measured again.
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    if args.streaming:
+        began = time.perf_counter()
+        cases = measure_streaming(args.rows, args.two_turn_rows, root, stamp)
+        report = streaming_report(cases, args.rows, args.two_turn_rows, time.perf_counter() - began)
+        path = args.report or root / f"streaming-{stamp}.md"
+        path.write_text(report + "\n")
+        print(report)
+        log.info("report written to %s", path)
+        return 0
     common = [f"max_samples={args.max_samples}", "tracking.experiment=bench"]
 
     overhead = None if args.skip_overhead else measure_overhead(common, root, stamp)
