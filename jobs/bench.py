@@ -36,7 +36,6 @@ from hydra import compose, initialize_config_dir
 from specbatch.compare import format_comparison
 from specbatch.config import JobConfig, register_configs, to_job_config
 from specbatch.data import SourceRow, load_rows
-from specbatch.engine import start_engine
 from specbatch.engine.vllm_offline import llm_kwargs
 from specbatch.environment import git_commit
 from specbatch.generate import run_job
@@ -124,15 +123,9 @@ def measure_speedups(common: list[str], root: Path, stamp: str) -> list[Path]:
     for method, k in CASES:
         spec = [f"spec={method}"] + ([f"spec.num_speculative_tokens={k}"] if k else [])
         base = [*common, *spec, f"output_root={root}"]
-        for job in (
-            compose_job([*base, "engine.max_num_seqs=1", f"run_name=bs1-{stamp}"]),
-            compose_job([*base, f"run_name=full-{stamp}"]),
-        ):
-            engine = start_engine(job)
-            try:
-                folders.append(run_job(job, engine=engine).layout.root)
-            finally:
-                engine.close()
+        for batch in ("engine.max_num_seqs=1", "engine.max_num_seqs=null"):
+            name = "bs1" if batch.endswith("=1") else "full"
+            folders.append(run_job(compose_job([*base, batch, f"run_name={name}-{stamp}"])).layout.root)
     return folders
 
 
