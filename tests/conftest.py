@@ -89,7 +89,15 @@ def fake_engine(job: JobConfig, die_after: int | None = None, **options: Any) ->
     """The dummy backend for logic tests: one request at a time, every answer 2 tokens, so requests (and chunks)
     finish in the order they were added. ``die_after=n``: the step after the n-th completion raises
     KeyboardInterrupt, like a kill in the middle of the stream (nothing in flight may count)."""
-    return DummyEngine(engine_fingerprint(job), k=job.spec.k, concurrency=1, length=2, die_after=die_after, **options)
+    return DummyEngine(
+        engine_fingerprint(job),
+        k=job.spec.k,
+        concurrency=1,
+        length=2,
+        die_after=die_after,
+        keep_requests=True,
+        **options,
+    )
 
 
 def asked_rows(engine: DummyEngine) -> list[str]:

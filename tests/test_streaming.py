@@ -40,7 +40,7 @@ def stream(engine: DummyEngine, job, tokenizer, chunks, **kwargs) -> tuple[list[
 
 def test_a_failing_row_is_isolated_and_its_later_turns_are_errors(setup) -> None:
     job, tokenizer = setup
-    engine = DummyEngine(engine_fingerprint(job), k=job.spec.k, refuse=refuse_poison)
+    engine = DummyEngine(engine_fingerprint(job), k=job.spec.k, refuse=refuse_poison, keep_requests=True)
     [chunk], result = stream(engine, job, tokenizer, [(0, rows())])
     got = {(r["row_id"], r["turn"]): (r["status"], r["error"]) for r in chunk.records}
     assert got[("r1", 1)] == ("ok", None) and got[("r1", 2)] == ("ok", None) and got[("r3", 1)] == ("ok", None)
@@ -75,7 +75,10 @@ def test_chunks_are_written_as_they_finish_and_the_engine_is_never_drained(setup
         [SourceRow(f"s{i}", None, turns=["b"]) for i in range(3)],
     )
     engine = DummyEngine(
-        engine_fingerprint(job), concurrency=4, length=lambda request: 40 if request.row_id == "long" else 2
+        engine_fingerprint(job),
+        concurrency=4,
+        length=lambda request: 40 if request.row_id == "long" else 2,
+        keep_requests=True,
     )
     written, result = stream(engine, job, tokenizer, [(0, [long_row]), (1, short_rows)])
     assert [c.number for c in written] == [1, 0] and result.chunks == [1, 0]

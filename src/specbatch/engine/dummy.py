@@ -50,6 +50,7 @@ class DummyEngine(Engine):
         refuse: Callable[[Request], str | None] | None = None,
         die_after: int | None = None,
         length: int | Callable[[Request], int] | None = None,
+        keep_requests: bool = False,
     ) -> None:
         super().__init__(fingerprint, concurrency or DEFAULT_CONCURRENCY)
         self.k = k
@@ -61,6 +62,8 @@ class DummyEngine(Engine):
         # length makes requests finish in the order they were added.
         self.length = length
         self.completed = 0
+        # Every request added, in order, for tests that check what was asked (off: memory stays flat on big runs).
+        self.keep_requests = keep_requests
         self.added: list[Request] = []
         self._waiting: deque[_Running] = deque()
         self._running: list[_Running] = []
@@ -76,7 +79,8 @@ class DummyEngine(Engine):
         why = self.refuse(request) if self.refuse else None
         if why:
             raise RequestRefused(why)
-        self.added.append(request)
+        if self.keep_requests:
+            self.added.append(request)
         key = id(request)
         self._open[key] = {}
         for sample in range(request.sampling.n):
