@@ -90,8 +90,8 @@ def test_multi_turn_answers_feed_the_next_turn_and_categories_add_up(engine: Eng
     assert all(r["status"] == "ok" for r in rows)
     by_turn = {(r["row_id"], r["turn"]): r for r in rows}
     assert sorted(by_turn) == [("1", 1), ("1", 2), ("2", 1), ("2", 2), ("2", 3), ("3", 1)]
-    # Turns are generated in order: every turn-1 row comes before any turn-2 row.
-    assert [r["turn"] for r in rows] == sorted(r["turn"] for r in rows)
+    # Each row's turns together, in data order (they were generated as each previous turn finished).
+    assert [(r["row_id"], r["turn"]) for r in rows] == [("1", 1), ("1", 2), ("2", 1), ("2", 2), ("2", 3), ("3", 1)]
     for row_id, turns in (("1", 2), ("2", 3)):
         for turn in range(2, turns + 1):
             prompt = by_turn[(row_id, turn)]["prompt"]
