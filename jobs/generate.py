@@ -40,7 +40,7 @@ def main(cfg: DictConfig) -> None:
         log.error("%s", exc)
         sys.exit(3)
     except StopRequested as exc:
-        # SIGTERM: the chunk in flight was written; a non-zero exit tells Slurm the shard is not done.
+        # SIGTERM: the chunks in flight were written; a non-zero exit tells Slurm the shard is not done.
         log.warning("%s", exc)
         sys.exit(EXIT_STOPPED)
     except OSError as exc:

@@ -2,7 +2,7 @@
 
 Runs are matched to a baseline (``spec=none``) that generated the same prompts with the same model, dtype, sampling
 and engine at the same batch size: everything in the run's config except the speculative method, the repeat number
-and where things are written. Throughput comes from the stored timings (generation seconds of the engine calls,
+and where things are written. Throughput comes from the stored timings (generation seconds of the streaming loop,
 engine start excluded); repeats of one set-up give a mean and a spread. Equality is checked row by row against the
 baseline's token ids: in float32 greedy decoding speculation must reproduce them exactly; in bfloat16 near-tied
 logits flip with the shape of the computation, so the report also says how often the baseline differs from itself
