@@ -75,7 +75,7 @@ def test_sigterm_stops_after_the_chunks_in_flight(tmp_path: Path) -> None:
     args = [*args_for(tmp_path, "sigterm", rows=6, chunk=2), "engine.max_num_seqs=2"]
     layout = RunLayout.for_job(compose_job(args))
     job = LiveJob.generate(args)
-    job.wait_for("streaming 3 chunks", timeout=600)
+    job.wait_for("engine fed: 4 requests from 2 chunks", timeout=600)
     job.process.send_signal(signal.SIGTERM)
     assert job.wait(timeout=600) == EXIT_STOPPED, job.output[-3000:]
     stopped = re.search(r"stopped by SIGTERM after (\d) of 3 chunks", job.output)

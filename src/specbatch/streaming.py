@@ -94,7 +94,7 @@ class ChunkStreamer:
     ) -> StreamResult:
         result = StreamResult()
         source = iter(chunks)
-        admitting, open_chunks = True, 0
+        admitting, open_chunks, fed = True, 0, False
         before = self.engine.counters()
         began = time.perf_counter()
 
@@ -123,6 +123,9 @@ class ChunkStreamer:
                         finish(chunk)
                 while self._ready and self.engine.unfinished < self.limit:
                     self._submit(self._ready.popleft(), finish)
+                if not fed and self.engine.unfinished:
+                    fed = True
+                    log.info("engine fed: %d requests from %d chunks", self.engine.unfinished, open_chunks)
                 if not self.engine.unfinished and not self._ready:
                     if not admitting:
                         break
