@@ -282,10 +282,10 @@ def _summarize_shard(layout: RunLayout, job: JobConfig, parts: list[Path], engin
         record = _read_launch_record(layout, launch)
         own = record is not None and sorted(record["parts"]) == sorted(s["number"] for s in stats)
         if own and record["counters"] is not None:
-            counters = counters + _counters(record["counters"])
+            counters = counters + Counters.from_dict(record["counters"])
         else:
             for s in stats:
-                counters = counters + _counters(s["counters"])
+                counters = counters + Counters.from_dict(s["counters"])
         if own:
             seconds += record["seconds"]
         elif launch is None:  # parts written before streaming: each chunk's own generate time
@@ -307,10 +307,6 @@ def _summarize_shard(layout: RunLayout, job: JobConfig, parts: list[Path], engin
 def _read_launch_record(layout: RunLayout, launch: str | None) -> dict[str, Any] | None:
     path = layout.launch_record_path(launch) if launch else None
     return json.loads(path.read_text()) if path is not None and path.exists() else None
-
-
-def _counters(plain: dict[str, Any]) -> Counters:
-    return Counters(**{**plain, "accepted_per_position": tuple(plain["accepted_per_position"])})
 
 
 def _remove_stale_temporaries(layout: RunLayout) -> None:

@@ -80,7 +80,8 @@ class RunLayout:
         return self.root / "stats" / self.shard_tag / f"launch-{launch}.json"
 
     def part_stats_path(self, part: int) -> Path:
-        """Engine counters and seconds of one chunk, written just before its part (the part is the commit)."""
+        """One chunk's figures, its launch and the part's checksum, written just before its part (the part is the
+        commit)."""
         return self.root / "stats" / self.shard_tag / f"part-{part:05d}.json"
 
     @property

@@ -8,6 +8,7 @@ anything, and the per-request figures an engine attaches to each completion (vLL
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,11 @@ class Counters:
     draft_tokens: int = 0
     accepted_tokens: int = 0
     accepted_per_position: tuple[int, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def from_dict(cls, plain: dict[str, Any]) -> Counters:
+        """The inverse of ``dataclasses.asdict`` (as stored in JSON: the per-position counts come back as a list)."""
+        return cls(**{**plain, "accepted_per_position": tuple(plain["accepted_per_position"])})
 
     def __sub__(self, before: Counters) -> Counters:
         return self._combine(before, -1)
