@@ -201,14 +201,12 @@ class ChunkStreamer:
             finish(chunk)
 
     def _fail(self, chunk: _Chunk, position: int, row: SourceRow, turn: int, why: str, prompt: Prompt | None) -> None:
-        """``turn`` of the row is an error row saying why; every later turn says which turn failed and why."""
+        """``turn`` of the row is an error row saying why; every later turn says which turn failed and why (a
+        malformed row gives the same reason on every turn)."""
+        later = why if row.error is not None else f"turn {turn} failed: {why}"
         for t in range(turn, max(row.num_turns, turn) + 1):
-            message = why if t == turn else f"turn {turn} failed: {why}"
-            if row.error is not None:
-                message = row.error  # a malformed row: the same reason on every turn
-            record = error_record(
-                row.row_id, t, row.category, message, self.method, self.k, prompt if t == turn else None
-            )
+            message, shown = (why, prompt) if t == turn else (later, None)
+            record = error_record(row.row_id, t, row.category, message, self.method, self.k, shown)
             chunk.records.append(((position, t, 0), record))
 
     def _prompt_problem(self, prompt: Prompt) -> str | None:
