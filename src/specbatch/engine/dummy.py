@@ -69,7 +69,15 @@ class DummyEngine(Engine):
         self._running: list[_Running] = []
         # Samples of a request still running (a request finishes when all its samples have).
         self._open: dict[int, dict[int, _Running]] = {}
-        self._counters = Counters()
+        # Running totals behind counters(), kept as plain numbers: they change at every token of every request.
+        self._totals = {
+            "prompt_tokens": 0,
+            "generation_tokens": 0,
+            "drafts": 0,
+            "draft_tokens": 0,
+            "accepted_tokens": 0,
+        }
+        self._per_position = [0] * (k or 0)
 
     @classmethod
     def start(cls, job: JobConfig) -> DummyEngine:
@@ -88,7 +96,7 @@ class DummyEngine(Engine):
             running = _Running(request, sample, length, histogram=[0] * ((self.k or 0) + 1))
             self._open[key][sample] = running
             self._waiting.append(running)
-        self._counters = self._counters + Counters(prompt_tokens=len(request.prompt_token_ids) * request.sampling.n)
+        self._totals["prompt_tokens"] += len(request.prompt_token_ids) * request.sampling.n
 
     def _length(self, request: Request, sample: int) -> int:
         if self.length is not None:
@@ -123,16 +131,15 @@ class DummyEngine(Engine):
             accepted = _digest(run.request.prompt_token_ids, run.sample, run.steps) % (self.k + 1)
             accepted = min(accepted, run.length - len(run.tokens) - 1)
             run.histogram[accepted] += 1
-            self._counters = self._counters + Counters(
-                drafts=1,
-                draft_tokens=self.k,
-                accepted_tokens=accepted,
-                accepted_per_position=tuple(1 if i < accepted else 0 for i in range(self.k)),
-            )
+            self._totals["drafts"] += 1
+            self._totals["draft_tokens"] += self.k
+            self._totals["accepted_tokens"] += accepted
+            for position in range(accepted):
+                self._per_position[position] += 1
         run.steps += 1
         for _ in range(accepted + 1):
             run.tokens.append(_digest(run.request.prompt_token_ids, run.sample, len(run.tokens)) % VOCABULARY)
-        self._counters = self._counters + Counters(generation_tokens=accepted + 1)
+        self._totals["generation_tokens"] += accepted + 1
 
     def _sample(self, run: _Running) -> Sample:
         spec = None
@@ -158,4 +165,4 @@ class DummyEngine(Engine):
         self._open.clear()
 
     def counters(self) -> Counters:
-        return self._counters
+        return Counters(**self._totals, accepted_per_position=tuple(self._per_position))
