@@ -33,15 +33,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from hydra import compose, initialize_config_dir
 
-from specbatch.compare import format_comparison
+from specbatch.analysis.compare import format_comparison
+from specbatch.analysis.report import Sources, run_compare
+from specbatch.common.environment import git_commit
 from specbatch.config import JobConfig, register_configs, to_job_config
-from specbatch.data import SourceRow, load_rows
+from specbatch.data.prompts import load_tokenizer, render
+from specbatch.data.rows import SourceRow, load_rows
 from specbatch.engine.vllm_offline import llm_kwargs
-from specbatch.environment import git_commit
-from specbatch.generate import run_job
-from specbatch.prompts import load_tokenizer, render
-from specbatch.records import read_rows
-from specbatch.report import Sources, run_compare
+from specbatch.run.generate import run_job
+from specbatch.run.records import read_rows
 
 log = logging.getLogger("bench")
 PROJECT = Path(__file__).resolve().parents[1]

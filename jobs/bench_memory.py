@@ -24,7 +24,7 @@ def child(rows: int, chunk_size: int, workdir: Path) -> dict:
     from hydra import compose, initialize_config_dir
 
     from specbatch.config import register_configs, to_job_config
-    from specbatch.generate import run_job
+    from specbatch.run.generate import run_job
 
     data = workdir / f"rows-{rows}.jsonl"
     with open(data, "w") as out:

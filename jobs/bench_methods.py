@@ -16,8 +16,8 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 from specbatch.config import register_configs, to_job_config
-from specbatch.generate import run_job
-from specbatch.records import read_rows
+from specbatch.run.generate import run_job
+from specbatch.run.records import read_rows
 
 log = logging.getLogger("bench_methods")
 

@@ -15,11 +15,11 @@ import os
 import sys
 from pathlib import Path
 
-from specbatch.compare import CompareError, format_comparison
-from specbatch.report import find_runs, run_compare, runs_of_parent
-from specbatch.runs import RunIncompleteError
+from specbatch.analysis.compare import CompareError, format_comparison
+from specbatch.analysis.report import find_runs, run_compare, runs_of_parent
+from specbatch.run.runs import RunIncompleteError
 
-log = logging.getLogger("specbatch.compare")
+log = logging.getLogger("specbatch.analysis.compare")
 
 
 def main() -> int:

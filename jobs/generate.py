@@ -11,12 +11,12 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from specbatch.common.interrupts import EXIT_STOPPED, StopRequested
 from specbatch.config import ConfigError, register_configs, to_job_config
-from specbatch.generate import run_job
-from specbatch.interrupts import EXIT_STOPPED, StopRequested
-from specbatch.locks import ShardBusyError
-from specbatch.overrides import check_overrides
-from specbatch.sweep import current_sweep_job, record_job_run
+from specbatch.config.overrides import check_overrides
+from specbatch.run.generate import run_job
+from specbatch.run.locks import ShardBusyError
+from specbatch.run.sweep import current_sweep_job, record_job_run
 
 log = logging.getLogger("specbatch")
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"

@@ -11,8 +11,8 @@ import logging
 import sys
 from pathlib import Path
 
-from specbatch.masking import mask_text
-from specbatch.review import log_pending
+from specbatch.common.masking import mask_text
+from specbatch.tracking.review import log_pending
 
 log = logging.getLogger("specbatch.log_run")
 

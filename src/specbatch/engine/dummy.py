@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from specbatch.config import JobConfig
 from specbatch.engine.base import Completion, Engine, Request, RequestRefused, Sample, engine_fingerprint
-from specbatch.spec_metrics import Counters, RowSpecFigures, acceptance_length
+from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
 
 # vLLM's own default for max_num_seqs on CPU; the dummy runs as many at once when engine.max_num_seqs is null.
 DEFAULT_CONCURRENCY = 256

@@ -21,8 +21,8 @@ from typing import Any
 
 from specbatch.config import JobConfig, SamplingConfig, SpecMethod
 from specbatch.engine.base import Completion, Engine, Request, RequestRefused, Sample, engine_fingerprint
-from specbatch.reaper import Reaper
-from specbatch.spec_metrics import Counters, RowSpecFigures, acceptance_length
+from specbatch.engine.reaper import Reaper
+from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class VllmEngine(Engine):
         scheduler = getattr(getattr(llm.llm_engine, "vllm_config", None), "scheduler_config", None)
         super().__init__(fingerprint, concurrency=getattr(scheduler, "max_num_seqs", None))
         self.llm = llm
-        # Ends vLLM's processes if this job dies without close() (kill -9); see specbatch.reaper.
+        # Ends vLLM's processes if this job dies without close() (kill -9); see specbatch.engine.reaper.
         self.reaper = reaper
         self._ids = itertools.count()
         # vLLM's request id -> (our request, when it was added, vLLM's internal id for aborts).

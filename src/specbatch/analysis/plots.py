@@ -1,0 +1,123 @@
+"""PNG plots of a comparison (matplotlib, headless): acceptance by position, speedup vs k, tok/s vs batch size."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from specbatch.analysis.compare import CompareRow, Comparison
+from specbatch.run.summary import Summary
+
+
+def _pyplot():  # type: ignore[no-untyped-def]
+    import matplotlib
+
+    # No display on batch nodes: render to files only.
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _label(row: CompareRow) -> str:
+    return row.method if row.k is None else f"{row.method} k={row.k}"
+
+
+def plot_acceptance_by_position(comparison: Comparison, path: Path) -> Path:
+    """One line per method and k (at the largest batch size measured): acceptance rate at each draft position."""
+    plt = _pyplot()
+    spec = [r for r in comparison.rows if r.acceptance_rate_per_position]
+    largest = max((r.batch_size for r in spec), default=0)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for row in (r for r in spec if r.batch_size == largest):
+        rates = row.acceptance_rate_per_position or []
+        ax.plot(range(1, len(rates) + 1), rates, marker="o", label=_label(row))
+    ax.set(xlabel="draft position", ylabel="acceptance rate", ylim=(0, 1.05), title=f"batch size {largest}")
+    ax.grid(alpha=0.3)
+    if spec:
+        ax.legend(fontsize="small")
+    return _save(fig, plt, path)
+
+
+def plot_speedup_vs_k(comparison: Comparison, path: Path) -> Path:
+    """Speedup over spec=none against k, one line per method and batch size, with the repeats' min–max as bars."""
+    plt = _pyplot()
+    lines: dict[tuple[str, int], list[CompareRow]] = defaultdict(list)
+    for row in comparison.rows:
+        if row.method != "none" and row.k is not None and row.speedup is not None:
+            lines[(row.method, row.batch_size)].append(row)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for (method, batch), rows in sorted(lines.items()):
+        rows.sort(key=lambda r: r.k or 0)
+        ks = [r.k for r in rows]
+        mean = [r.speedup or 0.0 for r in rows]
+        low = [m - (r.speedup_min or m) for r, m in zip(rows, mean, strict=True)]
+        high = [(r.speedup_max or m) - m for r, m in zip(rows, mean, strict=True)]
+        ax.errorbar(ks, mean, yerr=[low, high], marker="o", capsize=3, label=f"{method}, batch {batch}")
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="spec=none")
+    ax.set(xlabel="k (speculative tokens)", ylabel="speedup over spec=none")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return _save(fig, plt, path)
+
+
+def plot_throughput_vs_batch(comparison: Comparison, path: Path) -> Path:
+    """Output tok/s against batch size for the baseline and for the best speculative set-up at each size."""
+    plt = _pyplot()
+    baseline = sorted((r.batch_size, r.output_tokens_per_second) for r in comparison.rows if r.method == "none")
+    best: dict[int, CompareRow] = {}
+    for row in comparison.rows:
+        if row.method != "none":
+            current = best.get(row.batch_size)
+            if current is None or row.output_tokens_per_second > current.output_tokens_per_second:
+                best[row.batch_size] = row
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    if baseline:
+        ax.plot(*zip(*baseline, strict=True), marker="o", label="spec=none")
+    if best:
+        sizes = sorted(best)
+        ax.plot(sizes, [best[b].output_tokens_per_second for b in sizes], marker="s", label="best speculative")
+        for b in sizes:
+            ax.annotate(_label(best[b]), (b, best[b].output_tokens_per_second), fontsize="x-small")
+    ax.set(xlabel="batch size (prompts per engine step)", ylabel="output tokens / s")
+    ax.set_xscale("log", base=2)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return _save(fig, plt, path)
+
+
+def plot_run_acceptance(summary: Summary, path: Path) -> Path:
+    """One run's acceptance rate at each draft position (bars), for its MLflow page."""
+    plt = _pyplot()
+    rates = summary.acceptance_rate_per_position or []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.bar(range(1, len(rates) + 1), rates, color="tab:blue")
+    label = summary.method + (f" k={summary.num_speculative_tokens}" if summary.num_speculative_tokens else "")
+    al = summary.mean_acceptance_length
+    ax.set(
+        xlabel="draft position",
+        ylabel="acceptance rate",
+        ylim=(0, 1.05),
+        title=f"{label}: AL {al:.2f}" if al is not None else label,
+    )
+    ax.grid(alpha=0.3, axis="y")
+    return _save(fig, plt, path)
+
+
+def plot_all(comparison: Comparison, out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return [
+        plot_acceptance_by_position(comparison, out_dir / "acceptance_by_position.png"),
+        plot_speedup_vs_k(comparison, out_dir / "speedup_vs_k.png"),
+        plot_throughput_vs_batch(comparison, out_dir / "throughput_vs_batch_size.png"),
+    ]
+
+
+def _save(fig, plt, path: Path) -> Path:  # type: ignore[no-untyped-def]
+    # Write beside and rename, so a reader never sees half a PNG.
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.tight_layout()
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+    return path

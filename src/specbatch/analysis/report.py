@@ -1,0 +1,165 @@
+"""The compare job: find the runs, compare them, write tables and plots, log them to MLflow.
+
+Runs can be named as run folders, as a folder holding run folders (e.g. ``outputs/runs``), as the folder of a
+Hydra sweep (``-m``), or as the MLflow parent run of a sweep. The results go to the sweep's parent run when there
+is one (so the sweep's page in the UI carries its own verdict), else to a new "compare" run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specbatch.analysis.compare import CompareError, Comparison, compare, format_comparison, load_run, write_comparison
+from specbatch.analysis.plots import plot_all
+from specbatch.common.masking import mask_text
+from specbatch.config import spec_label
+from specbatch.run.runs import read_run
+from specbatch.run.sweep import SWEEP_FILE, read_sweep, sweep_run_folders
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Sources:
+    run_folders: list[Path]
+    # The sweep's MLflow parent run and where it lives, when the runs came from one sweep.
+    parent_run_id: str | None = None
+    tracking_uri: str | None = None
+    sweep_dir: Path | None = None
+
+
+def find_runs(paths: list[Path]) -> Sources:
+    """Run folders named by ``paths`` (run folders, sweep folders, or folders holding run folders)."""
+    folders: list[Path] = []
+    sweeps: list[dict[str, Any]] = []
+    sweep_dirs: list[Path] = []
+    for path in (Path(p).resolve() for p in paths):
+        if (path / "run.json").is_file():
+            folders.append(path)
+        elif (path / SWEEP_FILE).is_file():
+            found = sweep_run_folders(path)
+            if not found:
+                raise CompareError(f"sweep {path} has no finished job yet (no */specbatch_run.json)")
+            folders += found
+            sweeps.append(read_sweep(path))
+            sweep_dirs.append(path)
+        elif path.is_dir():
+            found = sorted(p.parent for p in path.glob("**/run.json"))
+            if not found:
+                raise CompareError(f"{path} holds no run folder (no run.json below it)")
+            folders += found
+        else:
+            raise CompareError(f"{path} does not exist: pass run folders, a sweep folder, or outputs/runs")
+    unique = list(dict.fromkeys(folders))
+    if len(sweeps) == 1 and len(paths) == 1:
+        return Sources(unique, sweeps[0].get("parent_run_id"), sweeps[0].get("tracking_uri"), sweep_dirs[0])
+    return Sources(unique)
+
+
+def runs_of_parent(tracking_uri: str, parent_run_id: str) -> Sources:
+    """The run folders of a sweep's child runs in MLflow (their ``run_folder`` tag)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    parent = client.get_run(parent_run_id)
+    children = client.search_runs(
+        [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'"
+    )
+    folders = [Path(c.data.tags["run_folder"]) for c in children if "run_folder" in c.data.tags]
+    if not folders:
+        raise CompareError(f"MLflow run {parent_run_id} at {tracking_uri} has no child runs with a run_folder tag")
+    sweep_dir = parent.data.tags.get("sweep_dir")
+    return Sources(
+        list(dict.fromkeys(sorted(folders))), parent_run_id, tracking_uri, Path(sweep_dir) if sweep_dir else None
+    )
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    comparison: Comparison
+    out_dir: Path
+    files: list[Path]
+    mlflow_run_id: str | None
+
+
+def run_compare(sources: Sources, out_dir: Path | None = None, log_to_mlflow: bool = True) -> CompareResult:
+    runs = [load_run(folder) for folder in sources.run_folders]
+    comparison = compare(runs)
+    if out_dir is None:
+        out_dir = _default_out_dir(sources)
+    files = write_comparison(comparison, out_dir) + plot_all(comparison, out_dir)
+    log.info("compared %d runs; written: %s", len(runs), ", ".join(str(f) for f in files))
+    run_id = _log(comparison, files, sources) if log_to_mlflow else None
+    return CompareResult(comparison, out_dir, files, run_id)
+
+
+def _default_out_dir(sources: Sources) -> Path:
+    if sources.sweep_dir is not None:
+        return sources.sweep_dir / "comparison"
+    # <output_root>/runs/<dataset>/<model>/<run>: comparisons sit beside runs/.
+    output_root = sources.run_folders[0].parents[3]
+    return output_root / "comparisons" / time.strftime("%Y-%m-%d_%H-%M-%S")
+
+
+def _log(comparison: Comparison, files: list[Path], sources: Sources) -> str | None:
+    from specbatch.tracking.mlflow_logger import RunLogger, mlflow_run, recorded_tracking
+
+    metrics: dict[str, float] = {}
+    for row in comparison.rows:
+        name = spec_label(row.method, row.k)
+        prefix = f"compare/bs{row.batch_size}/{name}"
+        metrics[f"{prefix}/output_tokens_per_second"] = row.output_tokens_per_second
+        if row.speedup is not None:
+            metrics[f"{prefix}/speedup"] = row.speedup
+        if row.identical_share is not None:
+            metrics[f"{prefix}/identical_share"] = row.identical_share
+    for rec in comparison.recommendations:
+        metrics[f"compare/bs{rec.batch_size}/best_speedup"] = rec.speedup
+    tags = {
+        f"recommended.bs{r.batch_size}": f"{r.method}" + (f" k={r.k}" if r.k else "")
+        for r in comparison.recommendations
+    }
+
+    def fill(run: RunLogger) -> None:
+        run.log_metrics(metrics)
+        run.log_text(format_comparison(comparison), "comparison/comparison.md")
+        for path in files:
+            run.log_artifact(path, "comparison")
+        for key, value in tags.items():
+            run.set_tag(key, value)
+
+    if sources.parent_run_id and sources.tracking_uri:
+        # The sweep's own parent run carries its verdict.
+        from mlflow.tracking import MlflowClient
+
+        written = files[0].parent
+        try:
+            client = MlflowClient(tracking_uri=recorded_tracking({"uri": sources.tracking_uri}).uri)
+            parent = client.get_run(sources.parent_run_id)
+        except Exception as exc:  # noqa: BLE001 - one clear line; the files are already written
+            raise CompareError(
+                f"the comparison is written to {written}, but the sweep's MLflow run could not be reached: "
+                f"{type(exc).__name__}: {mask_text(str(exc)).splitlines()[0][:300]}; rerun with --no-mlflow or later"
+            ) from exc
+        later = f"python jobs/compare.py {sources.sweep_dir or '--mlflow-run ' + sources.parent_run_id}"
+        run = RunLogger(client, sources.parent_run_id, parent.info.experiment_id, sources.tracking_uri, later)
+        fill(run)
+        if run.failure:
+            raise CompareError(f"the comparison is written to {written}, but logging it failed: {run.failure}")
+        log.info("comparison logged to the sweep's MLflow run %s", sources.parent_run_id)
+        return sources.parent_run_id
+    tracking = recorded_tracking(read_run(sources.run_folders[0])["config"]["tracking"])
+    if not tracking.enabled:
+        log.info("tracking is off for these runs: comparison not logged to MLflow")
+        return None
+    description = "Comparison of " + ", ".join(str(f) for f in sources.run_folders)
+    with mlflow_run(
+        tracking, f"compare {len(sources.run_folders)} runs", {"specbatch.kind": "compare"}, description
+    ) as run:
+        assert run is not None
+        fill(run)
+        return None if run.failure else run.run_id

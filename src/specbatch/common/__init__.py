@@ -1,0 +1,1 @@
+"""Small pieces every package uses: secret masking, SIGTERM handling, the runtime environment."""

@@ -1,0 +1,56 @@
+"""The job's configuration: typed schemas checked at compose time, and the Hydra groups that fill them.
+
+``specbatch.config`` is the import every other package uses; the modules behind it are an implementation detail.
+"""
+
+from specbatch.config.schema import (
+    BACKENDS,
+    CHECKPOINT_KIND,
+    CHECKPOINT_METHODS,
+    GROUPS,
+    ConfigError,
+    DataFormat,
+    DatasetConfig,
+    JobConfig,
+    ModelConfig,
+    PromptFormat,
+    SamplingConfig,
+    ShardConfig,
+    SpecConfig,
+    SpecMethod,
+    TrackingConfig,
+    public_config,
+    register_configs,
+    schema_keys,
+    spec_label,
+    to_job_config,
+    to_plain_dict,
+    to_yaml,
+    unknown_key_message,
+)
+
+__all__ = [
+    "BACKENDS",
+    "CHECKPOINT_KIND",
+    "CHECKPOINT_METHODS",
+    "GROUPS",
+    "ConfigError",
+    "DataFormat",
+    "DatasetConfig",
+    "JobConfig",
+    "ModelConfig",
+    "PromptFormat",
+    "SamplingConfig",
+    "ShardConfig",
+    "SpecConfig",
+    "SpecMethod",
+    "TrackingConfig",
+    "public_config",
+    "register_configs",
+    "schema_keys",
+    "spec_label",
+    "to_job_config",
+    "to_plain_dict",
+    "to_yaml",
+    "unknown_key_message",
+]

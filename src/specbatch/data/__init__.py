@@ -1,0 +1,1 @@
+"""Rows from a dataset (local files or the hub) and the prompts rendered from them."""

@@ -1,0 +1,254 @@
+"""A watchdog process that ends the engine's processes when the job dies without stopping them.
+
+Why: vLLM 0.32 runs its EngineCore in a child process and the EngineCore runs the workers. The workers watch their
+parent (a death pipe to the EngineCore), but the EngineCore only waits on ZeroMQ for its client and never notices
+that the job is gone. After a ``kill -9`` of the job's main process, EngineCore and workers (GiBs of memory each)
+keep running under PID 1, and their shared-memory ring buffers stay in /dev/shm; vLLM's own clean-up (atexit,
+finalizers) never runs in a process killed that way.
+
+How: ``Reaper.start()`` (called by ``VllmEngine.start`` before the ``LLM`` is built) starts ``python -m
+specbatch.engine.reaper`` in its own session and passes it the read end of a pipe. The job keeps the write end,
+close-on-exec, so the engine's spawned processes do not hold it. While the job lives, the reaper records the job's
+descendants (pid and creation time, through psutil) and the /dev/shm files they hold open. The job dies -> the pipe
+reaches EOF (or, if a forked child holds the write end, the reaper's parent changes): the reaper then ends the
+recorded processes that still are the same processes, and their children (SIGTERM, SIGKILL after a grace period),
+removes the /dev/shm entries they used that appeared after it started and are still the same files, and exits.
+``Reaper.stop()`` (from ``Engine.close``, after vLLM's own shutdown) writes a stop byte first: the reaper then exits
+without touching anything.
+
+It never signals a process that is not a descendant of the job, and never removes a file that existed before it
+started, belongs to another user, or was replaced since.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+# Named, not __name__: run as ``python -m`` this module is __main__.
+log = logging.getLogger("specbatch.engine.reaper")
+
+SHM = Path("/dev/shm")
+# How often the reaper records the job's descendants, and how soon it notices a parent change.
+POLL_SECONDS = 0.5
+# Between SIGTERM (vLLM's processes shut down on it) and SIGKILL.
+GRACE_SECONDS = 3.0
+# Written by the job before it closes the pipe: the engine was shut down the normal way.
+STOP = b"stop"
+READY = "ready"
+# How long the job waits for the reaper to start or to exit.
+STARTUP_TIMEOUT_SECONDS = 30.0
+STOP_TIMEOUT_SECONDS = 10.0
+
+ShmEntry = tuple[str, int]  # path, inode
+
+
+class Reaper:
+    """The job's handle on its reaper process: started with the engine, stopped when the engine is closed."""
+
+    def __init__(self, process: subprocess.Popen[bytes], writer: int) -> None:
+        self.process = process
+        self._writer: int | None = writer
+
+    @classmethod
+    def start(cls) -> Reaper | None:
+        """Start the reaper for this process; None (with a warning) if it could not start."""
+        reader, writer = os.pipe()  # both close-on-exec; pass_fds makes the read end the reaper's only
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "specbatch.engine.reaper", str(os.getpid()), str(reader)],
+                pass_fds=(reader,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                env=env,
+                # Its own session: a kill of the job's process group (Ctrl-C, a group SIGKILL) does not take the
+                # reaper with it, so it can still clear the shared memory of the processes killed with the job.
+                start_new_session=True,
+            )
+        except OSError as exc:
+            os.close(writer)
+            log.warning("no reaper for the engine's processes (%s): a kill -9 of this job may leave them running", exc)
+            return None
+        finally:
+            os.close(reader)
+        reaper = cls(process, writer)
+        assert process.stdout is not None
+        # The reaper records /dev/shm as it is before answering: nothing the engine creates can be mistaken for older.
+        with process.stdout:
+            ready, _, _ = select.select([process.stdout], [], [], STARTUP_TIMEOUT_SECONDS)
+            started = bool(ready) and process.stdout.readline().decode().strip() == READY
+        if not started:
+            reaper.stop()
+            log.warning("the reaper did not start: a kill -9 of this job may leave the engine's processes running")
+            return None
+        log.debug("reaper %d watches this job (%d)", process.pid, os.getpid())
+        return reaper
+
+    def stop(self) -> None:
+        """The engine was shut down normally: let the reaper exit without ending anything."""
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        with contextlib.suppress(OSError):  # a reaper that already exited closed its end
+            os.write(writer, STOP)
+        os.close(writer)
+        try:
+            self.process.wait(timeout=STOP_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            log.warning("reaper %d did not stop within %.0f s; killing it", self.process.pid, STOP_TIMEOUT_SECONDS)
+            self.process.kill()
+            self.process.wait()
+
+
+def _shm_entries() -> set[ShmEntry]:
+    if not SHM.is_dir():
+        return set()
+    return {(entry.path, entry.inode()) for entry in os.scandir(SHM)}
+
+
+def _shm_used_by(process: psutil.Process, maps: bool) -> set[str]:
+    """/dev/shm files the process holds open; with ``maps`` also those it maps (slow for a big process)."""
+    prefix = f"{SHM}/"
+    paths = {f.path for f in process.open_files() if f.path.startswith(prefix)}
+    if maps:
+        paths.update(m.path for m in process.memory_maps() if m.path.startswith(prefix))
+    return paths
+
+
+class Watch:
+    """What the reaper knows of the job: its descendants and the /dev/shm files they used."""
+
+    def __init__(self, job_pid: int) -> None:
+        self.job_pid = job_pid
+        self.job = psutil.Process(job_pid)
+        self.shm_before = _shm_entries()
+        self.processes: set[psutil.Process] = set()  # hashed by pid and creation time: a reused pid is another
+        # Every pid of the job's tree seen alive: a group kill can end them all before the last record.
+        self.pids: set[int] = {job_pid}
+        self.shm_paths: set[str] = set()
+
+    def record(self) -> None:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            self.processes.update(self.job.children(recursive=True))
+        self.processes.discard(psutil.Process())  # psutil.Process() is this reaper
+        self.processes = {p for p in self.processes if p.is_running()}
+        self.pids.update(p.pid for p in self.processes)
+        for process in self.processes:
+            with contextlib.suppress(psutil.Error):
+                self.shm_paths |= _shm_used_by(process, maps=False)
+
+    def job_alive(self) -> bool:
+        # A parent change means the job died even when a forked engine process still holds the pipe open.
+        return os.getppid() == self.job_pid
+
+    def reap(self) -> None:
+        """End what the dead job left running, then remove its /dev/shm entries."""
+        survivors: set[psutil.Process] = set()
+        for process in self.processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if process.is_running():
+                    survivors.add(process)
+                    survivors.update(process.children(recursive=True))
+        survivors.discard(psutil.Process())
+        if survivors:
+            log.warning(
+                "job %d died without stopping its engine: ending %s",
+                self.job_pid,
+                ", ".join(f"{p.pid} ({_name(p)})" for p in sorted(survivors, key=lambda p: p.pid)),
+            )
+        _signal(survivors, signal.SIGTERM)
+        terminated = time.monotonic()
+        for process in survivors:
+            with contextlib.suppress(psutil.Error):
+                # Read while they shut down (a process keeps its mappings until it exits): the maps also show
+                # named semaphores, which are mapped but not held open.
+                self.shm_paths |= _shm_used_by(process, maps=True)
+        _, alive = psutil.wait_procs(survivors, timeout=max(0.0, terminated + GRACE_SECONDS - time.monotonic()))
+        # No wait after SIGKILL: those processes clean nothing up any more, and an unlinked segment is freed when
+        # its last mapping goes.
+        _signal(alive, signal.SIGKILL)
+        owned = {
+            (path, inode)
+            for path, inode in _shm_entries() - self.shm_before
+            if path in self.shm_paths or _creator_pid(path) in self.pids
+        }
+        for path, inode in sorted(owned):
+            with contextlib.suppress(FileNotFoundError):
+                stat = os.stat(path)
+                if stat.st_ino == inode and stat.st_uid == os.getuid():
+                    os.unlink(path)
+                    log.warning("removed %s left by job %d", path, self.job_pid)
+
+
+# loky's named semaphores (vLLM's EngineCore makes one) carry their creator's pid in the name. They are mapped, never
+# held open, so when a group kill leaves no survivor to read the maps of, the name is what ties them to the job.
+_LOKY_SEMAPHORE = re.compile(r"sem\.loky-(\d+)-")
+
+
+def _creator_pid(path: str) -> int | None:
+    match = _LOKY_SEMAPHORE.match(os.path.basename(path))
+    return int(match.group(1)) if match else None
+
+
+def _name(process: psutil.Process) -> str:
+    try:
+        return process.name()
+    except psutil.Error:
+        return "?"
+
+
+def _signal(processes: set[psutil.Process] | list[psutil.Process], signum: signal.Signals) -> None:
+    for process in processes:
+        # is_running() compares the creation time, and psutil then refuses to signal a pid that is another process.
+        with contextlib.suppress(psutil.Error):
+            if process.is_running():
+                process.send_signal(signum)
+
+
+def _wait_for_job(reader: int, watch: Watch) -> bool:
+    """Record the job's processes until it stops the reaper (True) or dies (False)."""
+    while True:
+        watch.record()
+        ready, _, _ = select.select([reader], [], [], POLL_SECONDS)
+        if ready:
+            data = os.read(reader, len(STOP))
+            if STOP in data:
+                return True
+            if not data:
+                return False
+        if not watch.job_alive():
+            return False
+
+
+def main(argv: list[str]) -> None:
+    job_pid, reader = int(argv[0]), int(argv[1])
+    # Only the job's end ends the reaper: a Ctrl-C or a SIGTERM meant for the job must not leave it unguarded.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+    try:
+        watch = Watch(job_pid)
+    except psutil.NoSuchProcess:
+        return
+    if not watch.job_alive():  # the job died while this process started: it has nothing recorded to end
+        return
+    print(READY, flush=True)
+    sys.stdout.close()
+    if not _wait_for_job(reader, watch):
+        watch.reap()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

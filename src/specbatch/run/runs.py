@@ -1,0 +1,155 @@
+"""Whole-run views over a run folder: which shards are done, and the merge of finished shards into one result.
+
+A run folder knows its shard count (run.json). A shard is done when its marker exists, running while a live
+process holds its lock, partial when it has parts but neither, missing otherwise; damaged when one of its parts is
+not as it was written (truncated, corrupted, missing), whatever its marker says. Merging refuses until every
+shard is done, then writes a manifest over all parts and one summary added up from the shards' counts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specbatch.config import spec_label
+from specbatch.run.integrity import damaged_parts, describe_damage
+from specbatch.run.layout import RunLayout, atomic_write_json
+from specbatch.run.locks import is_locked
+from specbatch.run.summary import Summary, format_table, merge_summaries
+
+log = logging.getLogger(__name__)
+
+
+class RunIncompleteError(RuntimeError):
+    """Some shards are not done; the message lists them and how to finish them."""
+
+
+@dataclass(frozen=True)
+class ShardState:
+    index: int
+    # done | running | partial | missing | damaged
+    state: str
+    parts: int
+    # For a damaged shard: which parts and what is wrong with them.
+    problem: str | None = None
+
+
+def read_run(root: Path) -> dict[str, Any]:
+    run_json = Path(root) / "run.json"
+    if not run_json.is_file():
+        raise FileNotFoundError(f"{root} is not a run folder (no run.json): pass outputs/runs/<dataset>/<model>/<run>")
+    return json.loads(run_json.read_text())
+
+
+def shard_layouts(root: Path) -> list[RunLayout]:
+    count = read_run(root)["shard_count"]
+    return [RunLayout(Path(root).resolve(), index, count) for index in range(count)]
+
+
+def run_status(root: Path) -> list[ShardState]:
+    states = []
+    for layout in shard_layouts(root):
+        on_disk = layout.part_numbers()
+        parts = len(on_disk)
+        if is_locked(layout.lock_path):
+            states.append(ShardState(layout.shard_index, "running", parts))
+            continue
+        # A done shard must have every part it recorded; an unfinished one only its finished parts intact.
+        damaged = damaged_parts(layout, None if layout.done_marker.exists() else on_disk)
+        if damaged:
+            problem = describe_damage(layout, damaged)
+            states.append(ShardState(layout.shard_index, "damaged", parts, problem))
+            continue
+        if layout.done_marker.exists():
+            state = "done"
+        else:
+            state = "partial" if parts else "missing"
+        states.append(ShardState(layout.shard_index, state, parts))
+    return states
+
+
+def format_status(root: Path, states: list[ShardState]) -> str:
+    counts = {s: sum(x.state == s for x in states) for s in ("done", "running", "partial", "missing", "damaged")}
+    lines = [f"{root}", "  " + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s != "damaged")]
+    lines[-1] += f" of {len(states)} shards"
+    for s in states:
+        if s.state != "done":
+            lines.append(f"  shard {s.index:>5}: {s.state:<8} {s.parts} part(s)")
+        if s.problem:
+            lines.append(f"      {s.problem}: rerun the shard to regenerate it")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    summary: Summary
+    manifest: Path
+    summary_path: Path
+    parts: list[Path]
+
+
+def finished_summary(root: Path) -> Summary:
+    """The run's summary over all its shards, added up from their counts; refuses while a shard is unfinished."""
+    root = Path(root).resolve()
+    states = run_status(root)
+    unfinished = [s for s in states if s.state != "done"]
+    if unfinished:
+        listed = ", ".join(f"{s.index} ({s.problem or s.state})" for s in unfinished)
+        raise RunIncompleteError(
+            f"{root}: {len(unfinished)} of {len(states)} shards are not done: {listed}. "
+            f"Finish them (rerun with shard.index=<i> shard.count={len(states)}; finished chunks are kept) "
+            "and try again."
+        )
+    return merge_summaries([Summary(**json.loads(layout.stats_path.read_text())) for layout in shard_layouts(root)])
+
+
+def merge_run(root: Path, log_to_mlflow: bool = True) -> MergeResult:
+    """Check every shard is done, then write merged/manifest.json and merged/summary.json (and log them)."""
+    root = Path(root).resolve()
+    merged = finished_summary(root)
+    layouts = shard_layouts(root)
+    parts = [part for layout in layouts for part in sorted(layout.data_dir.glob("part-*.parquet"))]
+    out = root / "merged"
+    manifest = out / "manifest.json"
+    atomic_write_json(
+        manifest,
+        {"shard_count": len(layouts), "rows": merged.rows, "parts": [str(p.relative_to(root)) for p in parts]},
+    )
+    summary_path = out / "summary.json"
+    atomic_write_json(summary_path, merged.to_dict())
+    log.info("merged %d shards of %s: %d rows in %d parts", len(layouts), root, merged.rows, len(parts))
+    log.info("merged summary\n%s", format_table(merged))
+    if log_to_mlflow:
+        _log_merged(root, merged)
+    return MergeResult(merged, manifest, summary_path, parts)
+
+
+def _log_merged(root: Path, summary: Summary) -> None:
+    """A parent MLflow run holding the merged figures; the shards' runs become its children."""
+    from specbatch.tracking.mlflow_logger import mlflow_run, recorded_tracking
+
+    config = read_run(root)["config"]
+    tracking = recorded_tracking(config["tracking"])
+    if not tracking.enabled:
+        return
+    name = f"{config['model']['name']}/{spec_label(summary.method, summary.num_speculative_tokens)}"
+    tags = {
+        "method": summary.method,
+        "k": str(summary.num_speculative_tokens or "none"),
+        "model": config["model"]["name"],
+        "dataset": config["dataset"]["name"],
+        "run_folder": str(root),
+        "merged": "true",
+    }
+    with mlflow_run(tracking, f"{name}/{config['dataset']['name']}/merged", tags, f"merged shards of {root}") as run:
+        if run is None:
+            return
+        run.log_summary(summary)
+        run.log_text(json.dumps(summary.to_dict(), indent=2), "summary.json")
+        children = run.client.search_runs([run.experiment_id], filter_string=f"tags.run_folder = '{root}'")
+        for child in children:
+            if child.info.run_id != run.run_id and child.data.tags.get("merged") != "true":
+                run.client.set_tag(child.info.run_id, "mlflow.parentRunId", run.run_id)

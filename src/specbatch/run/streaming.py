@@ -1,0 +1,227 @@
+"""Generating a shard's chunks through one engine that is never left to drain.
+
+Rows come in chunk by chunk; each row's turn 1 becomes a request, and each later turn is asked as soon as the turn
+before it finished (with the model's own answer in the conversation). Requests are added while the engine holds
+fewer than ``2 × its concurrency``: enough queued ahead that a finished request's slot is taken at the next step,
+few enough that memory stays flat on huge shards. A chunk is handed to ``on_chunk`` (which writes its Parquet part)
+the moment its last row and turn finished, whatever the other chunks are doing: ``chunk_size`` sets how much a kill
+can lose, never the batch.
+
+Rows that cannot be asked (malformed, empty, too long, refused by the engine, or whose previous turn failed) become
+error rows and are never sent; the other rows of their chunk go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from specbatch.config import JobConfig
+from specbatch.data.prompts import Prompt, length_error, render
+from specbatch.data.rows import SourceRow
+from specbatch.engine import Completion, Engine, Request, RequestRefused
+from specbatch.engine.spec_metrics import Counters
+from specbatch.run.records import build_records, error_record
+
+log = logging.getLogger(__name__)
+
+# Seconds between progress lines while the engine runs (chunks are logged as they are written, too).
+PROGRESS_EVERY = 30.0
+
+
+@dataclass
+class ChunkResult:
+    """A finished chunk: its output rows in row order (then turn, then sample) and what its requests counted."""
+
+    number: int
+    records: list[dict[str, Any]]
+    # From the per-request figures of the chunk's completions (the engine counters cannot be split by chunk).
+    counters: Counters
+    # Seconds from the start of the loop to this chunk's last completion.
+    elapsed: float
+
+
+@dataclass
+class StreamResult:
+    chunks: list[int] = field(default_factory=list)
+    # Wall seconds of the whole loop (chunks overlap, so theirs are not summed).
+    seconds: float = 0.0
+    # Engine counter differences over the loop; None when the engine has no counters.
+    counters: Counters | None = None
+    # True when stop_requested() ended admission before every chunk was admitted.
+    stopped: bool = False
+
+
+@dataclass
+class _Chunk:
+    number: int
+    rows: list[SourceRow]
+    records: list[tuple[tuple[int, int, int], dict[str, Any]]] = field(default_factory=list)
+    counters: Counters = field(default_factory=Counters)
+    # Row turns asked and not answered yet; the chunk is finished when none are left.
+    in_flight: int = 0
+
+
+@dataclass
+class _Asked:
+    chunk: _Chunk
+    position: int
+    prompt: Prompt
+    answers: list[str]
+
+
+class ChunkStreamer:
+    """Drives one engine over the chunks of one shard (see the module docstring)."""
+
+    def __init__(self, engine: Engine, job: JobConfig, tokenizer: Any) -> None:
+        self.engine, self.job, self.tokenizer = engine, job, tokenizer
+        self.method, self.k = job.spec.method.value, job.spec.k
+        self.limit = 2 * max(1, engine.concurrency or 1)
+        self._ready: deque[Request] = deque()
+        self._asked: dict[tuple[str, int], _Asked] = {}
+        # Progress: requests answered and tokens generated so far, and when it was last logged.
+        self._answered_requests, self._tokens, self._logged = 0, 0, 0.0
+
+    def run(
+        self,
+        chunks: Iterable[tuple[int, list[SourceRow]]],
+        on_chunk: Callable[[ChunkResult], None],
+        stop_requested: Callable[[], bool] = lambda: False,
+    ) -> StreamResult:
+        result = StreamResult()
+        source = iter(chunks)
+        admitting, open_chunks, fed = True, 0, False
+        before = self.engine.counters()
+        began = time.perf_counter()
+
+        def finish(chunk: _Chunk) -> None:
+            nonlocal open_chunks
+            open_chunks -= 1
+            records = [record for _, record in sorted(chunk.records, key=lambda item: item[0])]
+            on_chunk(ChunkResult(chunk.number, records, chunk.counters, time.perf_counter() - began))
+            result.chunks.append(chunk.number)
+
+        try:
+            while True:
+                while admitting and self.engine.unfinished + len(self._ready) < self.limit:
+                    if stop_requested():
+                        admitting, result.stopped = False, True
+                        break
+                    item = next(source, None)
+                    if item is None:
+                        admitting = False
+                        break
+                    chunk = _Chunk(*item)
+                    open_chunks += 1
+                    for position, row in enumerate(chunk.rows):
+                        self._ask(chunk, position, row, 1, [])
+                    if not chunk.in_flight:
+                        finish(chunk)
+                while self._ready and self.engine.unfinished < self.limit:
+                    self._submit(self._ready.popleft(), finish)
+                if not fed and self.engine.unfinished:
+                    fed = True
+                    log.info("engine fed: %d requests from %d chunks", self.engine.unfinished, open_chunks)
+                if not self.engine.unfinished and not self._ready:
+                    if not admitting:
+                        break
+                    continue
+                for completion in self.engine.step():
+                    self._answered(completion, finish)
+                self._progress(time.perf_counter() - began, open_chunks)
+        except BaseException:
+            # A shared engine must not hand this job's leftovers to the next one.
+            self.engine.cancel()
+            raise
+        assert not open_chunks and not self._asked, "every admitted chunk is finished when the loop ends"
+        result.seconds = time.perf_counter() - began
+        after = self.engine.counters()
+        result.counters = after - before if after is not None and before is not None else None
+        return result
+
+    def _progress(self, elapsed: float, open_chunks: int) -> None:
+        if elapsed - self._logged < PROGRESS_EVERY:
+            return
+        self._logged = elapsed
+        log.info(
+            "%d requests answered, %d running or queued, %d chunks open; %.1f output tok/s so far",
+            self._answered_requests,
+            self.engine.unfinished + len(self._ready),
+            open_chunks,
+            self._tokens / elapsed,
+        )
+
+    def _ask(self, chunk: _Chunk, position: int, row: SourceRow, turn: int, answers: list[str]) -> None:
+        """Queue ``turn`` of ``row``, or record it (and its later turns) as errors when it cannot be asked."""
+        if row.error is not None:
+            self._fail(chunk, position, row, turn, row.error, None)
+            return
+        prompt = render(row, turn, answers, self.job.dataset, self.tokenizer)
+        problem = self._prompt_problem(prompt)
+        if problem:
+            self._fail(chunk, position, row, turn, problem, prompt)
+            return
+        request = Request(row.row_id, turn, prompt.token_ids, self.job.sampling)
+        self._asked[(row.row_id, turn)] = _Asked(chunk, position, prompt, answers)
+        chunk.in_flight += 1
+        # A row's next turn goes first: its conversation is open and its chunk waits for it.
+        (self._ready.appendleft if turn > 1 else self._ready.append)(request)
+
+    def _submit(self, request: Request, finish: Callable[[_Chunk], None]) -> None:
+        try:
+            self.engine.add(request)
+        except RequestRefused as exc:
+            asked = self._asked.pop((request.row_id, request.turn))
+            asked.chunk.in_flight -= 1
+            row = asked.chunk.rows[asked.position]
+            self._fail(asked.chunk, asked.position, row, request.turn, f"refused by the engine: {exc}", asked.prompt)
+            if not asked.chunk.in_flight:
+                finish(asked.chunk)
+
+    def _answered(self, completion: Completion, finish: Callable[[_Chunk], None]) -> None:
+        request = completion.request
+        asked = self._asked.pop((request.row_id, request.turn))
+        chunk, position = asked.chunk, asked.position
+        chunk.in_flight -= 1
+        for record in build_records(asked.prompt, completion.samples, self.method, self.k):
+            chunk.records.append(((position, record["turn"], record["sample_index"]), record))
+        counters = _request_counters(completion)
+        chunk.counters = chunk.counters + counters
+        self._answered_requests += 1
+        self._tokens += counters.generation_tokens
+        row = chunk.rows[position]
+        if request.turn < row.num_turns:
+            # Later turns continue the conversation with the first sample's answer.
+            self._ask(chunk, position, row, request.turn + 1, [*asked.answers, completion.samples[0].text])
+        if not chunk.in_flight:
+            finish(chunk)
+
+    def _fail(self, chunk: _Chunk, position: int, row: SourceRow, turn: int, why: str, prompt: Prompt | None) -> None:
+        """``turn`` of the row is an error row saying why; every later turn says which turn failed and why (a
+        malformed row gives the same reason on every turn)."""
+        later = why if row.error is not None else f"turn {turn} failed: {why}"
+        for t in range(turn, max(row.num_turns, turn) + 1):
+            message, shown = (why, prompt) if t == turn else (later, None)
+            record = error_record(row.row_id, t, row.category, message, self.method, self.k, shown)
+            chunk.records.append(((position, t, 0), record))
+
+    def _prompt_problem(self, prompt: Prompt) -> str | None:
+        if not prompt.token_ids:
+            return "empty prompt: it has no tokens"
+        return length_error(prompt, self.job.sampling.max_tokens, self.job.model.max_model_len)
+
+
+def _request_counters(completion: Completion) -> Counters:
+    """What one finished request added to the engine counters, from its own figures."""
+    total = Counters(
+        prompt_tokens=len(completion.request.prompt_token_ids) * len(completion.samples),
+        generation_tokens=sum(len(s.token_ids) for s in completion.samples),
+    )
+    for sample in completion.samples:
+        if sample.spec is not None:
+            total = total + sample.spec.counters()
+    return total

@@ -1,0 +1,257 @@
+"""The run's summary: throughput and acceptance from engine counter differences, as a table and as JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from specbatch.engine.spec_metrics import Counters, acceptance_length
+from specbatch.run.records import STATUS_OK
+
+# Raw per-category sums; the derived figures (AL, acceptance rate) are recomputed from them, never averaged.
+_CATEGORY_SUMS = ("rows", "error_rows", "output_tokens", "drafts", "draft_tokens", "accepted_tokens")
+# Where a run with a category column counts the rows that have none (a broken line, an empty cell), so the
+# per-category rows always add up to the run's rows.
+UNKNOWN_CATEGORY = "(unknown)"
+
+
+@dataclass
+class RowTotals:
+    """Counts over output rows, added up one row (or one part, or one shard) at a time in constant memory."""
+
+    rows: int = 0
+    error_rows: int = 0
+    # category -> raw sums.
+    categories: dict[str, dict[str, int]] = field(default_factory=dict)
+    # The run has a category column (dataset.category_column): rows without a category count as UNKNOWN_CATEGORY.
+    # Without one, rows carry no category and there are no per-category figures.
+    by_category: bool = False
+
+    def add(self, record: dict[str, Any]) -> None:
+        ok = record["status"] == STATUS_OK
+        self.rows += 1
+        self.error_rows += not ok
+        category = record.get("category")
+        if category is None and not self.by_category:
+            return
+        name = UNKNOWN_CATEGORY if category is None else str(category)
+        sums = self.categories.setdefault(name, dict.fromkeys(_CATEGORY_SUMS, 0))
+        sums["rows"] += 1
+        sums["error_rows"] += not ok
+        if ok:
+            sums["output_tokens"] += record["completion_tokens"] or 0
+            sums["drafts"] += record["spec_steps"] or 0
+            sums["draft_tokens"] += record["draft_tokens"] or 0
+            sums["accepted_tokens"] += record["accepted_tokens"] or 0
+
+    def merge(self, other: RowTotals) -> None:
+        self.rows += other.rows
+        self.error_rows += other.error_rows
+        self.by_category = self.by_category or other.by_category
+        for category, theirs in other.categories.items():
+            mine = self.categories.setdefault(category, dict.fromkeys(_CATEGORY_SUMS, 0))
+            for key in _CATEGORY_SUMS:
+                mine[key] += theirs[key]
+
+    @classmethod
+    def of(cls, records: Iterable[dict[str, Any]], by_category: bool = False) -> RowTotals:
+        totals = cls(by_category=by_category)
+        for record in records:
+            totals.add(record)
+        return totals
+
+
+@dataclass(frozen=True)
+class Summary:
+    method: str
+    num_speculative_tokens: int | None
+    # Output rows (every turn and sample), and how many of them are error rows (not generated).
+    rows: int
+    error_rows: int
+    prompt_tokens: int
+    output_tokens: int
+    # Wall time of the streaming loop (engine start and warm-up are reported apart).
+    generation_seconds: float
+    output_tokens_per_second: float
+    engine_startup_seconds: float
+    warmup_seconds: float
+    # The rest are null for spec=none: "no speculation" is not "zero acceptance".
+    drafts: int | None
+    draft_tokens: int | None
+    accepted_tokens: int | None
+    mean_acceptance_length: float | None
+    draft_acceptance_rate: float | None
+    acceptance_rate_per_position: list[float] | None
+    # Raw accepted-token counts per draft position, kept so summaries of shards can be added up exactly.
+    accepted_per_position: list[int] | None = None
+    # With dataset.category_column: per category, sums over its rows and the figures derived from them.
+    per_category: dict[str, dict[str, Any]] | None = None
+    # The batch: requests the engine ran at once (engine.max_num_seqs or its default). Null for runs written
+    # before the engine was streamed, when the batch was a chunk (min of chunk_size and max_num_seqs).
+    concurrency: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def scalar_metrics(self) -> dict[str, float]:
+        """Numeric fields for MLflow (per-position acceptance goes in as a stepped metric instead)."""
+        skip = {
+            "method",
+            "num_speculative_tokens",
+            "acceptance_rate_per_position",
+            "accepted_per_position",
+            "per_category",
+        }
+        return {k: float(v) for k, v in asdict(self).items() if k not in skip and v is not None}
+
+    def counters(self) -> Counters:
+        """The engine counter differences this summary was made from."""
+        return Counters(
+            prompt_tokens=self.prompt_tokens,
+            generation_tokens=self.output_tokens,
+            drafts=self.drafts or 0,
+            draft_tokens=self.draft_tokens or 0,
+            accepted_tokens=self.accepted_tokens or 0,
+            accepted_per_position=tuple(self.accepted_per_position or ()),
+        )
+
+    def row_totals(self) -> RowTotals:
+        # A baseline's categories carry no draft sums: they count as zero when shards are added up.
+        categories = {c: {k: int(f.get(k, 0)) for k in _CATEGORY_SUMS} for c, f in (self.per_category or {}).items()}
+        return RowTotals(
+            rows=self.rows,
+            error_rows=self.error_rows,
+            categories=categories,
+            by_category=self.per_category is not None,
+        )
+
+
+def summarize(
+    delta: Counters,
+    *,
+    method: str,
+    k: int | None,
+    totals: RowTotals,
+    generation_seconds: float,
+    engine_startup_seconds: float,
+    warmup_seconds: float,
+    concurrency: int | None = None,
+) -> Summary:
+    speculative = k is not None
+    drafts = delta.drafts
+    per_position = _pad_to(delta.accepted_per_position, k)
+    return Summary(
+        method=method,
+        num_speculative_tokens=k,
+        rows=totals.rows,
+        error_rows=totals.error_rows,
+        prompt_tokens=delta.prompt_tokens,
+        output_tokens=delta.generation_tokens,
+        generation_seconds=generation_seconds,
+        output_tokens_per_second=delta.generation_tokens / generation_seconds if generation_seconds > 0 else 0.0,
+        engine_startup_seconds=engine_startup_seconds,
+        warmup_seconds=warmup_seconds,
+        drafts=drafts if speculative else None,
+        draft_tokens=delta.draft_tokens if speculative else None,
+        accepted_tokens=delta.accepted_tokens if speculative else None,
+        mean_acceptance_length=acceptance_length(delta.accepted_tokens, drafts) if speculative else None,
+        draft_acceptance_rate=(
+            (delta.accepted_tokens / delta.draft_tokens if delta.draft_tokens else 0.0) if speculative else None
+        ),
+        acceptance_rate_per_position=[a / drafts if drafts else 0.0 for a in per_position] if speculative else None,
+        accepted_per_position=per_position if speculative else None,
+        per_category=per_category(totals, speculative) if totals.categories or totals.by_category else None,
+        concurrency=concurrency,
+    )
+
+
+def merge_summaries(summaries: list[Summary]) -> Summary:
+    """One summary for many shards, from their summed counts. Seconds are summed too (engine-seconds), so
+    output tok/s is the throughput per engine, comparable with a one-shard run."""
+    first = summaries[0]
+    counters, totals = Counters(), RowTotals()
+    for summary in summaries:
+        counters = counters + summary.counters()
+        totals.merge(summary.row_totals())
+    return summarize(
+        counters,
+        method=first.method,
+        k=first.num_speculative_tokens,
+        totals=totals,
+        generation_seconds=sum(s.generation_seconds for s in summaries),
+        engine_startup_seconds=sum(s.engine_startup_seconds for s in summaries),
+        warmup_seconds=sum(s.warmup_seconds for s in summaries),
+        concurrency=first.concurrency,
+    )
+
+
+def per_category(totals: RowTotals, speculative: bool) -> dict[str, dict[str, Any]]:
+    """Per category: its sums, and AL and acceptance derived from them (the rows' figures sum to the counters)."""
+    out: dict[str, dict[str, Any]] = {}
+    # Sorted by name, the rows without a category last.
+    for category, sums in sorted(totals.categories.items(), key=lambda item: (item[0] == UNKNOWN_CATEGORY, item[0])):
+        figures: dict[str, Any] = {k: sums[k] for k in ("rows", "error_rows", "output_tokens")}
+        if speculative:
+            figures.update(
+                drafts=sums["drafts"],
+                draft_tokens=sums["draft_tokens"],
+                accepted_tokens=sums["accepted_tokens"],
+                mean_acceptance_length=acceptance_length(sums["accepted_tokens"], sums["drafts"]),
+                draft_acceptance_rate=(
+                    sums["accepted_tokens"] / sums["draft_tokens"] if sums["draft_tokens"] else 0.0
+                ),
+            )
+        out[category] = figures
+    return out
+
+
+def _pad_to(values: tuple[int, ...], k: int | None) -> list[int]:
+    n = max(len(values), k or 0)
+    return list(values) + [0] * (n - len(values))
+
+
+def format_table(summary: Summary) -> str:
+    """A two-column table for the end of a run's log."""
+
+    def fmt(value: Any) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.1f}"
+        if isinstance(value, list):
+            return " ".join(fmt(v) for v in value)
+        if isinstance(value, int):
+            return f"{value:,}"
+        return str(value)
+
+    labels = {
+        "method": "method",
+        "num_speculative_tokens": "k (speculative tokens)",
+        "rows": "output rows",
+        "error_rows": "error rows (not generated)",
+        "prompt_tokens": "prompt tokens",
+        "output_tokens": "output tokens",
+        "generation_seconds": "generation seconds",
+        "output_tokens_per_second": "output tok/s",
+        "engine_startup_seconds": "engine start-up seconds",
+        "warmup_seconds": "warm-up seconds",
+        "drafts": "drafts (spec steps)",
+        "draft_tokens": "draft tokens",
+        "accepted_tokens": "accepted tokens",
+        "mean_acceptance_length": "mean acceptance length",
+        "draft_acceptance_rate": "draft acceptance rate",
+        "acceptance_rate_per_position": "acceptance per position",
+    }
+    data = summary.to_dict()
+    width = max(len(label) for label in labels.values())
+    lines = [f"{labels[key]:<{width}}  {fmt(data[key])}" for key in labels]
+    if summary.per_category:
+        columns = ["rows", "error_rows", "output_tokens", "mean_acceptance_length", "draft_acceptance_rate"]
+        name_width = max(len("category"), *(len(c) for c in summary.per_category))
+        lines += ["", f"{'category':<{name_width}}  " + "  ".join(f"{c:>22}" for c in columns)]
+        for category, figures in summary.per_category.items():
+            cells = "  ".join(f"{fmt(figures.get(c)):>22}" for c in columns)
+            lines.append(f"{category:<{name_width}}  {cells}")
+    rule = "-" * max(len(line) for line in lines)
+    return "\n".join([rule, *lines, rule])

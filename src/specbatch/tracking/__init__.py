@@ -1,0 +1,1 @@
+"""MLflow: the only package that opens a tracking client (shard runs, sweeps, merged runs, reports)."""

@@ -1,0 +1,175 @@
+"""What a shard's MLflow run shows, built from the run folder alone: the job logs it live, jobs/log_run.py later.
+
+A readable name (model / method-k / dataset [/ rep] [/ shard]), a description, tags to filter on, the resolved
+config as params, the summary as metrics (per-position acceptance stepped by position), the output Parquet as the
+run's dataset input, a sample of completions as a table, and the acceptance plot for speculative runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from specbatch.config import spec_label
+from specbatch.run.layout import RunLayout
+from specbatch.run.summary import Summary
+from specbatch.tracking.mlflow_logger import RunLogger, flatten
+
+log = logging.getLogger(__name__)
+
+# Completions shown in the run's table artifact, and how much of each text cell.
+SAMPLE_ROWS = 20
+SAMPLE_CHARS = 2000
+SAMPLE_COLUMNS = ["row_id", "turn", "sample_index", "category", "status", "error", "prompt", "completion"]
+SAMPLE_NUMBERS = ["prompt_tokens", "completion_tokens", "acceptance_length", "finish_reason"]
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    name: str
+    description: str
+    tags: dict[str, str]
+
+
+def run_identity(config: dict[str, Any], layout: RunLayout, rows: int | None = None) -> RunIdentity:
+    """Name, description and tags of a shard's run, from the run's (masked) plain config."""
+    spec = config["spec"]
+    k = spec.get("num_speculative_tokens")
+    label = spec_label(spec["method"], k)
+    model, dataset = config["model"]["name"], config["dataset"]["name"]
+    shard = f"{layout.shard_index}/{layout.shard_count}"
+    name = f"{model}/{label}/{dataset}"
+    if config.get("repeat"):
+        name += f"/rep{config['repeat']}"
+    if layout.shard_count > 1:
+        name += f"/shard-{layout.shard_index}-of-{layout.shard_count}"
+    of_rows = f" of {rows} rows" if rows is not None else ""
+    description = (
+        f"**{label}** on `{config['model']['path']}` ({config['model']['dtype']}), shard {shard}{of_rows} of "
+        f"data set `{dataset}`, {config['sampling']['max_tokens']} max new tokens, "
+        f"temperature {config['sampling']['temperature']}.\n\nOutputs: `{layout.root}`"
+    )
+    tags = {
+        "method": spec["method"],
+        "k": str(k) if k is not None else "none",
+        "model": model,
+        "dataset": dataset,
+        "dtype": str(config["model"]["dtype"]),
+        "shard": shard,
+        "repeat": str(config.get("repeat", 0)),
+        "run_folder": str(layout.root),
+    }
+    if config["model"].get("trust_remote_code"):
+        tags["trust_remote_code"] = "true"
+    return RunIdentity(name, description, tags)
+
+
+def log_shard_results(
+    run: RunLogger, layout: RunLayout, summary: Summary, config_yaml: str, parts: list[Path]
+) -> None:
+    """Everything of a finished shard except params (logged when the run starts)."""
+    run.log_summary(summary)
+    run.log_text(config_yaml, "config.yaml")
+    run.log_text(json.dumps(summary.to_dict(), indent=2), "summary.json")
+    run.log_dataset(parquet_dataset(layout, parts), context="output")
+    run.log_table(completion_sample(parts), "completions_sample.json")
+    if summary.acceptance_rate_per_position:
+        from specbatch.analysis.plots import plot_run_acceptance
+
+        with tempfile.TemporaryDirectory() as tmp:
+            run.log_artifact(plot_run_acceptance(summary, Path(tmp) / "acceptance_by_position.png"))
+
+
+def log_params(run: RunLogger, config: dict[str, Any]) -> None:
+    run.log_params(flatten(config))
+
+
+def parquet_dataset(layout: RunLayout, parts: list[Path]) -> Any:
+    """The shard's Parquet folder as an MLflow dataset (metadata only: MLflow never copies the rows)."""
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+
+    # Digest of the parts' names and sizes: cheap, and changes whenever the data does.
+    digest = hashlib.sha256("".join(f"{p.name}:{p.stat().st_size};" for p in parts).encode()).hexdigest()[:16]
+    name = f"{layout.root.name}/{layout.shard_tag}"
+    with warnings.catch_warnings():
+        # MLflow registers its local-file source twice and warns that a path matches both (they are the same).
+        warnings.simplefilter("ignore", UserWarning)
+        source = resolve_dataset_source(str(layout.data_dir))
+    return MetaDataset(source=source, name=name, digest=digest)
+
+
+def completion_sample(parts: list[Path], limit: int = SAMPLE_ROWS) -> dict[str, list[Any]]:
+    """The first rows of the shard as columns (texts cut to SAMPLE_CHARS), for MLflow's table view."""
+    columns = SAMPLE_COLUMNS + SAMPLE_NUMBERS
+    table: dict[str, list[Any]] = {c: [] for c in columns}
+    for part in parts:
+        for row in pq.read_table(part, columns=columns).to_pylist():
+            if len(table["row_id"]) >= limit:
+                return table
+            for column in columns:
+                value = row[column]
+                table[column].append(value[:SAMPLE_CHARS] if isinstance(value, str) else value)
+    return table
+
+
+def log_pending(root: Path, uri: str | None = None, every_shard: bool = False) -> list[str]:
+    """Log the finished shards of a run folder whose MLflow logging failed (or every finished shard).
+
+    Continues the shard's MLflow run when the store has it (the job created it before the server went away),
+    else creates it; returns the run ids. Raises when the store cannot be reached: nothing is marked logged then.
+    """
+    from specbatch.run.runs import read_run, shard_layouts
+    from specbatch.tracking.mlflow_logger import open_client, recorded_tracking
+
+    config = read_run(root)["config"]
+    tracking = recorded_tracking(config["tracking"], uri)
+    if not tracking.enabled:
+        raise ValueError(f"{root} was run with tracking=off: pass --tracking-uri to log it somewhere")
+    client, experiment_id = open_client(tracking)
+    logged = []
+    for layout in shard_layouts(root):
+        pending = layout.mlflow_pending_path
+        if not layout.done_marker.exists():
+            log.info("shard %s is not finished: not logged (finish it first)", layout.shard_tag)
+            continue
+        if not pending.exists() and not every_shard:
+            continue
+        record = json.loads(pending.read_text()) if pending.exists() else {}
+        identity = run_identity(config, layout)
+        run_id = record.get("run_id")
+        if run_id is None or not _run_exists(client, run_id):
+            tags = {**identity.tags, "mlflow.note.content": identity.description, "logged_later": "true"}
+            if record.get("parent_run_id"):
+                tags["mlflow.parentRunId"] = record["parent_run_id"]
+            run_id = client.create_run(experiment_id, run_name=identity.name, tags=tags).info.run_id
+        run = RunLogger(client, run_id, experiment_id, tracking.uri, later=f"python jobs/log_run.py {root}")
+        summary = Summary(**json.loads(layout.stats_path.read_text()))
+        parts = sorted(layout.data_dir.glob("part-*.parquet"))
+        log_params(run, config)
+        log_shard_results(run, layout, summary, layout.config_yaml.read_text(), parts)
+        run.terminate("FINISHED")
+        if run.failure:
+            raise RuntimeError(f"logging shard {layout.shard_tag} of {root} failed: {run.failure}")
+        pending.unlink(missing_ok=True)
+        log.info("logged shard %s as MLflow run %s (%s)", layout.shard_tag, run_id, identity.name)
+        logged.append(run_id)
+    return logged
+
+
+def _run_exists(client: Any, run_id: str) -> bool:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_run(run_id)
+    except MlflowException:
+        return False
+    return True

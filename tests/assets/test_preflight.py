@@ -1,0 +1,124 @@
+"""Checks that read installed packages and checkpoint configs, before any engine: one test per promised message."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run_generate
+from specbatch.assets import preflight as preflight_module
+from specbatch.assets.preflight import check_model_source, mtp_layer_count, preflight, read_model_config
+from specbatch.config import ConfigError
+from specbatch.data.prompts import load_tokenizer
+
+
+def fake_checkpoint(folder: Path, **config) -> str:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+def test_suffix_without_arctic_inference_says_how_to_install(job_factory, monkeypatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        preflight_module.importlib.util, "find_spec", lambda name: None if name == "arctic_inference" else real(name)
+    )
+    with pytest.raises(ConfigError) as err:
+        preflight(job_factory("spec=suffix"))
+    assert "spec=suffix needs the arctic-inference package" in str(err.value)
+    assert "make setup" in str(err.value) and "pip install arctic-inference==0.1.1" in str(err.value)
+
+
+def test_suffix_with_arctic_inference_passes(job_factory) -> None:
+    preflight(job_factory("spec=suffix"))
+
+
+@pytest.mark.parametrize("method", ["draft_model", "eagle", "eagle3"])
+def test_draft_with_another_vocabulary_is_refused(job_factory, tmp_path: Path, method: str) -> None:
+    target = fake_checkpoint(tmp_path / "target", vocab_size=49152)
+    draft = fake_checkpoint(tmp_path / "draft", vocab_size=32000)
+    job = job_factory(f"model.path={target}", "model.embedded=null", f"spec={method}", f"spec.model={draft}")
+    with pytest.raises(ConfigError) as err:
+        preflight(job)
+    assert f"spec.model={draft} has vocab_size=32000 but model.path={target} has vocab_size=49152" in str(err.value)
+    assert "must share the target's tokenizer" in str(err.value)
+
+
+def test_matching_vocabulary_passes_including_multimodal_text_config(job_factory, tmp_path: Path) -> None:
+    target = fake_checkpoint(tmp_path / "target", text_config={"vocab_size": 1000})
+    draft = fake_checkpoint(tmp_path / "draft", vocab_size=1000)
+    preflight(job_factory(f"model.path={target}", "model.embedded=null", "spec=draft_model", f"spec.model={draft}"))
+
+
+def test_mtp_on_a_target_without_mtp_layers(job_factory) -> None:
+    # The embedded SmolLM2 is a plain Llama.
+    with pytest.raises(ConfigError) as err:
+        preflight(job_factory("spec=mtp"))
+    assert "spec=mtp needs a target with built-in MTP layers" in str(err.value)
+    assert "model=tiny_mimo" in str(err.value) and "spec=ngram" in str(err.value)
+
+
+def test_mtp_k_must_fit_the_layer_count(job_factory, tmp_path: Path) -> None:
+    target = fake_checkpoint(tmp_path / "mimo", num_nextn_predict_layers=2, vocab_size=10)
+    base = [f"model.path={target}", "model.embedded=null", "spec=mtp"]
+    preflight(job_factory(*base, "spec.num_speculative_tokens=1"))
+    preflight(job_factory(*base, "spec.num_speculative_tokens=4"))
+    with pytest.raises(ConfigError, match="spec.num_speculative_tokens=3 does not fit a target with 2 MTP layer"):
+        preflight(job_factory(*base, "spec.num_speculative_tokens=3"))
+
+
+def test_unreadable_hub_config_skips_with_a_warning(monkeypatch, caplog) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert read_model_config("nobody/no-such-model-xyz") is None
+    assert "skipping the checks that need it" in caplog.text
+
+
+def test_mtp_layer_keys() -> None:
+    assert mtp_layer_count({"num_nextn_predict_layers": 1}) == 1
+    assert mtp_layer_count({"text_config": {"mtp_num_hidden_layers": 2}}) == 2
+    assert mtp_layer_count({"vocab_size": 5}) == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("/nonexistent/ckpt", "model.path=/nonexistent/ckpt: no such folder, and not a hub id (org/name) either"),
+        ("not//a//repo", "model.path=not//a//repo: no such folder, and not a hub id (org/name) either"),
+        ("nobody/no-such-model-xyz", "model.path=nobody/no-such-model-xyz is not a local folder, and as a hub id it"),
+    ],
+)
+def test_a_model_path_that_cannot_be_loaded_names_the_key_before_any_engine(tmp_path: Path, path: str, says: str):
+    began = time.monotonic()
+    offline = {"HF_HUB_OFFLINE": "1"}
+    args = [f"output_root={tmp_path}", f"model.path={path}", "model.embedded=null", "max_samples=2", "tracking=off"]
+    result = run_generate(args, timeout=120, env=offline)
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-2000:]
+    [error] = [line for line in output.splitlines() if "[ERROR]" in line]
+    assert says in error
+    assert "OS error" not in output and "Traceback" not in output and "starting vLLM" not in output
+    assert time.monotonic() - began < 60
+
+
+def test_model_sources_are_checked_with_the_key_that_names_them(job_factory, tmp_path: Path, monkeypatch) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match=f"model.path={empty} is a folder without config.json"):
+        check_model_source("model.path", str(empty))
+    check_model_source("model.tokenizer", str(empty), checkpoint=False)  # a tokenizer folder needs no config.json
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    with pytest.raises(
+        ConfigError, match="model.tokenizer=nobody/no-tok is not a local folder.*not available offline"
+    ):
+        check_model_source("model.tokenizer", "nobody/no-tok", checkpoint=False)
+    target = fake_checkpoint(tmp_path / "target", vocab_size=10)
+    job = job_factory(f"model.path={target}", "model.embedded=null", "spec=draft_model", "spec.model=./no/draft")
+    with pytest.raises(ConfigError, match="spec.model=./no/draft: no such folder"):
+        preflight(job)
+    job = job_factory(f"model.path={target}", "model.embedded=null", "model.tokenizer=/no/such/tokenizer")
+    with pytest.raises(ConfigError, match="model.tokenizer=/no/such/tokenizer: no such folder"):
+        load_tokenizer(job.model)

@@ -1,0 +1,97 @@
+"""The engine interface: one registry for engine.backend, vLLM confined to its backend, the dummy's invariants."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import PROJECT_ROOT, compose_job
+from specbatch.config import BACKENDS, ConfigError
+from specbatch.engine import REGISTRY, Request, start_engine
+from specbatch.engine.dummy import DummyEngine
+
+SRC = PROJECT_ROOT / "src" / "specbatch"
+# The only modules that may import vLLM: its backend, and preflight's check that the installed build has what a
+# method needs.
+MAY_IMPORT_VLLM = {SRC / "engine" / "vllm_offline.py", SRC / "preflight.py"}
+
+
+def imports_vllm(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "vllm" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "vllm":
+            return True
+    return False
+
+
+def test_no_module_outside_the_vllm_backend_imports_vllm() -> None:
+    offenders = [p.relative_to(SRC) for p in SRC.rglob("*.py") if p not in MAY_IMPORT_VLLM and imports_vllm(p)]
+    assert offenders == []
+    assert imports_vllm(SRC / "engine" / "vllm_offline.py")  # the check itself sees an import
+
+
+def test_a_dummy_job_never_loads_vllm(tmp_path: Path) -> None:
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"q": "one"}\n{"q": "two"}\n')
+    script = f"""
+import sys
+from hydra import compose, initialize_config_dir
+from specbatch.config import register_configs, to_job_config
+from specbatch.run.generate import run_job
+register_configs()
+with initialize_config_dir(config_dir={str(PROJECT_ROOT / "conf")!r}, version_base="1.3"):
+    cfg = compose("config", overrides=["engine.backend=dummy", "spec=ngram", "tracking=off", "dataset=local",
+        "dataset.path={data}", "dataset.template='{{q}}'", "output_root={tmp_path / "out"}"])
+result = run_job(to_job_config(cfg))
+assert result.summary.rows == 2 and result.summary.drafts > 0, result.summary
+print(sorted(m for m in sys.modules if m == "vllm" or m.startswith("vllm.")))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_registry_and_the_config_name_the_same_backends() -> None:
+    assert tuple(REGISTRY) == BACKENDS
+
+
+def test_an_unknown_backend_is_refused_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"engine.backend=vlm is not an engine: use one of vllm, dummy"):
+        compose_job(["engine.backend=vlm"])
+
+
+def test_the_dummy_obeys_vllm_invariants_and_is_deterministic() -> None:
+    job = compose_job(["engine.backend=dummy", "spec=ngram", "sampling.max_tokens=50", "engine.max_num_seqs=3"])
+    runs = []
+    for _ in range(2):
+        engine = start_engine(job)
+        assert isinstance(engine, DummyEngine) and engine.concurrency == 3
+        before = engine.counters()
+        for i in range(10):
+            engine.add(Request(f"r{i}", 1, [i, i + 1, i + 2], job.sampling))
+        done = []
+        while engine.unfinished:
+            step = engine.step()
+            done += step
+        runs.append({c.request.row_id: c.samples[0] for c in done})
+        # Finished in the order their lengths made them finish, not the order they came in.
+        assert [c.request.row_id for c in done] != [f"r{i}" for i in range(10)]
+        spent = engine.counters() - before
+        samples = list(runs[-1].values())
+        assert spent.generation_tokens == sum(len(s.token_ids) for s in samples)
+        assert spent.drafts == sum(s.spec.spec_steps for s in samples)
+        assert spent.accepted_tokens == sum(s.spec.accepted_tokens for s in samples)
+        for s in samples:
+            figures = s.spec
+            assert 0 <= figures.accepted_tokens <= figures.draft_tokens == 3 * figures.spec_steps
+            assert figures.acceptance_length == pytest.approx(1 + figures.accepted_tokens / figures.spec_steps)
+            assert sum(figures.acceptance_histogram) == figures.spec_steps
+            assert len(s.token_ids) == figures.spec_steps + figures.accepted_tokens <= 50
+    assert runs[0] == runs[1]

@@ -1,0 +1,159 @@
+"""The reaper with plain processes (no engine): what a killed job leaves is ended, nothing else is touched."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import PROJECT_ROOT
+
+SHM = Path("/dev/shm")
+
+# A stand-in for the job: starts the reaper, then a child that holds two /dev/shm files open (one older than the
+# reaper, one created after) and makes a loky-style semaphore file named by its pid (closed at once, as vLLM's
+# EngineCore maps one without holding it open), optionally stops the reaper the normal way, prints the child's pid
+# and waits. A forked child (what vLLM does on GPUs) inherits the job's end of the reaper's pipe, so the pipe stays
+# open after the kill.
+JOB = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    from specbatch.engine.reaper import Reaper
+
+    older, newer, mode = sys.argv[1:4]
+    reaper = Reaper.start()
+    if mode == "fork":
+        reader, writer = os.pipe()
+        child_pid = os.fork()
+        if child_pid == 0:
+            a, b = open(older), open(newer, "w")
+            open(f"/dev/shm/sem.loky-{os.getpid()}-specbatchtest", "w").close()
+            os.write(writer, b"open")
+            time.sleep(600)
+            os._exit(0)
+        assert os.read(reader, 4) == b"open"
+    else:
+        child = subprocess.Popen([sys.executable, "-c", (
+            "import os, sys, time; a = open(sys.argv[1]); b = open(sys.argv[2], 'w'); "
+            "open(f'/dev/shm/sem.loky-{os.getpid()}-specbatchtest', 'w').close(); print('open', flush=True); "
+            "time.sleep(600)"), older, newer], stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline() == "open\\n"
+        child_pid = child.pid
+    time.sleep(1.5)  # the reaper records every 0.5 s
+    if mode == "stop":
+        reaper.stop()
+    print(child_pid, reaper.process.pid, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.fixture
+def shm_files() -> Iterator[tuple[Path, Path]]:
+    tag = uuid.uuid4().hex
+    older, newer = SHM / f"specbatch-test-{tag}-older", SHM / f"specbatch-test-{tag}-newer"
+    older.write_text("made before the reaper started")
+    yield older, newer
+    older.unlink(missing_ok=True)
+    newer.unlink(missing_ok=True)
+
+
+class Job:
+    """The stand-in job in its own session; ``kill_all`` ends it, its child and its reaper whatever the test did."""
+
+    def __init__(self, tmp_path: Path, older: Path, newer: Path, mode: str) -> None:
+        script = tmp_path / "job.py"
+        script.write_text(JOB)
+        src = str(PROJECT_ROOT / "src")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+        self.process = subprocess.Popen(
+            [sys.executable, str(script), str(older), str(newer), mode],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        self.child_pid = self.reaper_pid = 0
+
+    def wait_started(self) -> None:
+        assert self.process.stdout is not None
+        self.child_pid, self.reaper_pid = (int(word) for word in self.process.stdout.readline().split())
+
+    def kill_all(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        for pid in (self.child_pid, self.reaper_pid):
+            if pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize(("kill", "child"), [("job", "spawn"), ("job", "fork"), ("group", "spawn")])
+def test_killed_job_leaves_nothing_it_started(
+    tmp_path: Path, shm_files: tuple[Path, Path], kill: str, child: str
+) -> None:
+    """kill -9 of the job alone, or of its whole process group (then the reaper, in its own session, still removes
+    the shared memory of the processes killed with the job)."""
+    older, newer = shm_files
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # not the job's
+    job = Job(tmp_path, older, newer, child)
+    try:
+        job.wait_started()
+        child_pid, reaper_pid = job.child_pid, job.reaper_pid
+        semaphore = SHM / f"sem.loky-{child_pid}-specbatchtest"
+        assert semaphore.exists()
+        if kill == "job":
+            job.process.send_signal(signal.SIGKILL)
+        else:
+            os.killpg(job.process.pid, signal.SIGKILL)
+        job.process.wait()
+        deadline = time.monotonic() + 10
+        while (_alive(child_pid) or _alive(reaper_pid) or newer.exists()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child_pid), "the job's child outlived it"
+        assert not newer.exists(), "the segment the job's child created was left"
+        assert not semaphore.exists(), "the semaphore named by the job's child was left"
+        assert not _alive(reaper_pid), "the reaper outlived its work"
+        assert older.exists(), "a file older than the reaper was removed"
+        assert bystander.poll() is None, "a process that is not the job's was ended"
+    finally:
+        bystander.kill()
+        bystander.wait()
+        job.kill_all()
+        if job.child_pid:
+            (SHM / f"sem.loky-{job.child_pid}-specbatchtest").unlink(missing_ok=True)
+
+
+def test_stopped_reaper_ends_nothing(tmp_path: Path, shm_files: tuple[Path, Path]) -> None:
+    older, newer = shm_files
+    job = Job(tmp_path, older, newer, "stop")
+    try:
+        job.wait_started()
+        assert not _alive(job.reaper_pid), "reaper.stop() returned before the reaper exited"
+        job.process.send_signal(signal.SIGKILL)
+        job.process.wait()
+        time.sleep(2)
+        assert _alive(job.child_pid) and newer.exists()
+        assert (SHM / f"sem.loky-{job.child_pid}-specbatchtest").exists()
+    finally:
+        job.kill_all()
+        if job.child_pid:
+            (SHM / f"sem.loky-{job.child_pid}-specbatchtest").unlink(missing_ok=True)

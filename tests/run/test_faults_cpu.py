@@ -1,0 +1,93 @@
+"""Faults with real processes and a real vLLM engine: a full disk while writing a chunk, and SIGTERM (what Slurm
+sends before a time limit) in the middle of a chunk. Nothing finished is lost, nothing half-written is left, the
+MLflow run says what happened, and rerunning the same command finishes the shard."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import PROJECT_ROOT, LiveJob, compose_job, run_generate
+from specbatch.common.interrupts import EXIT_STOPPED
+from specbatch.run.layout import RunLayout
+
+pytestmark = pytest.mark.slow
+INJECT = PROJECT_ROOT / "tests" / "inject_enospc.py"
+
+
+def args_for(tmp_path: Path, experiment: str, rows: int, chunk: int) -> list[str]:
+    return [
+        "spec=ngram",
+        f"max_samples={rows}",
+        f"chunk_size={chunk}",
+        "sampling.max_tokens=32",
+        f"output_root={tmp_path}",
+        f"tracking.experiment={experiment}",
+    ]
+
+
+def mlflow_statuses(tmp_path: Path, experiment: str) -> list[str]:
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id], order_by=["start_time"])
+    return [r.info.status for r in runs]
+
+
+def all_row_ids(layout: RunLayout) -> list[str]:
+    return [r for p in sorted(layout.data_dir.glob("part-*.parquet")) for r in pq.read_table(p)["row_id"].to_pylist()]
+
+
+def test_a_full_disk_while_writing_a_chunk(tmp_path: Path) -> None:
+    args = args_for(tmp_path, "disk-full", rows=4, chunk=2)
+    layout = RunLayout.for_job(compose_job(args))
+    failed = subprocess.run(
+        [sys.executable, str(INJECT), *args],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "INJECT_ENOSPC_ON_WRITE": "2"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    out = failed.stdout + failed.stderr
+    assert failed.returncode == 1, out[-3000:]
+    assert "No space left on device" in out and "rerun the same command" in out and "Traceback" not in out
+    # The first chunk is kept, the second left nothing behind (no half part, no temporary file).
+    assert sorted(p.name for p in layout.data_dir.iterdir()) == ["part-00000.parquet"]
+    assert not layout.done_marker.exists()
+    assert mlflow_statuses(tmp_path, "disk-full") == ["FAILED"]
+
+    again = run_generate(args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "2 chunks, 1 to generate" in again.stdout + again.stderr
+    assert layout.done_marker.exists() and sorted(all_row_ids(layout)) == [f"HumanEval/{i}" for i in range(4)]
+    assert mlflow_statuses(tmp_path, "disk-full") == ["FAILED", "FINISHED"]
+
+
+def test_sigterm_stops_after_the_chunks_in_flight(tmp_path: Path) -> None:
+    # Two requests at once, four queued: chunks 0 and 1 are in the engine when the stream starts, chunk 2 is not.
+    args = [*args_for(tmp_path, "sigterm", rows=6, chunk=2), "engine.max_num_seqs=2"]
+    layout = RunLayout.for_job(compose_job(args))
+    job = LiveJob.generate(args)
+    job.wait_for("engine fed: 4 requests from 2 chunks", timeout=600)
+    job.process.send_signal(signal.SIGTERM)
+    assert job.wait(timeout=600) == EXIT_STOPPED, job.output[-3000:]
+    stopped = re.search(r"stopped by SIGTERM after (\d) of 3 chunks", job.output)
+    assert stopped, job.output[-3000:]
+    written = int(stopped.group(1))
+    # The chunks in flight were finished and written; nothing after them was started; no done marker.
+    assert written >= 1 and len(list(layout.data_dir.glob("part-*.parquet"))) == written
+    assert not list(layout.data_dir.glob(".*tmp*")) and not layout.done_marker.exists()
+    assert mlflow_statuses(tmp_path, "sigterm") == ["KILLED"]
+
+    again = run_generate(args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"3 chunks, {3 - written} to generate" in again.stdout + again.stderr
+    assert sorted(all_row_ids(layout)) == sorted(f"HumanEval/{i}" for i in range(6))
+    assert layout.done_marker.exists()

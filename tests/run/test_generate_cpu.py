@@ -1,0 +1,166 @@
+"""The whole job for real: jobs/generate.py on the embedded model with vLLM's CPU build: none, ngram and suffix.
+
+Runs in float32, where greedy speculation must reproduce the baseline token for token (bfloat16 is not exact on
+CPU: near-tied logits flip with the shape of the computation).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import compose_job, run_generate
+from specbatch.engine.spec_metrics import accepted_per_position_from_histogram
+from specbatch.run.layout import RunLayout
+from specbatch.run.records import SCHEMA, read_config_metadata
+
+pytestmark = pytest.mark.slow
+
+N_PROMPTS = 4
+MAX_TOKENS = 64
+EXPERIMENT = "e2e"
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("e2e")
+
+
+def overrides(root: Path, spec: str) -> list[str]:
+    return [
+        f"output_root={root}",
+        f"spec={spec}",
+        "model.dtype=float32",
+        f"max_samples={N_PROMPTS}",
+        f"sampling.max_tokens={MAX_TOKENS}",
+        f"tracking.experiment={EXPERIMENT}",
+    ]
+
+
+@pytest.fixture(scope="module")
+def runs(root: Path) -> dict[str, dict]:
+    """Both runs once per module, through the real entry script (one engine each)."""
+    out: dict[str, dict] = {}
+    for spec in ("none", "ngram", "suffix"):
+        result = run_generate(overrides(root, spec))
+        assert result.returncode == 0, result.stderr[-4000:]
+        layout = RunLayout.for_job(compose_job(overrides(root, spec)))
+        part = layout.part_path(0)
+        out[spec] = {
+            "log": result.stdout + result.stderr,
+            "layout": layout,
+            "part": part,
+            "rows": {r["row_id"]: r for r in pq.read_table(part).to_pylist()},
+            "summary": json.loads(layout.stats_path.read_text()),
+        }
+    return out
+
+
+def test_parquet_schema_rows_and_metadata(runs: dict[str, dict]) -> None:
+    for spec, run in runs.items():
+        table = pq.read_table(run["part"])
+        assert table.schema.remove_metadata() == SCHEMA
+        assert table.num_rows == N_PROMPTS
+        assert sorted(run["rows"]) == sorted(f"HumanEval/{i}" for i in range(N_PROMPTS))
+        config = read_config_metadata(run["part"])
+        assert config["spec"]["method"] == spec and config["model"]["dtype"] == "float32"
+        assert run["layout"].done_marker.is_file()
+        assert not list(run["part"].parent.glob(".*tmp*")), "a temporary file was left behind"
+        for row in run["rows"].values():
+            assert row["method"] == spec
+            assert row["completion_tokens"] == len(row["completion_token_ids"]) > 0
+            assert row["prompt"].startswith("<|im_start|>system")  # chat template applied
+            assert row["finish_reason"] in ("stop", "length")
+    for row in runs["none"]["rows"].values():
+        # No speculation is recorded as null, not as zero acceptance.
+        assert row["num_speculative_tokens"] is None
+        assert all(row[c] is None for c in ("spec_steps", "draft_tokens", "accepted_tokens", "acceptance_histogram"))
+    for spec, k in (("ngram", 3), ("suffix", 5)):
+        for row in runs[spec]["rows"].values():
+            assert row["num_speculative_tokens"] == k
+            assert len(row["acceptance_histogram"]) == k + 1
+            assert row["draft_tokens"] >= row["accepted_tokens"] >= 0
+
+
+@pytest.mark.parametrize("spec", ["ngram", "suffix"])
+def test_greedy_float32_is_token_identical_to_none(runs: dict[str, dict], spec: str) -> None:
+    base, rows = runs["none"]["rows"], runs[spec]["rows"]
+    for row_id in base:
+        assert rows[row_id]["completion_token_ids"] == base[row_id]["completion_token_ids"], row_id
+    # The comparison means something only if speculation really accepted tokens.
+    assert sum(r["accepted_tokens"] for r in rows.values()) > 0
+
+
+@pytest.mark.parametrize("spec", ["ngram", "suffix"])
+def test_row_figures_sum_to_engine_counter_differences(runs: dict[str, dict], spec: str) -> None:
+    rows, summary = list(runs[spec]["rows"].values()), runs[spec]["summary"]
+    drafts = sum(r["spec_steps"] for r in rows)
+    accepted = sum(r["accepted_tokens"] for r in rows)
+    assert drafts == summary["drafts"] > 0
+    assert accepted == summary["accepted_tokens"]
+    assert sum(r["draft_tokens"] for r in rows) == summary["draft_tokens"]
+    assert summary["mean_acceptance_length"] == pytest.approx(1 + accepted / drafts)
+    assert summary["draft_acceptance_rate"] == pytest.approx(accepted / summary["draft_tokens"])
+    per_position = [
+        sum(col)
+        for col in zip(*(accepted_per_position_from_histogram(r["acceptance_histogram"]) for r in rows), strict=True)
+    ]
+    assert summary["acceptance_rate_per_position"] == pytest.approx([a / drafts for a in per_position])
+    for spec, run in runs.items():
+        assert run["summary"]["output_tokens"] == sum(r["completion_tokens"] for r in run["rows"].values()), spec
+        assert run["summary"]["prompt_tokens"] == sum(r["prompt_tokens"] for r in run["rows"].values()), spec
+        assert run["summary"]["rows"] == N_PROMPTS
+        assert run["summary"]["generation_seconds"] > 0 and run["summary"]["engine_startup_seconds"] > 0
+    assert runs["none"]["summary"]["mean_acceptance_length"] is None
+
+
+def test_summary_table_is_printed(runs: dict[str, dict]) -> None:
+    log = runs["ngram"]["log"]
+    assert "mean acceptance length" in log and "output tok/s" in log and "engine start-up seconds" in log
+
+
+def test_mlflow_run_has_params_metrics_tags_artifacts(runs: dict[str, dict], root: Path) -> None:
+    client = MlflowClient(tracking_uri=f"sqlite:///{root}/mlflow.db")
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    found = {r.data.tags["method"]: r for r in client.search_runs([experiment.experiment_id])}
+    assert set(found) == {"none", "ngram", "suffix"}
+    run = found["ngram"]
+    summary = runs["ngram"]["summary"]
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name == "smollm2-135m-instruct/ngram-k3/humaneval_edit"
+    params = run.data.params
+    assert params["spec.method"] == "ngram" and params["spec.num_speculative_tokens"] == "3"
+    assert params["model.dtype"] == "float32" and params["sampling.max_tokens"] == str(MAX_TOKENS)
+    assert params["max_samples"] == str(N_PROMPTS)
+    metrics = run.data.metrics
+    assert metrics["mean_acceptance_length"] == pytest.approx(summary["mean_acceptance_length"])
+    assert metrics["accepted_tokens"] == summary["accepted_tokens"]
+    assert metrics["output_tokens_per_second"] == pytest.approx(summary["output_tokens_per_second"])
+    history = client.get_metric_history(run.info.run_id, "acceptance_rate_per_position")
+    assert [m.step for m in sorted(history, key=lambda m: m.step)] == [0, 1, 2]
+    assert [m.value for m in sorted(history, key=lambda m: m.step)] == pytest.approx(
+        summary["acceptance_rate_per_position"]
+    )
+    tags = run.data.tags
+    assert tags["k"] == "3" and tags["model"] == "smollm2-135m-instruct" and tags["dataset"] == "humaneval_edit"
+    assert tags["vllm_version"] == "0.32.0" and tags["torch_version"].startswith("2.13.0")
+    assert tags["device"] == "cpu" and tags["git_commit"]
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.yaml", "summary.json"} <= artifacts
+    local = client.download_artifacts(run.info.run_id, "summary.json", str(root / "download"))
+    assert json.loads(Path(local).read_text()) == summary
+    # The baseline logs no acceptance metrics at all rather than zeros.
+    assert "mean_acceptance_length" not in found["none"].data.metrics
+    assert found["none"].data.tags["k"] == "none"
+
+
+def test_rerun_of_a_finished_run_exits_without_loading_the_model(runs: dict[str, dict], root: Path) -> None:
+    result = run_generate(overrides(root, "ngram"), timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "already complete" in result.stdout + result.stderr
+    assert "starting vLLM" not in result.stdout + result.stderr
+    assert {r["row_id"] for r in pq.read_table(runs["ngram"]["part"]).to_pylist()} == set(runs["ngram"]["rows"])

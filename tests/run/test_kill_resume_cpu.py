@@ -1,0 +1,44 @@
+"""SIGKILL in the middle of generation, for real: the rerun finishes the shard with every row exactly once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import compose_job, kill_job_group_when, run_generate
+from specbatch.run.layout import RunLayout
+
+pytestmark = pytest.mark.slow
+
+N_ROWS = 12
+
+
+def test_killed_shard_resumes_to_exactly_once(tmp_path: Path) -> None:
+    args = [
+        f"output_root={tmp_path}",
+        f"max_samples={N_ROWS}",
+        "chunk_size=3",
+        # Two requests at once and four queued: several chunks are in flight, the last ones not yet admitted.
+        "engine.max_num_seqs=2",
+        "sampling.max_tokens=48",
+        "tracking=off",
+    ]
+    layout = RunLayout.for_job(compose_job(args))
+    # Killed mid-stream: the second chunk written, later ones in flight or not yet admitted.
+    kill_job_group_when(args, layout.part_path(1).exists, "second chunk")
+    assert not layout.done_marker.exists()
+    written_before = sorted(p.name for p in layout.data_dir.glob("part-*.parquet"))
+    assert len(written_before) < N_ROWS // 3
+
+    result = run_generate(args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    parts = sorted(layout.data_dir.glob("part-*.parquet"))
+    assert [p.name for p in parts] == [f"part-{i:05d}.parquet" for i in range(N_ROWS // 3)]
+    ids = [r["row_id"] for p in parts for r in pq.read_table(p).to_pylist()]  # every part opens
+    assert sorted(ids) == sorted(f"HumanEval/{i}" for i in range(N_ROWS)) and len(set(ids)) == N_ROWS
+    assert not list(layout.data_dir.glob(".*tmp*"))
+    assert layout.done_marker.is_file()
+    # Only the chunks that were not finished were generated again.
+    assert f"in {N_ROWS // 3} chunks, {N_ROWS // 3 - len(written_before)} to generate" in result.stdout + result.stderr

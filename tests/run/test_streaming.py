@@ -1,0 +1,111 @@
+"""The streaming loop with the dummy engine (logic only): rows isolated from each other's failures, turns chained,
+chunks finished out of order, memory-bounded admission, SIGTERM-style stops."""
+
+from __future__ import annotations
+
+import pytest
+
+from specbatch.data.prompts import load_tokenizer
+from specbatch.data.rows import SourceRow
+from specbatch.engine import Request, engine_fingerprint
+from specbatch.engine.dummy import DummyEngine
+from specbatch.run.streaming import ChunkResult, ChunkStreamer
+
+
+@pytest.fixture
+def setup(job_factory):
+    job = job_factory("spec=ngram", "dataset=local", "dataset.path=x.jsonl", "dataset.prompt_format=turns")
+    return job, load_tokenizer(job.model)
+
+
+def refuse_poison(request: Request) -> str | None:
+    return "token id out of range" if request.row_id == "r2" else None
+
+
+def rows() -> list[SourceRow]:
+    return [
+        SourceRow("r1", "a", turns=["hello", "again"]),
+        SourceRow("r2", "b", turns=["refused by the engine", "never asked"]),
+        SourceRow("r3", "a", turns=["fine"]),
+        SourceRow("r5", "b", turns=["x " * 3000, "second", "third"]),
+        SourceRow("r4", None, error="line 9 is not a JSON object"),
+    ]
+
+
+def stream(engine: DummyEngine, job, tokenizer, chunks, **kwargs) -> tuple[list[ChunkResult], object]:
+    written: list[ChunkResult] = []
+    result = ChunkStreamer(engine, job, tokenizer).run(chunks, written.append, **kwargs)
+    return written, result
+
+
+def test_a_failing_row_is_isolated_and_its_later_turns_are_errors(setup) -> None:
+    job, tokenizer = setup
+    engine = DummyEngine(engine_fingerprint(job), k=job.spec.k, refuse=refuse_poison, keep_requests=True)
+    [chunk], result = stream(engine, job, tokenizer, [(0, rows())])
+    got = {(r["row_id"], r["turn"]): (r["status"], r["error"]) for r in chunk.records}
+    assert got[("r1", 1)] == ("ok", None) and got[("r1", 2)] == ("ok", None) and got[("r3", 1)] == ("ok", None)
+    assert got[("r2", 1)] == ("error", "refused by the engine: token id out of range")
+    assert got[("r2", 2)] == ("error", f"turn 1 failed: {got[('r2', 1)][1]}")
+    assert got[("r4", 1)] == ("error", "line 9 is not a JSON object")
+    # Too long at turn 1: never sent, and every later turn says which turn failed and why.
+    assert got[("r5", 1)][0] == "error" and got[("r5", 1)][1].startswith("prompt too long")
+    assert got[("r5", 3)] == ("error", f"turn 1 failed: {got[('r5', 1)][1]}")
+    # Records in row order, then turn: the part reads like the data file whatever order requests finished in.
+    assert [(r["row_id"], r["turn"]) for r in chunk.records] == [
+        ("r1", 1), ("r1", 2), ("r2", 1), ("r2", 2), ("r3", 1), ("r5", 1), ("r5", 2), ("r5", 3), ("r4", 1)
+    ]  # fmt: skip
+    # Turn 2 only for the row still alive, asked with r1's own turn-1 answer in the conversation.
+    assert [(r.row_id, r.turn) for r in engine.added] == [("r1", 1), ("r3", 1), ("r1", 2)]
+    first_answer = next(r["completion"] for r in chunk.records if r["row_id"] == "r1" and r["turn"] == 1)
+    r1_turn2 = next(r for r in chunk.records if r["row_id"] == "r1" and r["turn"] == 2)
+    assert first_answer in r1_turn2["prompt"]
+    # The chunk's figures are its requests' own; over one chunk they equal the engine counter differences.
+    assert chunk.counters == result.counters and chunk.counters.generation_tokens > 0
+    generated = sum(r["completion_tokens"] for r in chunk.records if r["status"] == "ok")
+    assert chunk.counters.generation_tokens == generated
+    assert chunk.counters.drafts == sum(r["spec_steps"] for r in chunk.records if r["status"] == "ok")
+
+
+def test_chunks_are_written_as_they_finish_and_the_engine_is_never_drained(setup) -> None:
+    job, tokenizer = setup
+    # Chunk 0 holds one long row, chunk 1 short ones: chunk 1 finishes first, and chunk 1's rows were asked while
+    # chunk 0 was still running (no drain at the chunk boundary).
+    long_row, short_rows = (
+        SourceRow("long", None, turns=["a"]),
+        [SourceRow(f"s{i}", None, turns=["b"]) for i in range(3)],
+    )
+    engine = DummyEngine(
+        engine_fingerprint(job),
+        concurrency=4,
+        length=lambda request: 40 if request.row_id == "long" else 2,
+        keep_requests=True,
+    )
+    written, result = stream(engine, job, tokenizer, [(0, [long_row]), (1, short_rows)])
+    assert [c.number for c in written] == [1, 0] and result.chunks == [1, 0]
+    assert written[0].elapsed <= written[1].elapsed <= result.seconds
+    assert [r.row_id for r in engine.added] == ["long", "s0", "s1", "s2"]
+
+
+def test_admission_is_bounded_and_a_stop_finishes_what_was_admitted(setup) -> None:
+    job, tokenizer = setup
+    engine = DummyEngine(engine_fingerprint(job), concurrency=2)
+    admitted: list[int] = []
+
+    def chunks():
+        for n in range(100):
+            admitted.append(n)
+            yield n, [SourceRow(f"c{n}r{i}", None, turns=["q"]) for i in range(2)]
+
+    # Stop after the engine has answered 6 requests: what was admitted by then is finished, nothing more.
+    written, result = stream(engine, job, tokenizer, chunks(), stop_requested=lambda: engine.completed >= 6)
+    assert result.stopped and sorted(result.chunks) == admitted == list(range(len(admitted)))
+    assert len(admitted) < 10  # a bounded look-ahead, not the whole generator
+    assert all(len(c.records) == 2 for c in written)
+
+
+def test_an_engine_failure_cancels_what_is_in_flight(setup) -> None:
+    job, tokenizer = setup
+    engine = DummyEngine(engine_fingerprint(job), concurrency=1, length=2, die_after=1)
+    with pytest.raises(KeyboardInterrupt):
+        stream(engine, job, tokenizer, [(0, [SourceRow("a", None, turns=["q"]), SourceRow("b", None, turns=["q"])])])
+    assert engine.unfinished == 0  # a shared engine starts the next job empty
