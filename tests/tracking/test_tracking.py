@@ -11,7 +11,8 @@ from specbatch.engine import Completion, engine_fingerprint
 from specbatch.engine.dummy import DummyEngine
 from specbatch.run.generate import run_job
 from specbatch.run.layout import RunLayout
-from specbatch.tracking.mlflow_logger import default_artifact_location, flatten
+from specbatch.tracking.logger import flatten
+from specbatch.tracking.store import default_artifact_location
 
 
 class ExplodingEngine(DummyEngine):
