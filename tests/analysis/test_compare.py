@@ -240,16 +240,57 @@ def test_a_sweep_crossing_the_baseline_with_k_drops_k_for_the_baseline(tmp_path:
     assert job.spec.k == 5 and job.spec.prompt_lookup_max == 4
 
 
+def sweep_of_two_runs(job_factory, tmp_path: Path, tracking_uri: str) -> Path:
+    """A sweep folder over a baseline and an ngram run (twice as fast), whose parent run is "abc" at tracking_uri."""
+    runs = [write_run(job_factory, SAME, 10.0, "spec=none"), write_run(job_factory, SAME, 20.0, "spec=ngram")]
+    sweep = tmp_path / "sweep"
+    for number, folder in enumerate(runs):
+        atomic_write_json(sweep / str(number) / JOB_FILE, {"run_folder": str(folder)})
+    atomic_write_json(sweep / SWEEP_FILE, {"parent_run_id": "abc", "tracking_uri": tracking_uri})
+    return sweep
+
+
 def test_an_unreachable_sweep_run_keeps_the_written_comparison(job_factory, tmp_path: Path, monkeypatch) -> None:
     from specbatch.analysis.report import run_compare
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
-    runs = [write_run(job_factory, SAME, 10.0, "spec=none"), write_run(job_factory, SAME, 20.0, "spec=ngram")]
-    sweep = tmp_path / "sweep"
-    for number, folder in enumerate(runs):
-        atomic_write_json(sweep / str(number) / JOB_FILE, {"run_folder": str(folder)})
-    atomic_write_json(sweep / SWEEP_FILE, {"parent_run_id": "abc", "tracking_uri": "http://127.0.0.1:9"})
+    sweep = sweep_of_two_runs(job_factory, tmp_path, "http://127.0.0.1:9")
     with pytest.raises(CompareError, match="could not be reached"):
         run_compare(find_runs([sweep]))
     assert json.loads((sweep / "comparison" / "comparison.json").read_text())["rows"][1]["speedup"] == 2.0
+
+
+def test_a_sweep_run_failing_without_a_message_is_still_one_clear_line(job_factory, tmp_path, monkeypatch) -> None:
+    from specbatch.analysis.report import run_compare
+
+    def fail_silently(client, run_id: str):
+        raise RuntimeError()
+
+    monkeypatch.setattr("mlflow.tracking.MlflowClient.get_run", fail_silently)
+    sweep = sweep_of_two_runs(job_factory, tmp_path, f"sqlite:///{tmp_path}/mlflow.db")
+    with pytest.raises(CompareError, match="could not be reached: RuntimeError: ; rerun with --no-mlflow or later"):
+        run_compare(find_runs([sweep]))
+    assert (sweep / "comparison" / "comparison.json").is_file()
+
+
+def test_runs_of_an_mlflow_parent_run_are_its_childrens_run_folders(tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from specbatch.analysis.report import runs_of_parent
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("sweeps")
+    parent = client.create_run(experiment, tags={"sweep_dir": str(tmp_path / "sweep")}).info.run_id
+    for folder in ["b", "a", "b"]:
+        client.create_run(experiment, tags={"mlflow.parentRunId": parent, "run_folder": str(tmp_path / folder)})
+    client.create_run(experiment, tags={"run_folder": str(tmp_path / "not-a-child")})
+    sources = runs_of_parent(uri, parent)
+    assert sources.run_folders == [tmp_path / "a", tmp_path / "b"]
+    assert (sources.parent_run_id, sources.tracking_uri, sources.sweep_dir) == (parent, uri, tmp_path / "sweep")
+    lonely = client.create_run(experiment).info.run_id
+    with pytest.raises(CompareError, match=f"MLflow run {lonely} at {uri} has no child runs with a run_folder tag"):
+        runs_of_parent(uri, lonely)
+    with pytest.raises(CompareError, match=f"MLflow run nope at {uri} could not be read: MlflowException: "):
+        runs_of_parent(uri, "nope")

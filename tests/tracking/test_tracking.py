@@ -11,7 +11,9 @@ from specbatch.engine import Completion, engine_fingerprint
 from specbatch.engine.dummy import DummyEngine
 from specbatch.run.generate import run_job
 from specbatch.run.layout import RunLayout
-from specbatch.tracking.mlflow_logger import default_artifact_location, flatten
+from specbatch.tracking import store
+from specbatch.tracking.logger import flatten
+from specbatch.tracking.store import default_artifact_location
 
 
 class ExplodingEngine(DummyEngine):
@@ -46,10 +48,20 @@ def test_engine_built_for_another_config_is_refused(job_factory) -> None:
         run_job(job, engine=other)
 
 
-def test_tracking_off_logs_nothing(job_factory, tmp_path: Path) -> None:
+def test_tracking_off_logs_nothing(job_factory, tmp_path: Path, monkeypatch) -> None:
+    # tracking=off has uri none://, where a client fails anyway and the tolerant logger hides it: only a record of
+    # every client the job asks for shows that it asked for none.
+    opened: list[str] = []
+
+    def no_client(cfg):
+        opened.append(cfg.uri)
+        raise AssertionError(f"tracking=off opened an MLflow client on {cfg.uri}")
+
+    monkeypatch.setattr(store, "new_client", no_client)
     job = job_factory("max_samples=1", "tracking=off")
     with pytest.raises(RuntimeError):
         run_job(job, engine=exploding(job))
+    assert opened == []
     assert not (tmp_path / "outputs" / "mlflow.db").exists()
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from specbatch.analysis.compare import CompareError, Comparison, compare, format_comparison, load_run, write_comparison
 from specbatch.analysis.plots import plot_all
-from specbatch.common.masking import mask_text
+from specbatch.common.masking import mask_uri
 from specbatch.config import spec_label
 from specbatch.run.runs import read_run
 from specbatch.run.sweep import SWEEP_FILE, read_sweep, sweep_run_folders
@@ -62,17 +62,19 @@ def find_runs(paths: list[Path]) -> Sources:
 
 def runs_of_parent(tracking_uri: str, parent_run_id: str) -> Sources:
     """The run folders of a sweep's child runs in MLflow (their ``run_folder`` tag)."""
-    from mlflow.tracking import MlflowClient
+    from specbatch.tracking.parents import nested_runs
+    from specbatch.tracking.store import TrackingUnreachable
 
-    client = MlflowClient(tracking_uri=tracking_uri)
-    parent = client.get_run(parent_run_id)
-    children = client.search_runs(
-        [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'"
-    )
-    folders = [Path(c.data.tags["run_folder"]) for c in children if "run_folder" in c.data.tags]
+    try:
+        parent, children = nested_runs(tracking_uri, parent_run_id)
+    except TrackingUnreachable as exc:
+        raise CompareError(f"MLflow run {parent_run_id} at {mask_uri(tracking_uri)} could not be read: {exc}") from exc
+    folders = [Path(tags["run_folder"]) for tags in children if "run_folder" in tags]
     if not folders:
-        raise CompareError(f"MLflow run {parent_run_id} at {tracking_uri} has no child runs with a run_folder tag")
-    sweep_dir = parent.data.tags.get("sweep_dir")
+        raise CompareError(
+            f"MLflow run {parent_run_id} at {mask_uri(tracking_uri)} has no child runs with a run_folder tag"
+        )
+    sweep_dir = parent.get("sweep_dir")
     return Sources(
         list(dict.fromkeys(sorted(folders))), parent_run_id, tracking_uri, Path(sweep_dir) if sweep_dir else None
     )
@@ -106,7 +108,9 @@ def _default_out_dir(sources: Sources) -> Path:
 
 
 def _log(comparison: Comparison, files: list[Path], sources: Sources) -> str | None:
-    from specbatch.tracking.mlflow_logger import RunLogger, mlflow_run, recorded_tracking
+    from specbatch.tracking.logger import RunLogger, mlflow_run
+    from specbatch.tracking.parents import attach_to_run
+    from specbatch.tracking.store import TrackingUnreachable, recorded_tracking
 
     metrics: dict[str, float] = {}
     for row in comparison.rows:
@@ -134,19 +138,15 @@ def _log(comparison: Comparison, files: list[Path], sources: Sources) -> str | N
 
     if sources.parent_run_id and sources.tracking_uri:
         # The sweep's own parent run carries its verdict.
-        from mlflow.tracking import MlflowClient
-
         written = files[0].parent
+        later = f"python jobs/compare.py {sources.sweep_dir or '--mlflow-run ' + sources.parent_run_id}"
         try:
-            client = MlflowClient(tracking_uri=recorded_tracking({"uri": sources.tracking_uri}).uri)
-            parent = client.get_run(sources.parent_run_id)
-        except Exception as exc:  # noqa: BLE001 - one clear line; the files are already written
+            run = attach_to_run(sources.tracking_uri, sources.parent_run_id, later)
+        except TrackingUnreachable as exc:  # one clear line; the files are already written
             raise CompareError(
                 f"the comparison is written to {written}, but the sweep's MLflow run could not be reached: "
-                f"{type(exc).__name__}: {mask_text(str(exc)).splitlines()[0][:300]}; rerun with --no-mlflow or later"
+                f"{exc}; rerun with --no-mlflow or later"
             ) from exc
-        later = f"python jobs/compare.py {sources.sweep_dir or '--mlflow-run ' + sources.parent_run_id}"
-        run = RunLogger(client, sources.parent_run_id, parent.info.experiment_id, sources.tracking_uri, later)
         fill(run)
         if run.failure:
             raise CompareError(f"the comparison is written to {written}, but logging it failed: {run.failure}")

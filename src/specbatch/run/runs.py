@@ -129,7 +129,8 @@ def merge_run(root: Path, log_to_mlflow: bool = True) -> MergeResult:
 
 def _log_merged(root: Path, summary: Summary) -> None:
     """A parent MLflow run holding the merged figures; the shards' runs become its children."""
-    from specbatch.tracking.mlflow_logger import mlflow_run, recorded_tracking
+    from specbatch.tracking.parents import log_merged_run
+    from specbatch.tracking.store import recorded_tracking
 
     config = read_run(root)["config"]
     tracking = recorded_tracking(config["tracking"])
@@ -144,12 +145,4 @@ def _log_merged(root: Path, summary: Summary) -> None:
         "run_folder": str(root),
         "merged": "true",
     }
-    with mlflow_run(tracking, f"{name}/{config['dataset']['name']}/merged", tags, f"merged shards of {root}") as run:
-        if run is None:
-            return
-        run.log_summary(summary)
-        run.log_text(json.dumps(summary.to_dict(), indent=2), "summary.json")
-        children = run.client.search_runs([run.experiment_id], filter_string=f"tags.run_folder = '{root}'")
-        for child in children:
-            if child.info.run_id != run.run_id and child.data.tags.get("merged") != "true":
-                run.client.set_tag(child.info.run_id, "mlflow.parentRunId", run.run_id)
+    log_merged_run(tracking, f"{name}/{config['dataset']['name']}/merged", tags, root, summary)

@@ -19,7 +19,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from specbatch.common.masking import mask_text, mask_uri
+from specbatch.common.masking import mask_text
 from specbatch.config import SpecConfig, SpecMethod, TrackingConfig
 from specbatch.run.layout import atomic_write_json
 
@@ -68,7 +68,7 @@ def parse_overrides(overrides: list[str]) -> dict[str, str]:
 
 
 def _tracking(config: DictConfig) -> TrackingConfig:
-    from specbatch.tracking.mlflow_logger import recorded_tracking
+    from specbatch.tracking.store import recorded_tracking
 
     plain = OmegaConf.to_container(config.tracking, resolve=True)
     assert isinstance(plain, dict)
@@ -79,66 +79,22 @@ class MlflowSweepCallback(Callback):
     """Opens the sweep's parent run before the jobs and closes it after them."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from specbatch.tracking.parents import start_sweep_run
+
         sweep_dir = Path(config.hydra.sweep.dir).resolve()
         sweep_dir.mkdir(parents=True, exist_ok=True)
         tracking = _tracking(config)
         record: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "parent_run_id": None}
         if tracking.enabled:
-            try:
-                record.update(self._create_parent(config, tracking, sweep_dir))
-            except Exception as exc:  # noqa: BLE001 - the sweep runs without MLflow rather than not at all
-                log.warning(
-                    "sweep: no MLflow parent run (%s at %s: %s); the jobs still run and log on their own",
-                    type(exc).__name__,
-                    mask_uri(tracking.uri),
-                    mask_text(str(exc)).splitlines()[0][:300] if str(exc) else "",
-                )
+            record.update(start_sweep_run(tracking, sweep_dir, mask_text(" ".join(config.hydra.overrides.task))))
         atomic_write_json(sweep_dir / SWEEP_FILE, record)
 
-    def _create_parent(self, config: DictConfig, tracking: TrackingConfig, sweep_dir: Path) -> dict[str, Any]:
-        from specbatch.tracking.mlflow_logger import open_client
-
-        swept = mask_text(" ".join(config.hydra.overrides.task))
-        client, experiment_id = open_client(tracking)
-        run = client.create_run(
-            experiment_id,
-            run_name=f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')}",
-            tags={
-                "specbatch.kind": "sweep",
-                "sweep_dir": str(sweep_dir),
-                "sweep.overrides": swept,
-                "mlflow.note.content": (
-                    f"Sweep `{swept}`: one child run per job. Select the children and press Compare; "
-                    f"`python jobs/compare.py {sweep_dir}` adds speedup over spec=none here."
-                ),
-            },
-        )
-        log.info("sweep parent MLflow run %s in experiment %r", run.info.run_id, tracking.experiment)
-        return {
-            "parent_run_id": run.info.run_id,
-            "experiment_id": experiment_id,
-            # Masked: sweep.json is a file anyone may read; jobs/compare.py then takes MLFLOW_TRACKING_URI.
-            "tracking_uri": mask_uri(tracking.uri),
-            "overrides": swept,
-        }
-
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir).resolve()
-        record = read_sweep(sweep_dir)
-        if not record.get("parent_run_id"):
-            return
-        from mlflow.tracking import MlflowClient
+        from specbatch.tracking.parents import end_sweep_run
 
-        client = MlflowClient(tracking_uri=_tracking(config).uri)
-        children = client.search_runs(
-            [record["experiment_id"]], filter_string=f"tags.mlflow.parentRunId = '{record['parent_run_id']}'"
-        )
-        failed = [c.info.run_name for c in children if c.info.status == "FAILED"]
-        client.set_tag(record["parent_run_id"], "sweep.jobs", str(len(children)))
-        # A parent with a failed child shows FAILED, so a half-failed sweep stands out in the runs table.
-        client.set_terminated(record["parent_run_id"], status="FAILED" if failed else "FINISHED")
-        if failed:
-            log.warning("sweep: %d of %d jobs failed: %s", len(failed), len(children), ", ".join(failed))
+        record = read_sweep(Path(config.hydra.sweep.dir).resolve())
+        if record.get("parent_run_id"):
+            end_sweep_run(_tracking(config), record["parent_run_id"], record["experiment_id"])
 
 
 def read_sweep(sweep_dir: Path) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from specbatch.config import spec_label
 from specbatch.run.layout import RunLayout
 from specbatch.run.summary import Summary
-from specbatch.tracking.mlflow_logger import RunLogger, flatten
+from specbatch.tracking.logger import RunLogger, flatten
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def log_pending(root: Path, uri: str | None = None, every_shard: bool = False) -
     else creates it; returns the run ids. Raises when the store cannot be reached: nothing is marked logged then.
     """
     from specbatch.run.runs import read_run, shard_layouts
-    from specbatch.tracking.mlflow_logger import open_client, recorded_tracking
+    from specbatch.tracking.store import open_client, recorded_tracking
 
     config = read_run(root)["config"]
     tracking = recorded_tracking(config["tracking"], uri)
