@@ -21,7 +21,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from specbatch.assets.embedded import embedded_locations
+from specbatch.assets.cache import embedded_locations
+from specbatch.assets.cache import register_resolvers as register_asset_resolvers
 from specbatch.common.masking import mask_data, mask_uri
 
 
@@ -539,12 +540,9 @@ GROUPS: dict[str, type] = {
 
 
 def register_configs() -> None:
-    """Register the schemas (so YAML files can say ``defaults: [base_<group>]``) and the configs' resolvers."""
-    from specbatch.assets.embedded import default_cache_dir, package_file
-
-    # ${specbatch_cache:} is where set-up puts the embedded model; ${package_file:pkg,rel} a file inside a package.
-    OmegaConf.register_new_resolver("specbatch_cache", lambda: str(default_cache_dir()), replace=True)
-    OmegaConf.register_new_resolver("package_file", package_file, replace=True)
+    """Register the schemas (so YAML files can say ``defaults: [base_<group>]``) and the resolvers the presets use."""
+    # The assets own theirs (${specbatch_cache:}, ${package_file:pkg,rel}): where they are built and shipped.
+    register_asset_resolvers()
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=JobConfig)
     for group, node in GROUPS.items():
