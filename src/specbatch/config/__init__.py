@@ -2,8 +2,8 @@
 
 ``specbatch.config`` is the import every other package uses; the modules behind it are an implementation detail:
 ``errors`` (ConfigError), ``methods`` (the speculative-method registry and its labels), ``spec`` (the spec section),
-``schema`` (the other sections and the job), ``compose`` (Hydra registration and the key check) and ``serialise``
-(plain data and YAML).
+``schema`` (the other sections, the job, and the identities its fields declare), ``compose`` (Hydra registration
+and the key check), ``serialise`` (plain data and YAML) and ``identity`` (run folder, engine and workload digests).
 """
 
 from specbatch.config.compose import (
@@ -14,6 +14,14 @@ from specbatch.config.compose import (
     unknown_key_message,
 )
 from specbatch.config.errors import ConfigError
+from specbatch.config.identity import (
+    engine_identity,
+    identity_fields,
+    run_folder_config,
+    run_folder_digest,
+    workload_config,
+    workload_digest,
+)
 from specbatch.config.methods import (
     CHECKPOINT_KIND,
     CHECKPOINT_METHODS,
@@ -28,6 +36,7 @@ from specbatch.config.schema import (
     GROUPS,
     DataFormat,
     DatasetConfig,
+    Identity,
     JobConfig,
     ModelConfig,
     PromptFormat,
@@ -47,6 +56,7 @@ __all__ = [
     "ConfigError",
     "DataFormat",
     "DatasetConfig",
+    "Identity",
     "JobConfig",
     "Method",
     "ModelConfig",
@@ -57,8 +67,12 @@ __all__ = [
     "SpecMethod",
     "TrackingConfig",
     "check_known_keys",
+    "engine_identity",
+    "identity_fields",
     "public_config",
     "register_configs",
+    "run_folder_config",
+    "run_folder_digest",
     "schema_keys",
     "spec_caption",
     "spec_label",
@@ -66,4 +80,6 @@ __all__ = [
     "to_plain_dict",
     "to_yaml",
     "unknown_key_message",
+    "workload_config",
+    "workload_digest",
 ]

@@ -4,6 +4,9 @@ Hydra rejects unknown keys and wrong types while composing (the YAML files in ea
 ``base_<group>`` schema below). Cross-field and range checks live in ``__post_init__``, which runs when
 :func:`specbatch.config.to_job_config` turns the composed ``DictConfig`` into these dataclasses, before any model
 loads. Every message names the full key and says how to fix it.
+
+Every top-level field declares the identities it belongs to (:class:`Identity`); :mod:`specbatch.config.identity`
+computes the run folder's digest, the engine's fingerprint and the comparison's workload from those declarations.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -19,6 +23,34 @@ from specbatch.common.masking import mask_uri
 from specbatch.config.errors import ConfigError, require
 from specbatch.config.methods import CHECKPOINT_KIND, CHECKPOINT_METHODS, METHODS, SpecMethod
 from specbatch.config.spec import SpecConfig
+
+
+class Identity(enum.StrEnum):
+    """What a config field is part of. A field in none of them changes nothing that is generated or measured."""
+
+    # The run folder's digest: the same set-up finds its own folder, two different set-ups never share one.
+    run_folder = "run_folder"
+    # A started engine: a shared engine serves only jobs that agree on every field of it.
+    engine = "engine"
+    # The comparison's workload: runs are compared (and matched to a baseline) only when they agree on it.
+    workload = "workload"
+
+
+# Field metadata keys: the identities of a field, and the value a field takes in configs written before it existed.
+IDENTITY = "identity"
+OLD_RUNS_DEFAULT = "old_runs_default"
+
+
+def identities(*names: Identity) -> dict[str, Any]:
+    """Field metadata declaring the identities a field belongs to; ``identities()`` says deliberately none.
+
+    Every top-level field of :class:`JobConfig` declares them. A field of a section inherits its section's unless
+    it declares its own, which can only narrow them.
+    """
+    return {IDENTITY: frozenset(names)}
+
+
+_FOLDER, _ENGINE, _WORKLOAD = Identity.run_folder, Identity.engine, Identity.workload
 
 
 class EmbeddedModel(enum.StrEnum):
@@ -208,7 +240,8 @@ class EngineConfig:
     # Preset name, recorded with the run (cpu, gpu, ...).
     name: str = MISSING
     # Which engine generates (specbatch.engine): vllm (offline vllm.LLM) or dummy (no model; for tests).
-    backend: str = "vllm"
+    # Runs written before it existed ran on vLLM.
+    backend: str = field(default="vllm", metadata={OLD_RUNS_DEFAULT: "vllm"})
     # Skip CUDA graphs / torch.compile: same outputs, much faster start-up on CPU.
     enforce_eager: bool = True
     # vLLM CPU backend only: KV cache size in GiB (sets VLLM_CPU_KVCACHE_SPACE unless already set).
@@ -216,7 +249,8 @@ class EngineConfig:
     # GPU only: share of GPU memory vLLM may take.
     gpu_memory_utilization: float | None = None
     # The batch: requests the engine runs at once (null: vLLM's default). chunk_size does not change it.
-    max_num_seqs: int | None = None
+    # Not in the workload: a comparison sets runs at different batch sizes side by side.
+    max_num_seqs: int | None = field(default=None, metadata=identities(_FOLDER, _ENGINE))
     # Engine seed.
     seed: int = 0
     # One short request before timing, so JIT and first-call costs are not counted as generation time.
@@ -294,23 +328,29 @@ class ShardConfig:
 class JobConfig:
     """The whole job: what to run and where results go."""
 
-    model: ModelConfig = MISSING
-    spec: SpecConfig = MISSING
-    dataset: DatasetConfig = MISSING
-    sampling: SamplingConfig = MISSING
-    engine: EngineConfig = MISSING
-    tracking: TrackingConfig = MISSING
+    # Identities: what changes the outputs or the timings is in the run folder's digest; what a started engine is
+    # built from is in its fingerprint; a comparison matches runs on everything but the method it compares.
+    model: ModelConfig = field(default=MISSING, metadata=identities(_FOLDER, _ENGINE, _WORKLOAD))
+    spec: SpecConfig = field(default=MISSING, metadata=identities(_FOLDER, _ENGINE))
+    dataset: DatasetConfig = field(default=MISSING, metadata=identities(_FOLDER, _WORKLOAD))
+    sampling: SamplingConfig = field(default=MISSING, metadata=identities(_FOLDER, _WORKLOAD))
+    engine: EngineConfig = field(default=MISSING, metadata=identities(_FOLDER, _ENGINE, _WORKLOAD))
+    # Where results are logged changes nothing that is generated.
+    tracking: TrackingConfig = field(default=MISSING, metadata=identities())
     # First N rows of the data set; null takes all.
-    max_samples: int | None = None
+    max_samples: int | None = field(default=None, metadata=identities(_FOLDER, _WORKLOAD))
     # Root of runs/ and the default MLflow store.
-    output_root: str = "outputs"
+    output_root: str = field(default="outputs", metadata=identities())
     # Replaces the readable part of the run folder (e.g. run_name=tuned-prompts).
-    run_name: str | None = None
-    shard: ShardConfig = field(default_factory=ShardConfig)
+    run_name: str | None = field(default=None, metadata=identities())
+    # Every shard of a run writes into the same run folder.
+    shard: ShardConfig = field(default_factory=ShardConfig, metadata=identities())
     # Rows per Parquet part (durability, not the batch): a restart redoes at most the chunks that were in flight.
-    chunk_size: int = 256
+    # In the run folder's digest: parts are numbered by chunk, so a resumed run must cut chunks the same way.
+    chunk_size: int = field(default=256, metadata=identities(_FOLDER))
     # Repeat number of the same set-up (its own run folder, -rep<n>); jobs/compare.py reports the spread of repeats.
-    repeat: int = 0
+    # In no digest: the folder name carries it, and a comparison pools the repeats of one set-up.
+    repeat: int = field(default=0, metadata=identities())
 
     def __post_init__(self) -> None:
         require(
