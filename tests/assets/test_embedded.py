@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from specbatch.assets import embedded
-from specbatch.assets.embedded import EmbeddedAssetError, ensure_smollm2, package_file
+from specbatch.assets.cache import EmbeddedAssetError, package_file
+from specbatch.assets.embedded import ensure_smollm2
 
 
 def test_prepared_folder_is_a_plain_hf_checkpoint(job_factory) -> None:

@@ -8,7 +8,9 @@ import pytest
 
 from conftest import compose_job, run_generate
 from specbatch.assets import embedded, tiny
-from specbatch.assets.embedded import READY_MARKER, EmbeddedAssetError, ensure_embedded, ensure_smollm2
+from specbatch.assets.cache import READY_MARKER, EmbeddedAssetError
+from specbatch.assets.embedded import ensure_smollm2
+from specbatch.assets.prepare import ensure_embedded
 from specbatch.assets.tiny import ensure_tiny_family
 from specbatch.config import ConfigError
 

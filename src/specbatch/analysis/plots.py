@@ -6,6 +6,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from specbatch.analysis.compare import CompareRow, Comparison
+from specbatch.config import spec_caption
 from specbatch.run.summary import Summary
 
 
@@ -20,7 +21,7 @@ def _pyplot():  # type: ignore[no-untyped-def]
 
 
 def _label(row: CompareRow) -> str:
-    return row.method if row.k is None else f"{row.method} k={row.k}"
+    return spec_caption(row.method, row.k)
 
 
 def plot_acceptance_by_position(comparison: Comparison, path: Path) -> Path:
@@ -92,7 +93,7 @@ def plot_run_acceptance(summary: Summary, path: Path) -> Path:
     rates = summary.acceptance_rate_per_position or []
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.bar(range(1, len(rates) + 1), rates, color="tab:blue")
-    label = summary.method + (f" k={summary.num_speculative_tokens}" if summary.num_speculative_tokens else "")
+    label = spec_caption(summary.method, summary.num_speculative_tokens)
     al = summary.mean_acceptance_length
     ax.set(
         xlabel="draft position",

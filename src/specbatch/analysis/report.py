@@ -16,7 +16,7 @@ from typing import Any
 from specbatch.analysis.compare import CompareError, Comparison, compare, format_comparison, load_run, write_comparison
 from specbatch.analysis.plots import plot_all
 from specbatch.common.masking import mask_uri
-from specbatch.config import spec_label
+from specbatch.config import spec_caption, spec_label
 from specbatch.run.runs import read_run
 from specbatch.run.sweep import SWEEP_FILE, read_sweep, sweep_run_folders
 
@@ -123,10 +123,7 @@ def _log(comparison: Comparison, files: list[Path], sources: Sources) -> str | N
             metrics[f"{prefix}/identical_share"] = row.identical_share
     for rec in comparison.recommendations:
         metrics[f"compare/bs{rec.batch_size}/best_speedup"] = rec.speedup
-    tags = {
-        f"recommended.bs{r.batch_size}": f"{r.method}" + (f" k={r.k}" if r.k else "")
-        for r in comparison.recommendations
-    }
+    tags = {f"recommended.bs{r.batch_size}": spec_caption(r.method, r.k) for r in comparison.recommendations}
 
     def fill(run: RunLogger) -> None:
         run.log_metrics(metrics)

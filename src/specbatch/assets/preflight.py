@@ -11,23 +11,17 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specbatch.config import CHECKPOINT_KIND, CHECKPOINT_METHODS, ConfigError, JobConfig, SpecMethod
+from specbatch.config import CHECKPOINT_KIND, METHODS, ConfigError, JobConfig
 
 log = logging.getLogger(__name__)
 
 # config.json keys that count a model's built-in multi-token-prediction layers (DeepSeek-V3, MiMo, GLM-4.5, Qwen3-Next
 # use the first; Qwen3.5 the second; vLLM's own MTP draft configs the third).
 MTP_LAYER_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "n_predict")
-
-_KIND = {
-    SpecMethod.draft_model: "a draft model",
-    SpecMethod.eagle: "an EAGLE head",
-    SpecMethod.eagle3: "an EAGLE3 head",
-}
-
 
 # Files whose presence in the Hugging Face cache shows a hub checkpoint (or tokenizer) was downloaded before.
 _CACHE_MARKERS = ("config.json", "tokenizer_config.json", "tokenizer.json")
@@ -98,57 +92,68 @@ def mtp_layer_count(config: dict[str, Any]) -> int:
     return max(int(_get(config, key) or 0) for key in MTP_LAYER_KEYS)
 
 
-def check_installed(job: JobConfig) -> None:
-    if job.spec.method is SpecMethod.suffix and importlib.util.find_spec("arctic_inference") is None:
+def check_suffix_package(job: JobConfig) -> None:
+    if importlib.util.find_spec("arctic_inference") is None:
         raise ConfigError(
             "spec=suffix needs the arctic-inference package, which is not installed: run `make setup` "
             "(it builds the CPU wheel) or, on a GPU machine, `pip install arctic-inference==0.1.1`"
         )
 
 
-def check_pairing(job: JobConfig) -> None:
-    """The draft/head fits the target (same vocabulary); an MTP target has MTP layers and a k they allow."""
-    spec, model = job.spec, job.model
-    if spec.method in CHECKPOINT_METHODS:
-        target = read_model_config(model.path, model.revision)
-        draft = read_model_config(spec.model, spec.revision)
-        if target is not None and draft is not None:
-            target_vocab, draft_vocab = _get(target, "vocab_size"), _get(draft, "vocab_size")
-            if target_vocab != draft_vocab:
-                kind = CHECKPOINT_KIND[spec.method]
-                raise ConfigError(
-                    f"spec.model={spec.model} has vocab_size={draft_vocab} but model.path={model.path} has "
-                    f"vocab_size={target_vocab}: {kind} must share the target's tokenizer. Use one trained for "
-                    "this target (see conf/model_spec/) or a smaller model of the same family."
-                )
-    if spec.method is SpecMethod.mtp:
-        target = read_model_config(model.path, model.revision)
-        if target is None:
-            return
-        layers = mtp_layer_count(target)
-        if layers == 0:
-            raise ConfigError(
-                f"spec=mtp needs a target with built-in MTP layers, but the config.json of model.path={model.path} "
-                f"has none ({', '.join(MTP_LAYER_KEYS)} all absent or 0). Choose a model trained with MTP "
-                "(model=mimo_7b_base on a GPU, model=tiny_mimo to try the mechanics) or another method (spec=ngram)."
-            )
-        k = spec.num_speculative_tokens or 0
-        if k > layers and k % layers:
-            raise ConfigError(
-                f"spec.num_speculative_tokens={k} does not fit a target with {layers} MTP layer(s): vLLM needs k "
-                f"at most {layers} or a multiple of {layers}, e.g. spec.num_speculative_tokens={layers}"
-            )
-
-
-def check_sources(job: JobConfig) -> None:
+def check_draft_source(job: JobConfig) -> None:
     """The draft checkpoint exists here (or may be downloaded). model.path and model.tokenizer are checked by
     prompts.load_tokenizer, their first reader, which runs before this."""
-    if job.spec.method in CHECKPOINT_METHODS and job.spec.model:
+    if job.spec.model:
         check_model_source("spec.model", job.spec.model, job.spec.revision)
 
 
+def check_draft_vocabulary(job: JobConfig) -> None:
+    """The draft or head fits the target: the same vocabulary."""
+    spec, model = job.spec, job.model
+    target = read_model_config(model.path, model.revision)
+    draft = read_model_config(spec.model, spec.revision)
+    if target is not None and draft is not None:
+        target_vocab, draft_vocab = _get(target, "vocab_size"), _get(draft, "vocab_size")
+        if target_vocab != draft_vocab:
+            kind = CHECKPOINT_KIND[spec.method]
+            raise ConfigError(
+                f"spec.model={spec.model} has vocab_size={draft_vocab} but model.path={model.path} has "
+                f"vocab_size={target_vocab}: {kind} must share the target's tokenizer. Use one trained for "
+                "this target (see conf/model_spec/) or a smaller model of the same family."
+            )
+
+
+def check_mtp_layers(job: JobConfig) -> None:
+    """An MTP target has MTP layers, and k fits their number."""
+    spec, model = job.spec, job.model
+    target = read_model_config(model.path, model.revision)
+    if target is None:
+        return
+    layers = mtp_layer_count(target)
+    if layers == 0:
+        raise ConfigError(
+            f"spec=mtp needs a target with built-in MTP layers, but the config.json of model.path={model.path} "
+            f"has none ({', '.join(MTP_LAYER_KEYS)} all absent or 0). Choose a model trained with MTP "
+            "(model=mimo_7b_base on a GPU, model=tiny_mimo to try the mechanics) or another method (spec=ngram)."
+        )
+    k = spec.num_speculative_tokens or 0
+    if k > layers and k % layers:
+        raise ConfigError(
+            f"spec.num_speculative_tokens={k} does not fit a target with {layers} MTP layer(s): vLLM needs k "
+            f"at most {layers} or a multiple of {layers}, e.g. spec.num_speculative_tokens={layers}"
+        )
+
+
+# The checks a method's registry entry (specbatch.config.METHODS) names in its ``preflight``.
+HOOKS: dict[str, Callable[[JobConfig], None]] = {
+    "suffix_package": check_suffix_package,
+    "draft_source": check_draft_source,
+    "draft_vocabulary": check_draft_vocabulary,
+    "mtp_layers": check_mtp_layers,
+}
+
+
 def preflight(job: JobConfig) -> None:
-    """Every check that can run before the engine; raises ConfigError."""
-    check_sources(job)
-    check_installed(job)
-    check_pairing(job)
+    """Every check that can run before the engine: those the job's method names, in its order; raises ConfigError."""
+    for hook in METHODS[job.spec.method].preflight:
+        HOOKS[hook](job)

@@ -26,12 +26,19 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from specbatch.assets.embedded import EmbeddedAssetError, default_cache_dir, move_into_place, refuse_foreign_folder
+from specbatch.assets.cache import (
+    READY_MARKER,
+    EmbeddedAssetError,
+    default_smollm2_dir,
+    default_tiny_dir,
+    is_ready,
+    move_into_place,
+    refuse_foreign_folder,
+)
+from specbatch.assets.cache import TINY_MEMBERS as MEMBERS
+from specbatch.assets.embedded import ensure_smollm2
 
 log = logging.getLogger(__name__)
-
-READY_MARKER = ".specbatch-ready"
-MEMBERS = ("target", "draft", "draft_copy", "eagle", "eagle3", "mtp_target")
 
 # Target shape: head_dim 32 is one the CPU attention kernels accept; 4 layers so EAGLE3 can tap 3 distinct ones.
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE, LAYERS = 128, 4, 2, 32, 256, 4
@@ -42,14 +49,6 @@ EAGLE3_AUX_LAYERS = [1, 2, 3]
 INIT_STD = 0.1
 
 
-def default_tiny_dir() -> Path:
-    return default_cache_dir() / "tiny"
-
-
-def tiny_is_ready(root: str | Path) -> bool:
-    return (Path(root) / READY_MARKER).is_file()
-
-
 def ensure_tiny_family(root: str | Path, tokenizer_dir: str | Path | None = None, seed: int = 0) -> Path:
     """Build the family once (a few seconds); later calls return at once.
 
@@ -57,12 +56,10 @@ def ensure_tiny_family(root: str | Path, tokenizer_dir: str | Path | None = None
     ours and is refused, never removed.
     """
     root = Path(root).expanduser().resolve()
-    if tiny_is_ready(root):
+    if is_ready(root):
         return root
     refuse_foreign_folder(root)
     if tokenizer_dir is None:
-        from specbatch.assets.embedded import default_smollm2_dir, ensure_smollm2
-
         tokenizer_dir = ensure_smollm2(default_smollm2_dir())
     log.info("building tiny random checkpoints for every method into %s", root)
     root.parent.mkdir(parents=True, exist_ok=True)
@@ -74,7 +71,7 @@ def ensure_tiny_family(root: str | Path, tokenizer_dir: str | Path | None = None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return move_into_place(tmp, root, tiny_is_ready)
+    return move_into_place(tmp, root, is_ready)
 
 
 def _build(out: Path, tokenizer_dir: Path, seed: int) -> None:

@@ -1,43 +1,64 @@
 """The job's configuration: typed schemas checked at compose time, and the Hydra groups that fill them.
 
-``specbatch.config`` is the import every other package uses; the modules behind it are an implementation detail.
+``specbatch.config`` is the import every other package uses; the modules behind it are an implementation detail:
+``errors`` (ConfigError), ``methods`` (the speculative-method registry and its labels), ``spec`` (the spec section),
+``schema`` (the other sections, the job, and the identities its fields declare), ``compose`` (Hydra registration
+and the key check), ``serialise`` (plain data and YAML) and ``identity`` (run folder, engine and workload digests).
 """
 
-from specbatch.config.schema import (
-    BACKENDS,
+from specbatch.config.compose import (
+    check_known_keys,
+    register_configs,
+    schema_keys,
+    to_job_config,
+    unknown_key_message,
+)
+from specbatch.config.errors import ConfigError
+from specbatch.config.identity import (
+    engine_identity,
+    identity_fields,
+    run_folder_config,
+    run_folder_digest,
+    workload_config,
+    workload_digest,
+)
+from specbatch.config.methods import (
     CHECKPOINT_KIND,
     CHECKPOINT_METHODS,
+    METHODS,
+    Method,
+    SpecMethod,
+    spec_caption,
+    spec_label,
+)
+from specbatch.config.schema import (
+    BACKENDS,
     GROUPS,
-    ConfigError,
     DataFormat,
     DatasetConfig,
+    Identity,
     JobConfig,
     ModelConfig,
     PromptFormat,
     SamplingConfig,
     ShardConfig,
-    SpecConfig,
-    SpecMethod,
     TrackingConfig,
-    public_config,
-    register_configs,
-    schema_keys,
-    spec_label,
-    to_job_config,
-    to_plain_dict,
-    to_yaml,
-    unknown_key_message,
 )
+from specbatch.config.serialise import public_config, to_plain_dict, to_yaml
+from specbatch.config.spec import SpecConfig
 
 __all__ = [
     "BACKENDS",
     "CHECKPOINT_KIND",
     "CHECKPOINT_METHODS",
     "GROUPS",
+    "METHODS",
     "ConfigError",
     "DataFormat",
     "DatasetConfig",
+    "Identity",
     "JobConfig",
+    "Method",
     "ModelConfig",
     "PromptFormat",
     "SamplingConfig",
@@ -45,12 +66,20 @@ __all__ = [
     "SpecConfig",
     "SpecMethod",
     "TrackingConfig",
+    "check_known_keys",
+    "engine_identity",
+    "identity_fields",
     "public_config",
     "register_configs",
+    "run_folder_config",
+    "run_folder_digest",
     "schema_keys",
+    "spec_caption",
     "spec_label",
     "to_job_config",
     "to_plain_dict",
     "to_yaml",
     "unknown_key_message",
+    "workload_config",
+    "workload_digest",
 ]

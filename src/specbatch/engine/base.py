@@ -8,21 +8,17 @@ a caller sees, is an object of a particular engine library.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from specbatch.config import JobConfig, SamplingConfig, to_plain_dict
+from specbatch.config import JobConfig, SamplingConfig, engine_identity
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures
-
-# Sections of the config an engine is built from; a shared engine may only serve jobs that agree on them.
-ENGINE_KEYS = ("model", "spec", "engine")
 
 
 def engine_fingerprint(job: JobConfig) -> str:
-    plain = to_plain_dict(job)
-    return hashlib.sha256(json.dumps({k: plain[k] for k in ENGINE_KEYS}, sort_keys=True).encode()).hexdigest()
+    """What a started engine was built from; a shared engine may only serve jobs with the same fingerprint. The
+    fields it covers are those that declare ``Identity.engine`` (specbatch.config.identity)."""
+    return engine_identity(job)
 
 
 class RequestRefused(ValueError):

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from specbatch.config import JobConfig, SamplingConfig, SpecMethod
+from specbatch.config import METHODS, JobConfig, SamplingConfig
 from specbatch.engine.base import Completion, Engine, Request, RequestRefused, Sample, engine_fingerprint
 from specbatch.engine.reaper import Reaper
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
@@ -139,9 +139,9 @@ class VllmEngine(Engine):
         if job.engine.cpu_kvcache_space_gib is not None:
             # The CPU worker refuses to start without it; an explicit environment value wins.
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(job.engine.cpu_kvcache_space_gib))
-        if job.spec.method is SpecMethod.suffix:
-            # arctic-inference's vLLM plugin must stay inert: we only use its suffix tree through vLLM.
-            os.environ.setdefault("ARCTIC_INFERENCE_ENABLED", "0")
+        for name, value in METHODS[job.spec.method].environment.items():
+            # What the method's registry entry needs set (specbatch.config.methods); an explicit value wins.
+            os.environ.setdefault(name, value)
         from vllm import LLM
 
         kwargs = llm_kwargs(job)

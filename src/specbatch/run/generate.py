@@ -19,8 +19,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from specbatch.assets.embedded import EmbeddedAssetError, ensure_embedded
+from specbatch.assets.cache import EmbeddedAssetError
 from specbatch.assets.preflight import preflight
+from specbatch.assets.prepare import ensure_embedded
 from specbatch.common.environment import runtime_info
 from specbatch.common.interrupts import StopRequested, sigterm_deferred
 from specbatch.common.masking import mask_uri

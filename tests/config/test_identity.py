@@ -1,0 +1,142 @@
+"""The run folder's digest, the engine's fingerprint and the comparison's workload come from what each config field
+declares, and give exactly the values of the three rules they replaced (so no run folder and no comparison moves)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import re
+from typing import Any
+
+import pytest
+
+from conftest import PROJECT_ROOT, compose_job
+from specbatch.config import (
+    Identity,
+    JobConfig,
+    engine_identity,
+    identity_fields,
+    run_folder_digest,
+    to_plain_dict,
+    workload_config,
+    workload_digest,
+)
+from specbatch.config.identity import field_identities
+from specbatch.config.schema import IDENTITY
+
+# The three rules as they were written before the fields declared their identities (kept here as the reference).
+OLD_HASHED_KEYS = ("model", "spec", "dataset", "sampling", "engine", "max_samples", "chunk_size")
+OLD_ENGINE_KEYS = ("model", "spec", "engine")
+OLD_NOT_WORKLOAD = ("spec", "tracking", "output_root", "run_name", "shard", "repeat", "chunk_size")
+
+
+def old_run_folder_hash(job: JobConfig) -> str:
+    plain = to_plain_dict(job)
+    relevant = {key: plain[key] for key in OLD_HASHED_KEYS}
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def old_engine_fingerprint(job: JobConfig) -> str:
+    plain = to_plain_dict(job)
+    return hashlib.sha256(json.dumps({k: plain[k] for k in OLD_ENGINE_KEYS}, sort_keys=True).encode()).hexdigest()
+
+
+def old_workload(config: dict[str, Any]) -> str:
+    plain = {k: v for k, v in config.items() if k not in OLD_NOT_WORKLOAD}
+    plain["engine"] = {k: v for k, v in plain["engine"].items() if k != "max_num_seqs"}
+    plain["engine"].setdefault("backend", "vllm")
+    return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
+
+
+SETUPS = [
+    [],
+    ["spec=none"],
+    ["spec=suffix", "spec.suffix_decoding_max_tree_depth=16"],
+    ["model=tiny_llama", "spec=eagle3", "spec.draft_sample_method=probabilistic"],
+    ["model=tiny_mimo", "spec=mtp"],
+    ["model=llama31_8b_instruct", "spec=draft_model", "engine=gpu"],
+    ["tracking=off", "output_root=/elsewhere", "run_name=mine", "repeat=2", "shard.index=1", "shard.count=3"],
+    ["max_samples=3", "chunk_size=7", "engine.max_num_seqs=4", "engine.backend=dummy"],
+    ["dataset=mt_bench", "sampling=sampled", "sampling.n=4", "spec=none", "model.dtype=float32"],
+]
+
+
+@pytest.fixture(scope="module")
+def jobs() -> list[JobConfig]:
+    return [compose_job(overrides) for overrides in SETUPS]
+
+
+def test_the_three_identities_equal_the_rules_they_replaced(jobs: list[JobConfig]) -> None:
+    for job in jobs:
+        assert run_folder_digest(job) == old_run_folder_hash(job)
+        assert engine_identity(job) == old_engine_fingerprint(job)
+        assert workload_digest(to_plain_dict(job)) == old_workload(to_plain_dict(job))
+    # Where results go, the shard and the repeat share the default's folder; every other set-up has its own.
+    assert run_folder_digest(jobs[6]) == run_folder_digest(jobs[0])
+    assert len({run_folder_digest(job) for job in jobs}) == len(jobs) - 1
+
+
+def test_old_runs_configs_give_the_workload_they_had(jobs: list[JobConfig]) -> None:
+    for job in jobs:
+        plain = to_plain_dict(job)
+        # Written before engine.backend existed: it ran on vLLM and compares with vLLM runs written since.
+        legacy = copy.deepcopy(plain)
+        del legacy["engine"]["backend"]
+        assert workload_digest(legacy) == old_workload(legacy)
+        if plain["engine"]["backend"] == "vllm":
+            assert workload_digest(legacy) == workload_digest(plain)
+        # Keys this version does not know (at the top or in a section) are kept, as the deny-list kept them.
+        foreign = copy.deepcopy(legacy)
+        foreign["prompt_cache"] = {"enabled": True}
+        foreign["engine"]["block_size"] = 16
+        foreign["model"]["quantization"] = "awq"
+        foreign["spec"]["something"] = 1
+        assert workload_digest(foreign) == old_workload(foreign) != workload_digest(legacy)
+        # Without the keys added since (a run from before chunk_size or repeat existed).
+        older = {k: v for k, v in legacy.items() if k not in ("chunk_size", "repeat", "shard")}
+        assert workload_digest(older) == old_workload(older) == workload_digest(legacy)
+
+
+def test_workload_leaves_out_the_method_and_the_batch(jobs: list[JobConfig]) -> None:
+    plain = workload_config(to_plain_dict(jobs[0]))
+    assert set(plain) == {"model", "dataset", "sampling", "engine", "max_samples"}
+    assert "max_num_seqs" not in plain["engine"] and plain["engine"]["backend"] == "vllm"
+
+
+def _undeclared(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls) if IDENTITY not in f.metadata]
+
+
+def test_every_top_level_field_declares_its_identities() -> None:
+    assert _undeclared(JobConfig) == [], "declare metadata=identities(...) on these JobConfig fields"
+
+    # The check itself can fail: a field added without a declaration is named.
+    @dataclasses.dataclass
+    class Grown(JobConfig):
+        prompt_cache: bool = False
+
+    assert _undeclared(Grown) == ["prompt_cache"]
+
+
+def test_section_fields_only_narrow_their_section() -> None:
+    fields = field_identities()
+    for key, declared in fields.items():
+        parent = key.rpartition(".")[0]
+        if parent:
+            assert declared.identities <= fields[parent].identities, key
+    assert fields["engine.max_num_seqs"].identities == {Identity.run_folder, Identity.engine}
+    assert fields["engine.seed"].identities == set(Identity)
+
+
+def test_readme_says_exactly_what_the_run_folder_digest_covers() -> None:
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    match = re.search(r"`<hash>`\s+covers\s+((?:`\w+`(?:,\s+|\s+and\s+)?)+)", readme)
+    assert match, "README: the sentence '`<hash>` covers `a`, `b` and `c`' is gone"
+    assert re.findall(r"`(\w+)`", match.group(1)) == identity_fields(Identity.run_folder)
+    left_out = re.search(r"It\s+leaves\s+out\s+((?:`\w+`(?:,\s+|\s+and\s+)?)+)", readme)
+    assert left_out, "README: the sentence 'It leaves out `a`, `b` and `c`' is gone"
+    covered = identity_fields(Identity.run_folder)
+    others = [f.name for f in dataclasses.fields(JobConfig) if f.name not in covered]
+    assert re.findall(r"`(\w+)`", left_out.group(1)) == others

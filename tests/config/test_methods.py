@@ -1,0 +1,70 @@
+"""The method registry is complete and consistent: every method has an entry, a preset and a README row, every knob
+belongs to a method, every named preflight check exists; the labels are made in one place."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from conftest import CONF_DIR, PROJECT_ROOT
+from specbatch.assets.preflight import HOOKS
+from specbatch.config import (
+    CHECKPOINT_KIND,
+    CHECKPOINT_METHODS,
+    METHODS,
+    SpecConfig,
+    SpecMethod,
+    spec_caption,
+    spec_label,
+)
+from specbatch.config.methods import methods_owning
+from specbatch.config.spec import knob_owners
+
+
+def test_every_method_has_an_entry_and_a_preset() -> None:
+    assert list(METHODS) == list(SpecMethod)
+    assert {p.stem for p in (CONF_DIR / "spec").glob("*.yaml")} == {m.value for m in SpecMethod}
+
+
+def test_every_knob_is_a_field_and_every_field_belongs_to_a_method() -> None:
+    knobs = [f.name for f in dataclasses.fields(SpecConfig) if f.name not in ("method", "num_speculative_tokens")]
+    assert list(knob_owners()) == knobs, "knob_owners follows the schema's field order"
+    for method, entry in METHODS.items():
+        assert set(entry.knobs) <= set(knobs), f"{method}: unknown knob in {entry.knobs}"
+        assert set(entry.foreign_knob_hints) <= set(knobs) - set(entry.knobs), method
+    assert all(knob_owners()[knob] for knob in knobs), "a spec knob no method owns can never be set"
+    # The checkpoint and its revision are the checkpoint methods' own.
+    assert methods_owning("model") == methods_owning("revision") == CHECKPOINT_METHODS
+    assert CHECKPOINT_KIND == {
+        SpecMethod.draft_model: "a draft model",
+        SpecMethod.eagle: "an EAGLE head",
+        SpecMethod.eagle3: "an EAGLE3 head",
+    }
+
+
+def test_knob_applies_follows_the_registry() -> None:
+    assert SpecConfig.knob_applies(SpecMethod.ngram, "prompt_lookup_min")
+    assert not SpecConfig.knob_applies(SpecMethod.suffix, "prompt_lookup_min")
+    assert SpecConfig.knob_applies(SpecMethod.mtp, "draft_sample_method")
+    assert not SpecConfig.knob_applies(SpecMethod.mtp, "model")
+    assert not SpecConfig.knob_applies(SpecMethod.none, "num_speculative_tokens")
+    assert SpecConfig.knob_applies(SpecMethod.eagle, "num_speculative_tokens")
+
+
+def test_every_named_preflight_check_exists() -> None:
+    named = {hook for entry in METHODS.values() for hook in entry.preflight}
+    assert named == set(HOOKS), "a check no method names never runs; a name without a check fails at preflight"
+    assert METHODS[SpecMethod.suffix].environment == {"ARCTIC_INFERENCE_ENABLED": "0"}
+    assert [m for m, entry in METHODS.items() if entry.environment] == [SpecMethod.suffix]
+
+
+def test_labels() -> None:
+    assert spec_label("ngram", 3) == "ngram-k3" and spec_label("none", None) == "none"
+    assert spec_caption("ngram", 3) == "ngram k=3" and spec_caption("none", None) == "none"
+
+
+def test_readme_table_lists_every_method() -> None:
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    section = readme.split("## Speculative methods", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \|", section, re.M)
+    assert rows == [m.value for m in SpecMethod]
