@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import run_generate
-from specbatch.data import rows as data_module
 from specbatch.config import ConfigError
+from specbatch.data import files as data_module
 from specbatch.data.prompts import Prompt, conversation, length_error, load_tokenizer, render
 from specbatch.data.rows import load_rows, template_fields
 
