@@ -15,8 +15,9 @@ import os
 import sys
 from pathlib import Path
 
-from specbatch.analysis.compare import CompareError, format_comparison
+from specbatch.analysis.compare import CompareError
 from specbatch.analysis.report import find_runs, run_compare, runs_of_parent
+from specbatch.analysis.tables import format_comparison
 from specbatch.run.runs import RunIncompleteError
 
 log = logging.getLogger("specbatch.analysis.compare")

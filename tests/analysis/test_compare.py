@@ -12,16 +12,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from conftest import CONF_DIR, PNG_MAGIC
-from specbatch.analysis.compare import (
-    CompareError,
-    compare,
-    first_difference,
-    format_comparison,
-    load_run,
-    write_comparison,
-)
+from specbatch.analysis.compare import CompareError, compare, first_difference
 from specbatch.analysis.plots import plot_all
 from specbatch.analysis.report import find_runs
+from specbatch.analysis.run_data import load_run
+from specbatch.analysis.tables import format_comparison, write_comparison
 from specbatch.config import ConfigError, to_plain_dict
 from specbatch.engine.spec_metrics import Counters
 from specbatch.run.layout import RunLayout, atomic_write_json, atomic_write_text

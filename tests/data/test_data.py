@@ -14,7 +14,7 @@ import pytest
 
 from conftest import run_generate
 from specbatch.config import ConfigError
-from specbatch.data import rows as data_module
+from specbatch.data import files as data_module
 from specbatch.data.prompts import Prompt, conversation, length_error, load_tokenizer, render
 from specbatch.data.rows import load_rows, template_fields
 

@@ -11,103 +11,24 @@ across batch sizes.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
-from specbatch.run.records import STATUS_OK
-from specbatch.run.runs import read_run, shard_layouts
-from specbatch.run.summary import Summary, merge_summaries
+from specbatch.analysis.run_data import RowKey, RunData
+from specbatch.run.summary import merge_summaries
 
 log = logging.getLogger(__name__)
 
-# Config sections that do not change what is generated or how fast it is measured.
-_NOT_WORKLOAD = ("spec", "tracking", "output_root", "run_name", "shard", "repeat", "chunk_size")
 # Rows listed with their first differing token, per compared run (the rest are only counted).
 MAX_LISTED_DIFFERENCES = 20
-
-RowKey = tuple[str, int, int]
 
 
 class CompareError(ValueError):
     """The runs given cannot be compared (no baseline, unfinished runs, nothing found); says what to run."""
-
-
-@dataclass
-class RunData:
-    """One finished run: its config, its summary over all shards, and its completions' token ids."""
-
-    root: Path
-    config: dict[str, Any]
-    summary: Summary
-    tokens: dict[RowKey, list[int]]
-    prompts: int
-
-    @property
-    def method(self) -> str:
-        return self.summary.method
-
-    @property
-    def k(self) -> int | None:
-        return self.summary.num_speculative_tokens
-
-    @property
-    def repeat(self) -> int:
-        return int(self.config.get("repeat", 0))
-
-    @property
-    def batch_size(self) -> int:
-        """Requests the engine ran at once: its concurrency (engine.max_num_seqs or the engine's default), or fewer
-        when the run had fewer prompts. Runs written before the engine was streamed ran one chunk per generate
-        call, so their batch was also capped by chunk_size."""
-        sizes = [self.prompts]
-        if self.summary.concurrency:
-            sizes.append(self.summary.concurrency)
-        else:
-            sizes.append(self.config["chunk_size"])
-            if self.config["engine"].get("max_num_seqs"):
-                sizes.append(self.config["engine"]["max_num_seqs"])
-        return max(1, min(sizes))
-
-    @property
-    def dtype(self) -> str:
-        return str(self.config["model"]["dtype"])
-
-    @property
-    def workload(self) -> str:
-        """What must match for two runs to be compared: same prompts, model, dtype, sampling and engine."""
-        plain = {k: v for k, v in self.config.items() if k not in _NOT_WORKLOAD}
-        plain["engine"] = {k: v for k, v in plain["engine"].items() if k != "max_num_seqs"}
-        # Runs written before engine.backend existed ran on vLLM: they compare with the runs written since.
-        plain["engine"].setdefault("backend", "vllm")
-        return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
-
-
-def load_run(root: Path) -> RunData:
-    from specbatch.run.runs import finished_summary
-
-    root = Path(root).resolve()
-    config = read_run(root)["config"]
-    summary = finished_summary(root)
-    tokens: dict[RowKey, list[int]] = {}
-    first_turn_rows: set[str] = set()
-    columns = ["row_id", "turn", "sample_index", "status", "completion_token_ids"]
-    for layout in shard_layouts(root):
-        for part in sorted(layout.data_dir.glob("part-*.parquet")):
-            for row in pq.read_table(part, columns=columns).to_pylist():
-                if row["turn"] == 1:
-                    first_turn_rows.add(row["row_id"])
-                if row["status"] == STATUS_OK:
-                    tokens[(row["row_id"], row["turn"], row["sample_index"])] = row["completion_token_ids"]
-    return RunData(root, config, summary, tokens, prompts=len(first_turn_rows))
 
 
 @dataclass(frozen=True)
@@ -368,79 +289,3 @@ def _baseline_consistency(baselines: dict[tuple[str, int], list[RunData]]) -> li
                     )
                 )
     return out
-
-
-def format_comparison(comparison: Comparison) -> str:
-    """The comparison as a Markdown table (readable in a terminal, pasteable into notes)."""
-
-    def num(value: float | None, digits: int = 2) -> str:
-        return "-" if value is None else f"{value:.{digits}f}"
-
-    header = (
-        "| model | dataset | dtype | batch | method | k | repeats | output tok/s (mean ± std) | speedup [min–max] "
-        "| AL | acceptance | per position | identical rows | first differences |"
-    )
-    lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
-    for r in comparison.rows:
-        speedup = "-" if r.speedup is None else f"{r.speedup:.2f} [{num(r.speedup_min)}–{num(r.speedup_max)}]"
-        per_pos = " ".join(f"{x:.2f}" for x in r.acceptance_rate_per_position or []) or "-"
-        same = f"{r.identical_rows}/{r.rows_compared}" if r.rows_compared else "-"
-        diffs = ", ".join(r.first_differences[:3]) + (" …" if len(r.first_differences) > 3 else "")
-        lines.append(
-            f"| {r.model} | {r.dataset} | {r.dtype} | {r.batch_size} | {r.method} | {r.k if r.k else '-'} | "
-            f"{r.repeats} | {r.output_tokens_per_second:.1f} ± {r.output_tokens_per_second_std:.1f} | {speedup} | "
-            f"{num(r.mean_acceptance_length)} | {num(r.draft_acceptance_rate, 3)} | {per_pos} | {same} | "
-            f"{diffs or '-'} |"
-        )
-    lines.append("")
-    for rec in comparison.recommendations:
-        best_k = ", ".join(f"{m} k={k}" for m, k in rec.best_k_per_method.items())
-        chosen = "spec=none" if rec.method == "none" else f"spec={rec.method} k={rec.k}"
-        lines.append(
-            f"recommended at batch size {rec.batch_size} ({rec.model}, {rec.dataset}, {rec.dtype}): {chosen} — "
-            f"{rec.reason}; best k per method: {best_k}"
-        )
-    for c in comparison.baseline_consistency:
-        lines.append(
-            f"baseline vs itself ({c.dtype}), batch size {c.batch_sizes[0]} vs {c.batch_sizes[1]}: "
-            f"{c.identical_rows}/{c.rows_compared} rows identical"
-        )
-    lines += [f"note: {n}" for n in comparison.notes]
-    return "\n".join(lines)
-
-
-def flat_rows(comparison: Comparison) -> list[dict[str, Any]]:
-    """Rows for CSV: lists joined with spaces (Parquet keeps them as lists)."""
-    out = []
-    for row in comparison.rows:
-        flat = asdict(row)
-        for key in ("acceptance_rate_per_position", "first_differences", "run_folders"):
-            value = flat[key]
-            flat[key] = "" if value is None else " ".join(str(v) for v in value)
-        out.append(flat)
-    return out
-
-
-def write_comparison(comparison: Comparison, out_dir: Path) -> list[Path]:
-    """comparison.csv, .json and .parquet in ``out_dir``, each written atomically; returns their paths."""
-    import csv
-    import io
-
-    import pyarrow as pa
-
-    from specbatch.run.layout import atomic_write_json, atomic_write_text
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path, json_path, parquet_path = (out_dir / f"comparison.{ext}" for ext in ("csv", "json", "parquet"))
-    flat = flat_rows(comparison)
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(flat[0]) if flat else ["model"])
-    writer.writeheader()
-    writer.writerows(flat)
-    atomic_write_text(csv_path, buffer.getvalue())
-    atomic_write_json(json_path, comparison.to_dict())
-    table = pa.Table.from_pylist([asdict(r) for r in comparison.rows])
-    tmp = parquet_path.with_name(f".{parquet_path.name}.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(parquet_path)
-    return [csv_path, json_path, parquet_path]

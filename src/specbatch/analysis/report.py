@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specbatch.analysis.compare import CompareError, Comparison, compare, format_comparison, load_run, write_comparison
+from specbatch.analysis.compare import CompareError, Comparison, compare
 from specbatch.analysis.plots import plot_all
+from specbatch.analysis.run_data import load_run
+from specbatch.analysis.tables import format_comparison, write_comparison
 from specbatch.common.masking import mask_uri
 from specbatch.config import spec_caption, spec_label
 from specbatch.run.runs import read_run

@@ -1,0 +1,97 @@
+"""A finished run as the comparison reads it: its config, its summary over all shards, its completions' token ids,
+and the workload key that says which runs may be compared (same prompts, model, dtype, sampling and engine).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from specbatch.run.records import STATUS_OK
+from specbatch.run.runs import read_run, shard_layouts
+from specbatch.run.summary import Summary
+
+# Config sections that do not change what is generated or how fast it is measured.
+_NOT_WORKLOAD = ("spec", "tracking", "output_root", "run_name", "shard", "repeat", "chunk_size")
+
+RowKey = tuple[str, int, int]
+
+
+@dataclass
+class RunData:
+    """One finished run: its config, its summary over all shards, and its completions' token ids."""
+
+    root: Path
+    config: dict[str, Any]
+    summary: Summary
+    tokens: dict[RowKey, list[int]]
+    prompts: int
+
+    @property
+    def method(self) -> str:
+        return self.summary.method
+
+    @property
+    def k(self) -> int | None:
+        return self.summary.num_speculative_tokens
+
+    @property
+    def repeat(self) -> int:
+        return int(self.config.get("repeat", 0))
+
+    @property
+    def batch_size(self) -> int:
+        """Requests the engine ran at once: its concurrency (engine.max_num_seqs or the engine's default), or fewer
+        when the run had fewer prompts. Runs written before the engine was streamed ran one chunk per generate
+        call, so their batch was also capped by chunk_size."""
+        sizes = [self.prompts]
+        if self.summary.concurrency:
+            sizes.append(self.summary.concurrency)
+        else:
+            sizes.append(self.config["chunk_size"])
+            if self.config["engine"].get("max_num_seqs"):
+                sizes.append(self.config["engine"]["max_num_seqs"])
+        return max(1, min(sizes))
+
+    @property
+    def dtype(self) -> str:
+        return str(self.config["model"]["dtype"])
+
+    @property
+    def workload(self) -> str:
+        """What must match for two runs to be compared: same prompts, model, dtype, sampling and engine."""
+        return workload(self.config)
+
+
+def workload(config: dict[str, Any]) -> str:
+    """The run's workload key: a short digest of its config without what does not change what is generated or how
+    fast it is measured (the speculative method, tracking, paths, shard, repeat, chunk size, engine concurrency)."""
+    plain = {k: v for k, v in config.items() if k not in _NOT_WORKLOAD}
+    plain["engine"] = {k: v for k, v in plain["engine"].items() if k != "max_num_seqs"}
+    # Runs written before engine.backend existed ran on vLLM: they compare with the runs written since.
+    plain["engine"].setdefault("backend", "vllm")
+    return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def load_run(root: Path) -> RunData:
+    from specbatch.run.runs import finished_summary
+
+    root = Path(root).resolve()
+    config = read_run(root)["config"]
+    summary = finished_summary(root)
+    tokens: dict[RowKey, list[int]] = {}
+    first_turn_rows: set[str] = set()
+    columns = ["row_id", "turn", "sample_index", "status", "completion_token_ids"]
+    for layout in shard_layouts(root):
+        for part in sorted(layout.data_dir.glob("part-*.parquet")):
+            for row in pq.read_table(part, columns=columns).to_pylist():
+                if row["turn"] == 1:
+                    first_turn_rows.add(row["row_id"])
+                if row["status"] == STATUS_OK:
+                    tokens[(row["row_id"], row["turn"], row["sample_index"])] = row["completion_token_ids"]
+    return RunData(root, config, summary, tokens, prompts=len(first_turn_rows))

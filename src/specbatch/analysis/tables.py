@@ -1,0 +1,87 @@
+"""A comparison as text and files: the Markdown table with its recommendations, and comparison.csv/.json/.parquet."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from specbatch.analysis.compare import Comparison
+
+
+def format_comparison(comparison: Comparison) -> str:
+    """The comparison as a Markdown table (readable in a terminal, pasteable into notes)."""
+
+    def num(value: float | None, digits: int = 2) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    header = (
+        "| model | dataset | dtype | batch | method | k | repeats | output tok/s (mean ± std) | speedup [min–max] "
+        "| AL | acceptance | per position | identical rows | first differences |"
+    )
+    lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
+    for r in comparison.rows:
+        speedup = "-" if r.speedup is None else f"{r.speedup:.2f} [{num(r.speedup_min)}–{num(r.speedup_max)}]"
+        per_pos = " ".join(f"{x:.2f}" for x in r.acceptance_rate_per_position or []) or "-"
+        same = f"{r.identical_rows}/{r.rows_compared}" if r.rows_compared else "-"
+        diffs = ", ".join(r.first_differences[:3]) + (" …" if len(r.first_differences) > 3 else "")
+        lines.append(
+            f"| {r.model} | {r.dataset} | {r.dtype} | {r.batch_size} | {r.method} | {r.k if r.k else '-'} | "
+            f"{r.repeats} | {r.output_tokens_per_second:.1f} ± {r.output_tokens_per_second_std:.1f} | {speedup} | "
+            f"{num(r.mean_acceptance_length)} | {num(r.draft_acceptance_rate, 3)} | {per_pos} | {same} | "
+            f"{diffs or '-'} |"
+        )
+    lines.append("")
+    for rec in comparison.recommendations:
+        best_k = ", ".join(f"{m} k={k}" for m, k in rec.best_k_per_method.items())
+        chosen = "spec=none" if rec.method == "none" else f"spec={rec.method} k={rec.k}"
+        lines.append(
+            f"recommended at batch size {rec.batch_size} ({rec.model}, {rec.dataset}, {rec.dtype}): {chosen} — "
+            f"{rec.reason}; best k per method: {best_k}"
+        )
+    for c in comparison.baseline_consistency:
+        lines.append(
+            f"baseline vs itself ({c.dtype}), batch size {c.batch_sizes[0]} vs {c.batch_sizes[1]}: "
+            f"{c.identical_rows}/{c.rows_compared} rows identical"
+        )
+    lines += [f"note: {n}" for n in comparison.notes]
+    return "\n".join(lines)
+
+
+def flat_rows(comparison: Comparison) -> list[dict[str, Any]]:
+    """Rows for CSV: lists joined with spaces (Parquet keeps them as lists)."""
+    out = []
+    for row in comparison.rows:
+        flat = asdict(row)
+        for key in ("acceptance_rate_per_position", "first_differences", "run_folders"):
+            value = flat[key]
+            flat[key] = "" if value is None else " ".join(str(v) for v in value)
+        out.append(flat)
+    return out
+
+
+def write_comparison(comparison: Comparison, out_dir: Path) -> list[Path]:
+    """comparison.csv, .json and .parquet in ``out_dir``, each written atomically; returns their paths."""
+    import csv
+    import io
+
+    import pyarrow as pa
+
+    from specbatch.run.layout import atomic_write_json, atomic_write_text
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, json_path, parquet_path = (out_dir / f"comparison.{ext}" for ext in ("csv", "json", "parquet"))
+    flat = flat_rows(comparison)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(flat[0]) if flat else ["model"])
+    writer.writeheader()
+    writer.writerows(flat)
+    atomic_write_text(csv_path, buffer.getvalue())
+    atomic_write_json(json_path, comparison.to_dict())
+    table = pa.Table.from_pylist([asdict(r) for r in comparison.rows])
+    tmp = parquet_path.with_name(f".{parquet_path.name}.tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(parquet_path)
+    return [csv_path, json_path, parquet_path]

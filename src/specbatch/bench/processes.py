@@ -1,0 +1,56 @@
+"""What the benchmarks share: composing the job's config, its first prompts as token ids, and the bare vLLM script
+(jobs/bench_bare.py) run as a fresh process on those prompts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+from specbatch.common.environment import PROJECT_ROOT as PROJECT
+from specbatch.config import JobConfig, to_job_config
+from specbatch.data.prompts import load_tokenizer, render
+from specbatch.data.rows import SourceRow, load_rows
+
+
+def compose_job(overrides: list[str]) -> JobConfig:
+    """The job config composed from the project's conf/ with these overrides (and validated)."""
+    with initialize_config_dir(config_dir=str(PROJECT / "conf"), version_base="1.3"):
+        return to_job_config(compose(config_name="config", overrides=overrides))
+
+
+def first_turn_prompts(job: JobConfig) -> tuple[list[SourceRow], list[list[int]]]:
+    """The job's rows and the exact token ids of their first prompts, rendered as the job renders them."""
+    tokenizer = load_tokenizer(job.model)
+    rows = load_rows(job.dataset, job.max_samples)
+    return rows, [render(r, 1, [], job.dataset, tokenizer).token_ids for r in rows]
+
+
+def run_bare(
+    job: JobConfig, prompts: list[list[int]], path: Path, turns: list[list[str]] | None = None
+) -> tuple[float, dict]:
+    """jobs/bench_bare.py as a fresh process with this job's exact LLM arguments; (process wall, its own report).
+
+    ``turns``: the rows' user turns for a multi-turn data set (``prompts`` are then their first turns)."""
+    # Imported here: the memory benchmark's child composes its job from this module and measures its own peak
+    # memory, so importing this module must not load the vLLM backend.
+    from specbatch.engine.vllm_offline import llm_kwargs
+
+    spec_file, out_file = path.with_suffix(".json"), path.with_suffix(".out.json")
+    spec = {
+        "llm_kwargs": llm_kwargs(job),
+        "env": {"VLLM_CPU_KVCACHE_SPACE": str(job.engine.cpu_kvcache_space_gib or 2)},
+        "prompts": prompts,
+        "max_tokens": job.sampling.max_tokens,
+        "batch_size": 0,
+    }
+    if turns is not None:
+        spec["turns"] = turns
+    spec_file.write_text(json.dumps(spec))
+    began = time.perf_counter()
+    subprocess.run([sys.executable, str(PROJECT / "jobs/bench_bare.py"), str(spec_file), str(out_file)], check=True)
+    return time.perf_counter() - began, json.loads(out_file.read_text())
