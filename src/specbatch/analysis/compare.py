@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specbatch.analysis.run_data import RowKey, RunData
+from specbatch.config import spec_caption
 from specbatch.run.summary import merge_summaries
 
 log = logging.getLogger(__name__)
@@ -250,7 +251,8 @@ def _recommend(rows: list[CompareRow]) -> list[Recommendation]:
             method, k, reason = best.method, best.k, f"fastest measured: {best.speedup:.2f}x the baseline"
         else:
             method, k = "none", None
-            reason = f"no speculative set-up beat the baseline (best: {best.method} k={best.k}, {best.speedup:.2f}x)"
+            best_caption = spec_caption(best.method, best.k)
+            reason = f"no speculative set-up beat the baseline (best: {best_caption}, {best.speedup:.2f}x)"
         out.append(
             Recommendation(
                 model=best.model,

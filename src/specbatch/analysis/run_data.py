@@ -4,20 +4,16 @@ and the workload key that says which runs may be compared (same prompts, model, 
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 
+from specbatch.config import workload_digest
 from specbatch.run.records import STATUS_OK
 from specbatch.run.runs import read_run, shard_layouts
 from specbatch.run.summary import Summary
-
-# Config sections that do not change what is generated or how fast it is measured.
-_NOT_WORKLOAD = ("spec", "tracking", "output_root", "run_name", "shard", "repeat", "chunk_size")
 
 RowKey = tuple[str, int, int]
 
@@ -69,13 +65,8 @@ class RunData:
 
 
 def workload(config: dict[str, Any]) -> str:
-    """The run's workload key: a short digest of its config without what does not change what is generated or how
-    fast it is measured (the speculative method, tracking, paths, shard, repeat, chunk size, engine concurrency)."""
-    plain = {k: v for k, v in config.items() if k not in _NOT_WORKLOAD}
-    plain["engine"] = {k: v for k, v in plain["engine"].items() if k != "max_num_seqs"}
-    # Runs written before engine.backend existed ran on vLLM: they compare with the runs written since.
-    plain["engine"].setdefault("backend", "vllm")
-    return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
+    """The run's workload key: the config fields that declare Identity.workload (specbatch.config.identity)."""
+    return workload_digest(config)
 
 
 def load_run(root: Path) -> RunData:

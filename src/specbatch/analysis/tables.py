@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from specbatch.analysis.compare import Comparison
+from specbatch.config import spec_caption
 
 
 def format_comparison(comparison: Comparison) -> str:
@@ -35,8 +36,8 @@ def format_comparison(comparison: Comparison) -> str:
         )
     lines.append("")
     for rec in comparison.recommendations:
-        best_k = ", ".join(f"{m} k={k}" for m, k in rec.best_k_per_method.items())
-        chosen = "spec=none" if rec.method == "none" else f"spec={rec.method} k={rec.k}"
+        best_k = ", ".join(spec_caption(m, k) for m, k in rec.best_k_per_method.items())
+        chosen = f"spec={spec_caption(rec.method, rec.k)}"
         lines.append(
             f"recommended at batch size {rec.batch_size} ({rec.model}, {rec.dataset}, {rec.dtype}): {chosen} — "
             f"{rec.reason}; best k per method: {best_k}"
