@@ -1,0 +1,103 @@
+"""The shape of the code: subpackages by concern, modules a reader can take in, no import cycles, thin jobs/."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from conftest import PROJECT_ROOT
+
+SRC = PROJECT_ROOT / "src"
+PACKAGE = SRC / "specbatch"
+# STYLE.md: modules of 50-400 lines read well; split when a second concern appears.
+MAX_MODULE_LINES = 410
+# An entry script parses arguments or composes the config and hands over to the package.
+MAX_JOB_LINES = 100
+# jobs/bench_bare.py is the user's own vLLM script the job is measured against: it must not use the package.
+NOT_THIN_ON_PURPOSE = {"bench_bare.py"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_imports() -> dict[str, set[str]]:
+    """Each module's imports of other package modules at module level (those in functions run late)."""
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                parts = target.split(".")
+                # Importing a.b.c runs a/__init__ and a/b/__init__ first.
+                for i in range(2, len(parts) + 1):
+                    imported = ".".join(parts[:i])
+                    if imported in modules and imported != name and not name.startswith(imported + "."):
+                        graph[name].add(imported)
+    return graph
+
+
+def cycle_from(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of the graph as the list of modules along it, or None."""
+    state: dict[str, str] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = "done"
+        path.pop()
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return None
+
+
+def test_the_cycle_finder_sees_a_cycle() -> None:
+    assert cycle_from({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle_from({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle_between_modules() -> None:
+    graph = module_imports()
+    assert "specbatch.run.streaming" in graph and graph["specbatch.run.streaming"], "the graph was read"
+    assert cycle_from(graph) is None
+
+
+def test_the_package_is_split_by_concern() -> None:
+    top = sorted(p.name for p in PACKAGE.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists())
+    assert top == ["__init__.py", "analysis", "assets", "bench", "common", "config", "data", "engine", "run", "tracking"]
+
+
+def test_no_module_is_too_long_to_read() -> None:
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines()))}
+    assert {name: n for name, n in long.items() if n > MAX_MODULE_LINES} == {}
+
+
+def test_job_scripts_are_thin() -> None:
+    scripts = {p.name: len(p.read_text().splitlines()) for p in (PROJECT_ROOT / "jobs").glob("*.py")}
+    assert "generate.py" in scripts
+    fat = {name: n for name, n in scripts.items() if n > MAX_JOB_LINES and name not in NOT_THIN_ON_PURPOSE}
+    assert fat == {}
+
+
+def test_tests_mirror_the_packages() -> None:
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    test_dirs = {p.name for p in (PROJECT_ROOT / "tests").iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
+    assert test_dirs <= packages
+    # Only tests of the whole product (README commands, this file) stay at the top.
+    assert sorted(p.name for p in (PROJECT_ROOT / "tests").glob("test_*.py")) == ["test_package.py", "test_readme.py"]
