@@ -22,9 +22,10 @@ from specbatch.analysis.compare import (
 )
 from specbatch.analysis.plots import plot_all
 from specbatch.analysis.report import find_runs
+from specbatch.common.files import atomic_write_json, atomic_write_text
 from specbatch.config import ConfigError, to_plain_dict
 from specbatch.engine.spec_metrics import Counters
-from specbatch.run.layout import RunLayout, atomic_write_json, atomic_write_text
+from specbatch.run.layout import RunLayout
 from specbatch.run.records import SCHEMA, write_parquet
 from specbatch.run.runs import RunIncompleteError
 from specbatch.run.summary import RowTotals, summarize

@@ -8,9 +8,10 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from conftest import compose_job, run_generate
+from specbatch.common.files import atomic_write_json, atomic_write_text
 from specbatch.config.hydra_secrets import mask_file
 from specbatch.engine.spec_metrics import Counters
-from specbatch.run.layout import RunLayout, atomic_write_json, atomic_write_text
+from specbatch.run.layout import RunLayout
 from specbatch.run.summary import RowTotals, summarize
 
 PASSWORD = "s3cret-Pw-4711"

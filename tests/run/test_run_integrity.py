@@ -15,9 +15,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import PROJECT_ROOT, asked_rows, fake_engine
+from specbatch.common.files import atomic_write_text
 from specbatch.config import ConfigError
 from specbatch.run.generate import run_job
-from specbatch.run.layout import RunLayout, atomic_write_text
+from specbatch.run.layout import RunLayout
 from specbatch.run.runs import RunIncompleteError, merge_run, run_status
 
 STATUS = PROJECT_ROOT / "jobs" / "status.py"

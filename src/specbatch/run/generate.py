@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 import uuid
 from collections import defaultdict
@@ -22,6 +21,7 @@ import pyarrow.parquet as pq
 from specbatch.assets.embedded import EmbeddedAssetError, ensure_embedded
 from specbatch.assets.preflight import preflight
 from specbatch.common.environment import runtime_info
+from specbatch.common.files import atomic_write, atomic_write_json, atomic_write_text, create_json_once, temporaries_in
 from specbatch.common.interrupts import StopRequested, sigterm_deferred
 from specbatch.common.masking import mask_uri
 from specbatch.config import ConfigError, JobConfig, public_config, to_yaml
@@ -37,7 +37,7 @@ from specbatch.run.integrity import (
     read_source_record,
     rows_digest,
 )
-from specbatch.run.layout import RunLayout, atomic_write_json, atomic_write_text, create_json_once, temporary_beside
+from specbatch.run.layout import RunLayout
 from specbatch.run.locks import shard_lock
 from specbatch.run.records import write_parquet_file
 from specbatch.run.sharding import chunk_ranges, resolve_shard, shard_range
@@ -231,8 +231,7 @@ def _stream(
 
 
 def _write_chunk(layout: RunLayout, config: dict[str, Any], chunk: ChunkResult, launch: dict[str, Any]) -> None:
-    part = layout.part_path(chunk.number)
-    with temporary_beside(part) as tmp:
+    def write(tmp: Path) -> None:
         write_parquet_file(chunk.records, tmp, config)
         # The chunk's figures and the part's checksum go first; the part's rename is the commit, so a part never
         # lacks its figures and every later reader can tell a damaged part from a good one.
@@ -245,7 +244,8 @@ def _write_chunk(layout: RunLayout, config: dict[str, Any], chunk: ChunkResult, 
             "part": PartRecord.of(tmp).to_dict(),
         }
         atomic_write_json(layout.part_stats_path(chunk.number), stats)
-        os.replace(tmp, part)
+
+    atomic_write(layout.part_path(chunk.number), write)
 
 
 def _write_launch_record(layout: RunLayout, launch: str, streamed: StreamResult) -> None:
@@ -312,7 +312,7 @@ def _read_launch_record(layout: RunLayout, launch: str | None) -> dict[str, Any]
 def _remove_stale_temporaries(layout: RunLayout) -> None:
     """Temporary files of a killed writer: never data (readers only take part-*.parquet), removed under the lock."""
     for folder in (layout.data_dir, layout.part_stats_path(0).parent):
-        for tmp in folder.glob(".*.tmp-*") if folder.exists() else ():
+        for tmp in temporaries_in(folder):
             log.info("removing the temporary file of an interrupted writer: %s", tmp)
             tmp.unlink(missing_ok=True)
 

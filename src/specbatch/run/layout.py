@@ -7,15 +7,11 @@ different set-ups never share one.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from specbatch.config import JobConfig, to_plain_dict
 
@@ -114,42 +110,3 @@ class RunLayout:
     @property
     def config_yaml(self) -> Path:
         return self.root / "config.yaml"
-
-
-@contextlib.contextmanager
-def temporary_beside(path: Path) -> Iterator[Path]:
-    """A temporary name for ``path`` in its own folder (so the rename into place is atomic), removed on the way out
-    unless it was renamed: a failed write (e.g. a full disk) leaves no half file. The name ``.<name>.tmp-<pid>`` is
-    the one readers skip and the stale-temporary clean-up removes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        yield tmp
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary name in the same folder and rename, so readers never see half a file."""
-    with temporary_beside(path) as tmp:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def create_json_once(path: Path, data: Any) -> bool:
-    """Create ``path`` with ``data`` unless it exists; True if this call created it.
-
-    The complete file is hard-linked into place, which fails when the name exists: of two processes racing to
-    create it, exactly one wins and neither ever sees half a file.
-    """
-    with temporary_beside(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        return True

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specbatch.common.files import atomic_write_json
 from specbatch.config import spec_label
 from specbatch.run.integrity import damaged_parts, describe_damage
-from specbatch.run.layout import RunLayout, atomic_write_json
+from specbatch.run.layout import RunLayout
 from specbatch.run.locks import is_locked
 from specbatch.run.summary import Summary, format_table, merge_summaries
 
