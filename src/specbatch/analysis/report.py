@@ -17,7 +17,7 @@ from specbatch.analysis.compare import CompareError, Comparison, compare, format
 from specbatch.analysis.plots import plot_all
 from specbatch.common.masking import mask_text
 from specbatch.config import spec_label
-from specbatch.run.runs import read_run
+from specbatch.run.folder import read_run
 from specbatch.run.sweep import SWEEP_FILE, read_sweep, sweep_run_folders
 
 log = logging.getLogger(__name__)

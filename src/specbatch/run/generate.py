@@ -29,15 +29,14 @@ from specbatch.data.prompts import check_chat_template, load_tokenizer
 from specbatch.data.rows import SourceRow, open_rows
 from specbatch.engine import Engine, engine_fingerprint, start_engine
 from specbatch.engine.spec_metrics import Counters
+from specbatch.run.folder import RunFolder
 from specbatch.run.integrity import (
     PartRecord,
     changed_chunks,
     damaged_parts,
     describe_damage,
-    read_source_record,
     rows_digest,
 )
-from specbatch.run.layout import RunLayout
 from specbatch.run.locks import shard_lock
 from specbatch.run.records import write_parquet_file
 from specbatch.run.sharding import chunk_ranges, resolve_shard, shard_range
@@ -52,7 +51,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class JobResult:
-    layout: RunLayout
+    folder: RunFolder
     summary: Summary
     parquet_files: list[Path]
     # False when the run was already complete and nothing was generated.
@@ -70,7 +69,7 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
     at most the chunks that were in flight. The done marker is written last.
     """
     shard = resolve_shard(job.shard)
-    layout = RunLayout.for_job(job, shard.index, shard.count)
+    layout = RunFolder.for_job(job, shard.index, shard.count)
     if layout.done_marker.exists():
         damaged = damaged_parts(layout)
         if not damaged:
@@ -164,12 +163,11 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
     return JobResult(layout, summary, parts, generated=bool(todo))
 
 
-def _finished_result(layout: RunLayout) -> JobResult:
-    summary = Summary(**json.loads(layout.stats_path.read_text()))
-    return JobResult(layout, summary, sorted(layout.data_dir.glob("part-*.parquet")), generated=False)
+def _finished_result(layout: RunFolder) -> JobResult:
+    return JobResult(layout, layout.read_summary(), layout.parts(), generated=False)
 
 
-def _note_tracking(layout: RunLayout, run: RunLogger, identity: RunIdentity, parent: str | None) -> None:
+def _note_tracking(layout: RunFolder, run: RunLogger, identity: RunIdentity, parent: str | None) -> None:
     """When MLflow failed, leave what jobs/log_run.py needs to log the shard later; clear it when all went well."""
     pending = layout.mlflow_pending_path
     if run.failure is None:
@@ -191,7 +189,7 @@ def _stream(
     engine: Engine,
     job: JobConfig,
     tokenizer: Any,
-    layout: RunLayout,
+    layout: RunFolder,
     config: dict[str, Any],
     todo: list[int],
     rows_of: Callable[[int], list[SourceRow]],
@@ -230,7 +228,7 @@ def _stream(
         )
 
 
-def _write_chunk(layout: RunLayout, config: dict[str, Any], chunk: ChunkResult, launch: dict[str, Any]) -> None:
+def _write_chunk(layout: RunFolder, config: dict[str, Any], chunk: ChunkResult, launch: dict[str, Any]) -> None:
     def write(tmp: Path) -> None:
         write_parquet_file(chunk.records, tmp, config)
         # The chunk's figures and the part's checksum go first; the part's rename is the commit, so a part never
@@ -248,7 +246,7 @@ def _write_chunk(layout: RunLayout, config: dict[str, Any], chunk: ChunkResult, 
     atomic_write(layout.part_path(chunk.number), write)
 
 
-def _write_launch_record(layout: RunLayout, launch: str, streamed: StreamResult) -> None:
+def _write_launch_record(layout: RunFolder, launch: str, streamed: StreamResult) -> None:
     """The loop's wall time and engine counter differences, for the parts it wrote (absent if it was killed)."""
     record = {
         "parts": streamed.chunks,
@@ -262,7 +260,7 @@ def _write_launch_record(layout: RunLayout, launch: str, streamed: StreamResult)
 _SUMMARY_COLUMNS = ["category", "status", "completion_tokens", "spec_steps", "draft_tokens", "accepted_tokens"]
 
 
-def _summarize_shard(layout: RunLayout, job: JobConfig, parts: list[Path], engine: Engine | None) -> Summary:
+def _summarize_shard(layout: RunFolder, job: JobConfig, parts: list[Path], engine: Engine | None) -> Summary:
     """From every part of the shard, one part at a time (memory stays flat however many rows there are).
 
     Counters and seconds come from each launch's record of its loop (engine counter differences, wall time) when
@@ -304,12 +302,12 @@ def _summarize_shard(layout: RunLayout, job: JobConfig, parts: list[Path], engin
     )
 
 
-def _read_launch_record(layout: RunLayout, launch: str | None) -> dict[str, Any] | None:
+def _read_launch_record(layout: RunFolder, launch: str | None) -> dict[str, Any] | None:
     path = layout.launch_record_path(launch) if launch else None
     return json.loads(path.read_text()) if path is not None and path.exists() else None
 
 
-def _remove_stale_temporaries(layout: RunLayout) -> None:
+def _remove_stale_temporaries(layout: RunFolder) -> None:
     """Temporary files of a killed writer: never data (readers only take part-*.parquet), removed under the lock."""
     for folder in (layout.data_dir, layout.part_stats_path(0).parent):
         for tmp in temporaries_in(folder):
@@ -317,13 +315,13 @@ def _remove_stale_temporaries(layout: RunLayout) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def _check_run_record(layout: RunLayout) -> None:
+def _check_run_record(layout: RunFolder) -> None:
     """A run's shard count is fixed by its first launch: another count would cut rows differently."""
     if layout.run_json.exists():
         _refuse_other_count(layout, json.loads(layout.run_json.read_text()))
 
 
-def _refuse_other_count(layout: RunLayout, record: dict[str, Any]) -> None:
+def _refuse_other_count(layout: RunFolder, record: dict[str, Any]) -> None:
     recorded = record["shard_count"]
     if recorded != layout.shard_count:
         raise ConfigError(
@@ -334,7 +332,7 @@ def _refuse_other_count(layout: RunLayout, record: dict[str, Any]) -> None:
 
 
 def _claim_run_record(
-    layout: RunLayout, config: dict[str, Any], info: dict[str, str], source_rows: int, job: JobConfig
+    layout: RunFolder, config: dict[str, Any], info: dict[str, str], source_rows: int, job: JobConfig
 ) -> None:
     """run.json fixes the run's shard count and row count; the first launch's record wins, atomically.
 
@@ -362,9 +360,9 @@ def _source_name(job: JobConfig) -> str:
     return f"dataset.path={job.dataset.path}" if job.dataset.path else f"dataset.hub_id={job.dataset.hub_id}"
 
 
-def _check_source(layout: RunLayout, job: JobConfig, digests: list[str]) -> None:
+def _check_source(layout: RunFolder, job: JobConfig, digests: list[str]) -> None:
     """Refuse to resume over source rows that changed since the shard started; record them on its first start."""
-    recorded = read_source_record(layout)
+    recorded = layout.read_source_record()
     has_parts = bool(layout.part_numbers())
     if recorded is not None and has_parts:
         changed = changed_chunks(recorded, digests)
@@ -386,7 +384,7 @@ def _check_source(layout: RunLayout, job: JobConfig, digests: list[str]) -> None
     atomic_write_json(layout.source_record_path, {"chunks": digests})
 
 
-def _drop_damaged_parts(layout: RunLayout) -> None:
+def _drop_damaged_parts(layout: RunFolder) -> None:
     """A part that is not as it was written is regenerated: it and its stats are the job's own files."""
     damaged = damaged_parts(layout, layout.part_numbers())
     if not damaged:
@@ -399,7 +397,7 @@ def _drop_damaged_parts(layout: RunLayout) -> None:
         layout.part_stats_path(number).unlink(missing_ok=True)
 
 
-def _end_killed_run(job: JobConfig, layout: RunLayout) -> None:
+def _end_killed_run(job: JobConfig, layout: RunFolder) -> None:
     """An MLflow run left RUNNING by a killed launch of this shard is ended KILLED (it can never finish)."""
     path = layout.mlflow_active_path
     if not path.exists():

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from specbatch.run.layout import RunLayout, config_hash
+from specbatch.run.folder import RunFolder, config_hash
 
 
 def test_same_setup_same_folder_different_setup_different_folder(job_factory) -> None:
-    base = RunLayout.for_job(job_factory())
-    assert base == RunLayout.for_job(job_factory())
+    base = RunFolder.for_job(job_factory())
+    assert base == RunFolder.for_job(job_factory())
     assert base.root.parent.name == "smollm2-135m-instruct" and base.root.parent.parent.name == "humaneval_edit"
     assert base.root.name.startswith("ngram-k3-")
     others = {
-        RunLayout.for_job(job_factory(*o)).root
+        RunFolder.for_job(job_factory(*o)).root
         for o in (["spec.num_speculative_tokens=4"], ["spec=none"], ["sampling.max_tokens=32"], ["max_samples=3"])
     }
     assert base.root not in others and len(others) == 4
@@ -20,7 +20,7 @@ def test_same_setup_same_folder_different_setup_different_folder(job_factory) ->
 
 
 def test_run_name_replaces_the_readable_part(job_factory) -> None:
-    layout = RunLayout.for_job(job_factory("run_name=repeat2"))
+    layout = RunFolder.for_job(job_factory("run_name=repeat2"))
     assert layout.root.name.startswith("repeat2-")
     assert layout.part_path(12).name == "part-00012.parquet"
     assert layout.data_dir.name == "shard-00000-of-00001"
