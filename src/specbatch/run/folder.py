@@ -83,6 +83,9 @@ class RunFolder:
     def config_yaml(self) -> Path:
         return self.root / "config.yaml"
 
+    def read_config_yaml(self) -> str:
+        return self.config_yaml.read_text()
+
     def read_run_record(self) -> dict[str, Any]:
         if not self.run_json.is_file():
             raise FileNotFoundError(
@@ -145,8 +148,7 @@ class RunFolder:
 
     def read_launch_record(self, launch: str | None) -> dict[str, Any] | None:
         """A launch's record of its loop; None for parts written before launches were recorded, or a killed launch."""
-        path = self.launch_record_path(launch) if launch else None
-        return json.loads(path.read_text()) if path is not None and path.exists() else None
+        return _read_json_if_present(self.launch_record_path(launch)) if launch else None
 
     @property
     def source_record_path(self) -> Path:
@@ -154,10 +156,7 @@ class RunFolder:
         return self.stats_dir / "source.json"
 
     def read_source_record(self) -> dict[str, Any] | None:
-        try:
-            return json.loads(self.source_record_path.read_text())
-        except FileNotFoundError:
-            return None
+        return _read_json_if_present(self.source_record_path)
 
     @property
     def stats_path(self) -> Path:
@@ -203,8 +202,7 @@ class RunFolder:
         return self.root / "mlflow_active" / f"{self.shard_tag}.json"
 
     def read_active_run(self) -> dict[str, Any] | None:
-        path = self.mlflow_active_path
-        return json.loads(path.read_text()) if path.exists() else None
+        return _read_json_if_present(self.mlflow_active_path)
 
     @property
     def mlflow_pending_path(self) -> Path:
@@ -212,8 +210,14 @@ class RunFolder:
         return self.root / "mlflow_pending" / f"{self.shard_tag}.json"
 
     def read_pending_note(self) -> dict[str, Any] | None:
-        path = self.mlflow_pending_path
-        return json.loads(path.read_text()) if path.exists() else None
+        return _read_json_if_present(self.mlflow_pending_path)
+
+
+def _read_json_if_present(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
 
 
 def read_run(root: Path) -> dict[str, Any]:

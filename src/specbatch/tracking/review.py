@@ -137,12 +137,12 @@ def log_pending(root: Path, uri: str | None = None, every_shard: bool = False) -
     logged = []
     for layout in shard_folders(root):
         pending = layout.mlflow_pending_path
-        if not layout.done_marker.exists():
+        if not layout.is_done():
             log.info("shard %s is not finished: not logged (finish it first)", layout.shard_tag)
             continue
         if not pending.exists() and not every_shard:
             continue
-        record = json.loads(pending.read_text()) if pending.exists() else {}
+        record = layout.read_pending_note() or {}
         identity = run_identity(config, layout)
         run_id = record.get("run_id")
         if run_id is None or not _run_exists(client, run_id):
@@ -154,7 +154,7 @@ def log_pending(root: Path, uri: str | None = None, every_shard: bool = False) -
         summary = layout.read_summary()
         parts = layout.parts()
         log_params(run, config)
-        log_shard_results(run, layout, summary, layout.config_yaml.read_text(), parts)
+        log_shard_results(run, layout, summary, layout.read_config_yaml(), parts)
         run.terminate("FINISHED")
         if run.failure:
             raise RuntimeError(f"logging shard {layout.shard_tag} of {root} failed: {run.failure}")
