@@ -139,6 +139,8 @@ FOLLOW_UP = (
     "Now also add type hints to every parameter and to the return value. Keep the comments, and reply with the "
     "complete function in one Python code block."
 )
+
+
 @dataclass(frozen=True)
 class Throughput:
     """One measured run: output rows (every turn), output tokens and generation seconds (engine start-up and

@@ -56,13 +56,13 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
-def json_text(data: Any) -> str:
+def _json_text(data: Any) -> str:
     """How every JSON file of the package is written: indented, keys sorted, ending in a newline."""
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json_text(data))
+    atomic_write_text(path, _json_text(data))
 
 
 def create_json_once(path: Path, data: Any) -> bool:
@@ -72,7 +72,7 @@ def create_json_once(path: Path, data: Any) -> bool:
     create it, exactly one wins and neither ever sees half a file.
     """
     with temporary_beside(path) as tmp:
-        tmp.write_text(json_text(data))
+        tmp.write_text(_json_text(data))
         try:
             os.link(tmp, path)
         except FileExistsError:
