@@ -30,7 +30,7 @@ def main(cfg: DictConfig) -> None:
         if sweep:
             cfg = sweep.drop_foreign_knobs(cfg)
         result = run_job(to_job_config(cfg), sweep=sweep)
-        record_job_run(result.layout.root)
+        record_job_run(result.folder.root)
     except ConfigError as exc:
         # A mistake in the config or input: one clear line, no traceback, exit code 2 like a usage error.
         log.error("%s", exc)

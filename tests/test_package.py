@@ -80,7 +80,18 @@ def test_no_import_cycle_between_modules() -> None:
 
 def test_the_package_is_split_by_concern() -> None:
     top = sorted(p.name for p in PACKAGE.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists())
-    assert top == ["__init__.py", "analysis", "assets", "bench", "common", "config", "data", "engine", "run", "tracking"]
+    assert top == [
+        "__init__.py",
+        "analysis",
+        "assets",
+        "bench",
+        "common",
+        "config",
+        "data",
+        "engine",
+        "run",
+        "tracking",
+    ]
 
 
 def test_no_module_is_too_long_to_read() -> None:

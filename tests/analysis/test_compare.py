@@ -17,9 +17,10 @@ from specbatch.analysis.plots import plot_all
 from specbatch.analysis.report import find_runs
 from specbatch.analysis.run_data import load_run
 from specbatch.analysis.tables import format_comparison, write_comparison
+from specbatch.common.files import atomic_write_json, atomic_write_text
 from specbatch.config import ConfigError, to_plain_dict
 from specbatch.engine.spec_metrics import Counters
-from specbatch.run.layout import RunLayout, atomic_write_json, atomic_write_text
+from specbatch.run.folder import RunFolder
 from specbatch.run.records import SCHEMA, write_parquet
 from specbatch.run.runs import RunIncompleteError
 from specbatch.run.summary import RowTotals, summarize
@@ -42,7 +43,7 @@ def write_run(
     ``concurrency``: the engine's batch, as a streamed run records it (None: as runs written before streaming).
     ``legacy``: run.json's config without the keys added since (engine.backend)."""
     job = job_factory("tracking=off", "max_samples=2", "model.dtype=float32", *overrides)
-    layout = RunLayout.for_job(job)
+    layout = RunFolder.for_job(job)
     method, k = job.spec.method.value, job.spec.k
     records = [
         {name: None for name in SCHEMA.names}

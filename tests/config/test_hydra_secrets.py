@@ -8,9 +8,10 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from conftest import compose_job, run_generate
+from specbatch.common.files import atomic_write_json, atomic_write_text
 from specbatch.config.hydra_secrets import mask_file
 from specbatch.engine.spec_metrics import Counters
-from specbatch.run.layout import RunLayout, atomic_write_json, atomic_write_text
+from specbatch.run.folder import RunFolder
 from specbatch.run.summary import RowTotals, summarize
 
 PASSWORD = "s3cret-Pw-4711"
@@ -57,7 +58,7 @@ def test_a_single_run_leaves_no_secret_in_hydra_files_or_its_log(tmp_path: Path)
 
 def finish_run(overrides: list[str]) -> None:
     """Leave the run folder of these overrides finished (summary + done marker): its job then exits at once."""
-    layout = RunLayout.for_job(compose_job(overrides))
+    layout = RunFolder.for_job(compose_job(overrides))
     summary = summarize(
         Counters(prompt_tokens=4, generation_tokens=4),
         method="ngram",

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import compose_job, run_generate
 from specbatch.engine.spec_metrics import accepted_per_position_from_histogram
-from specbatch.run.layout import RunLayout
+from specbatch.run.folder import RunFolder
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     for name in RUNS:
         result = run_generate(overrides(root, name))
         assert result.returncode == 0, f"{name}: {result.stderr[-4000:]}"
-        layout = RunLayout.for_job(compose_job(overrides(root, name)))
+        layout = RunFolder.for_job(compose_job(overrides(root, name)))
         out[name] = {
             "rows": {r["row_id"]: r for r in pq.read_table(layout.part_path(0)).to_pylist()},
             "summary": json.loads(layout.stats_path.read_text()),

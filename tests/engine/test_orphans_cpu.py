@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from conftest import GENERATE, PROJECT_ROOT, compose_job, run_generate
-from specbatch.run.layout import RunLayout
+from specbatch.run.folder import RunFolder
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +70,7 @@ def _shm_used_by(processes: Iterable[psutil.Process]) -> set[str]:
 def test_sigkill_of_the_job_leaves_no_engine_process_or_shm(tmp_path: Path) -> None:
     tag = uuid.uuid4().hex
     args = [f"output_root={tmp_path}", "max_samples=8", "chunk_size=2", "sampling.max_tokens=48", "tracking=off"]
-    layout = RunLayout.for_job(compose_job(args))
+    layout = RunFolder.for_job(compose_job(args))
     shm_before = _shm_entries()
     job_shm: set[str] = set()
     with (tmp_path / "job.log").open("w") as log_file:

@@ -285,7 +285,7 @@ def test_a_sharded_run_with_broken_lines_counts_every_row_in_a_category(job_fact
         job = job_factory(*args, f"shard.index={index}")
         result = run_job(job, engine=fake_engine(job))
         summaries.append(result.summary)
-    merged = merge_run(result.layout.root).summary
+    merged = merge_run(result.folder.root).summary
     assert merged.rows == 5 and merged.error_rows == 1
     assert merged.per_category["(unknown)"]["rows"] == merged.per_category["(unknown)"]["error_rows"] == 1
     for summary in (*summaries, merged):

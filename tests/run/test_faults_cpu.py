@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from conftest import PROJECT_ROOT, LiveJob, compose_job, run_generate
 from specbatch.common.interrupts import EXIT_STOPPED
-from specbatch.run.layout import RunLayout
+from specbatch.run.folder import RunFolder
 
 pytestmark = pytest.mark.slow
 INJECT = PROJECT_ROOT / "tests" / "inject_enospc.py"
@@ -40,13 +40,13 @@ def mlflow_statuses(tmp_path: Path, experiment: str) -> list[str]:
     return [r.info.status for r in runs]
 
 
-def all_row_ids(layout: RunLayout) -> list[str]:
+def all_row_ids(layout: RunFolder) -> list[str]:
     return [r for p in sorted(layout.data_dir.glob("part-*.parquet")) for r in pq.read_table(p)["row_id"].to_pylist()]
 
 
 def test_a_full_disk_while_writing_a_chunk(tmp_path: Path) -> None:
     args = args_for(tmp_path, "disk-full", rows=4, chunk=2)
-    layout = RunLayout.for_job(compose_job(args))
+    layout = RunFolder.for_job(compose_job(args))
     failed = subprocess.run(
         [sys.executable, str(INJECT), *args],
         cwd=PROJECT_ROOT,
@@ -73,7 +73,7 @@ def test_a_full_disk_while_writing_a_chunk(tmp_path: Path) -> None:
 def test_sigterm_stops_after_the_chunks_in_flight(tmp_path: Path) -> None:
     # Two requests at once, four queued: chunks 0 and 1 are in the engine when the stream starts, chunk 2 is not.
     args = [*args_for(tmp_path, "sigterm", rows=6, chunk=2), "engine.max_num_seqs=2"]
-    layout = RunLayout.for_job(compose_job(args))
+    layout = RunFolder.for_job(compose_job(args))
     job = LiveJob.generate(args)
     job.wait_for("engine fed: 4 requests from 2 chunks", timeout=600)
     job.process.send_signal(signal.SIGTERM)

@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from conftest import compose_job, run_generate
 from specbatch.engine.spec_metrics import accepted_per_position_from_histogram
-from specbatch.run.layout import RunLayout
+from specbatch.run.folder import RunFolder
 from specbatch.run.records import SCHEMA, read_config_metadata
 
 pytestmark = pytest.mark.slow
@@ -48,7 +48,7 @@ def runs(root: Path) -> dict[str, dict]:
     for spec in ("none", "ngram", "suffix"):
         result = run_generate(overrides(root, spec))
         assert result.returncode == 0, result.stderr[-4000:]
-        layout = RunLayout.for_job(compose_job(overrides(root, spec)))
+        layout = RunFolder.for_job(compose_job(overrides(root, spec)))
         part = layout.part_path(0)
         out[spec] = {
             "log": result.stdout + result.stderr,

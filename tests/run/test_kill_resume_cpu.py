@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import compose_job, kill_job_group_when, run_generate
-from specbatch.run.layout import RunLayout
+from specbatch.run.folder import RunFolder
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,7 @@ def test_killed_shard_resumes_to_exactly_once(tmp_path: Path) -> None:
         "sampling.max_tokens=48",
         "tracking=off",
     ]
-    layout = RunLayout.for_job(compose_job(args))
+    layout = RunFolder.for_job(compose_job(args))
     # Killed mid-stream: the second chunk written, later ones in flight or not yet admitted.
     kill_job_group_when(args, layout.part_path(1).exists, "second chunk")
     assert not layout.done_marker.exists()

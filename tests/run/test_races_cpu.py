@@ -12,7 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import LiveJob, compose_job, kill_job_group_when, run_generate
-from specbatch.run.layout import RunLayout
+from specbatch.run.folder import RunFolder
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ def local_args(tmp_path: Path, data: Path, *extra: str) -> list[str]:
     ]
 
 
-def row_ids(layout: RunLayout) -> list[str]:
+def row_ids(layout: RunFolder) -> list[str]:
     return [r for p in sorted(layout.data_dir.glob("part-*.parquet")) for r in pq.read_table(p)["row_id"].to_pylist()]
 
 
@@ -51,7 +51,7 @@ def test_a_kill_then_an_edited_data_file_is_refused_and_the_killed_run_ends_kill
     original = [f"q{i}" for i in range(6)]
     write_rows(data, original, "the quick brown fox number")
     args = local_args(tmp_path, data, "chunk_size=2", "tracking.experiment=edited")
-    layout = RunLayout.for_job(compose_job(args))
+    layout = RunFolder.for_job(compose_job(args))
     kill_job_group_when(args, layout.part_path(0).exists, "chunk 0")
     assert statuses(tmp_path, "edited") == ["RUNNING"]  # a SIGKILL ends nothing by itself
     written = row_ids(layout)
@@ -84,11 +84,11 @@ def test_two_launches_with_different_shard_counts_at_the_same_moment(tmp_path: P
     loser = next(c for c in codes if c != winner)
     assert f"this run was started with shard.count={winner}" in jobs[loser].output
     assert "starting vLLM" not in jobs[loser].output
-    root = RunLayout.for_job(compose_job([*common, f"shard.count={winner}"])).root
+    root = RunFolder.for_job(compose_job([*common, f"shard.count={winner}"])).root
     assert json.loads((root / "run.json").read_text())["shard_count"] == winner
     # Only the winner's shard wrote data; no row twice.
     assert sorted(p.name for p in (root / "data").iterdir()) == [f"shard-00000-of-0000{winner}"]
-    ids = row_ids(RunLayout(root, 0, winner))
+    ids = row_ids(RunFolder(root, 0, winner))
     assert len(ids) == len(set(ids)) == 6 // winner
 
 
@@ -96,7 +96,7 @@ def test_a_launch_racing_the_end_of_another_reports_it_and_overwrites_nothing(tm
     data = tmp_path / "q.jsonl"
     write_rows(data, [f"q{i}" for i in range(6)], "tell me about the number")
     args = local_args(tmp_path, data, "chunk_size=2", "tracking.experiment=ending")
-    layout = RunLayout.for_job(compose_job(args))
+    layout = RunFolder.for_job(compose_job(args))
     first = LiveJob.generate(args)
     second = None
     try:

@@ -15,9 +15,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import PROJECT_ROOT, asked_rows, fake_engine
+from specbatch.common.files import atomic_write_text
 from specbatch.config import ConfigError
+from specbatch.run.folder import RunFolder
 from specbatch.run.generate import run_job
-from specbatch.run.layout import RunLayout, atomic_write_text
 from specbatch.run.runs import RunIncompleteError, merge_run, run_status
 
 STATUS = PROJECT_ROOT / "jobs" / "status.py"
@@ -43,13 +44,13 @@ def data_job(local_job_factory, tmp_path: Path):
     return make
 
 
-def row_ids(layout: RunLayout) -> list[str]:
+def row_ids(layout: RunFolder) -> list[str]:
     return [r for p in sorted(layout.data_dir.glob("part-*.parquet")) for r in pq.read_table(p)["row_id"].to_pylist()]
 
 
 def test_a_resume_over_an_edited_data_file_is_refused(data_job) -> None:
     job = data_job()
-    layout = RunLayout.for_job(job)
+    layout = RunFolder.for_job(job)
     original = data_job.data.read_text()
     with pytest.raises(KeyboardInterrupt):
         run_job(job, engine=fake_engine(job, die_after=2))
@@ -64,7 +65,7 @@ def test_a_resume_over_an_edited_data_file_is_refused(data_job) -> None:
     # Restored, the run finishes with every row once.
     data_job.data.write_text(original)
     result = run_job(job, engine=fake_engine(job))
-    assert result.layout.done_marker.exists() and row_ids(layout) == ORIGINAL
+    assert result.folder.done_marker.exists() and row_ids(layout) == ORIGINAL
 
 
 def test_an_edit_to_rows_not_generated_yet_is_refused_too(data_job) -> None:
@@ -87,7 +88,7 @@ def test_rows_added_to_a_sharded_run_are_refused(data_job) -> None:
 
 def test_damaged_parts_are_named_by_status_merge_and_compare_and_regenerated(data_job, tmp_path: Path) -> None:
     job = data_job()
-    layout = RunLayout.for_job(job)
+    layout = RunFolder.for_job(job)
     run_job(job, engine=fake_engine(job))
     stats_before = json.loads(layout.stats_path.read_text())
     truncated, flipped = layout.part_path(1), layout.part_path(2)
@@ -124,7 +125,7 @@ def test_damaged_parts_are_named_by_status_merge_and_compare_and_regenerated(dat
 
 def test_a_deleted_part_of_a_finished_shard_is_regenerated(data_job) -> None:
     job = data_job()
-    layout = RunLayout.for_job(job)
+    layout = RunFolder.for_job(job)
     run_job(job, engine=fake_engine(job))
     layout.part_path(0).unlink()
     assert run_status(layout.root)[0].state == "damaged"
@@ -135,7 +136,7 @@ def test_a_deleted_part_of_a_finished_shard_is_regenerated(data_job) -> None:
 
 def test_a_shard_finished_by_another_process_meanwhile_is_left_alone(data_job, monkeypatch) -> None:
     job = data_job("tracking=sqlite", "tracking.experiment=race")
-    layout = RunLayout.for_job(job)
+    layout = RunFolder.for_job(job)
     first = run_job(job, engine=fake_engine(job))
     stats = layout.stats_path.read_text()
     finished_at = layout.done_marker.read_text()
@@ -164,8 +165,8 @@ def test_a_shard_finished_by_another_process_meanwhile_is_left_alone(data_job, m
 
 def test_an_mlflow_run_left_running_by_a_killed_launch_ends_killed(data_job) -> None:
     job = data_job("tracking=sqlite", "tracking.experiment=killed")
-    assert RunLayout.for_job(data_job()) == RunLayout.for_job(job)  # tracking is not part of the run folder
-    layout = RunLayout.for_job(job)
+    assert RunFolder.for_job(data_job()) == RunFolder.for_job(job)  # tracking is not part of the run folder
+    layout = RunFolder.for_job(job)
     with pytest.raises(KeyboardInterrupt):
         run_job(job, engine=fake_engine(job, die_after=2))
     client = MlflowClient(job.tracking.uri)
@@ -190,7 +191,7 @@ def test_an_mlflow_run_left_running_by_a_killed_launch_ends_killed(data_job) -> 
 
 def test_a_damaged_part_of_an_unfinished_shard_is_regenerated(data_job) -> None:
     job = data_job()
-    layout = RunLayout.for_job(job)
+    layout = RunFolder.for_job(job)
     with pytest.raises(KeyboardInterrupt):
         run_job(job, engine=fake_engine(job, die_after=2))
     part = layout.part_path(0)

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import GENERATE, PROJECT_ROOT, compose_job
-from specbatch.run.layout import RunLayout
+from specbatch.run.folder import RunFolder
 from specbatch.run.runs import merge_run, run_status
 from specbatch.run.summary import Summary
 
@@ -41,13 +41,13 @@ def job_args(root: Path) -> list[str]:
 
 
 def check_merged(root_args: list[str], shards: int) -> None:
-    layout = RunLayout.for_job(compose_job(root_args), 0, shards)
+    layout = RunFolder.for_job(compose_job(root_args), 0, shards)
     assert [s.state for s in run_status(layout.root)] == ["done"] * shards
     result = merge_run(layout.root, log_to_mlflow=False)
     ids = [r["row_id"] for p in result.parts for r in pq.read_table(p).to_pylist()]
     assert sorted(ids) == sorted(f"HumanEval/{i}" for i in range(N_ROWS)) and len(ids) == N_ROWS
     shard_summaries = [
-        Summary(**json.loads(RunLayout(layout.root, i, shards).stats_path.read_text())) for i in range(shards)
+        Summary(**json.loads(RunFolder(layout.root, i, shards).stats_path.read_text())) for i in range(shards)
     ]
     for key in ("rows", "output_tokens", "prompt_tokens", "drafts", "accepted_tokens"):
         assert getattr(result.summary, key) == sum(getattr(s, key) for s in shard_summaries), key

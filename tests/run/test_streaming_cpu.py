@@ -13,8 +13,8 @@ import pytest
 from conftest import compose_job
 from specbatch.engine import Engine, Request, RequestRefused, start_engine
 from specbatch.engine.spec_metrics import Counters, accepted_per_position_from_histogram
+from specbatch.run.folder import RunFolder
 from specbatch.run.generate import run_job
-from specbatch.run.layout import RunLayout
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +61,7 @@ def engine(data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Eng
     engine.close()
 
 
-def rows_of(layout: RunLayout) -> list[dict]:
+def rows_of(layout: RunFolder) -> list[dict]:
     return [r for p in sorted(layout.data_dir.glob("part-*.parquet")) for r in pq.read_table(p).to_pylist()]
 
 
@@ -73,7 +73,7 @@ def test_three_chunks_and_two_turns_streamed_equal_one_chunk(engine: Engine, dat
         "part-00001.parquet",
         "part-00002.parquet",
     ]
-    got, want = rows_of(streamed.layout), rows_of(whole.layout)
+    got, want = rows_of(streamed.folder), rows_of(whole.folder)
     # Every row and turn exactly once, in data order inside each part, all generated.
     keys = [(r["row_id"], r["turn"]) for r in got]
     assert keys == [(f"q{i}", t) for i in range(ROWS) for t in (1, 2)]
@@ -84,7 +84,7 @@ def test_three_chunks_and_two_turns_streamed_equal_one_chunk(engine: Engine, dat
     assert sum(r["accepted_tokens"] for r in got) > 0
 
     # The shard's figures are the engine's counter differences over the loop; the rows' own figures add up to them.
-    summary, layout = streamed.summary, streamed.layout
+    summary, layout = streamed.summary, streamed.folder
     assert summary.concurrency == engine.concurrency and summary.generation_seconds > 0
     assert summary.output_tokens == sum(r["completion_tokens"] for r in got)
     assert summary.prompt_tokens == sum(r["prompt_tokens"] for r in got)

@@ -10,8 +10,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
 from conftest import CONF_DIR, fake_engine
+from specbatch.common.files import atomic_write_json
 from specbatch.run.generate import run_job
-from specbatch.run.layout import atomic_write_json
 from specbatch.run.runs import merge_run
 from specbatch.run.sweep import SWEEP_FILE, MlflowSweepCallback
 from specbatch.tracking.store import error_line, unreachable
@@ -55,7 +55,7 @@ def test_a_merge_whose_server_is_down_writes_its_files_and_warns_once(local_job_
     quick_http_failure(monkeypatch)
     # Without a password: merge reads the URI from run.json, where a password is masked.
     job = local_job_factory("tracking.uri=http://127.0.0.1:9", rows=4)
-    root = run_job(job, engine=fake_engine(job)).layout.root
+    root = run_job(job, engine=fake_engine(job)).folder.root
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         result = merge_run(root)

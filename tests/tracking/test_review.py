@@ -18,8 +18,8 @@ from mlflow.tracking import MlflowClient
 from conftest import PROJECT_ROOT, fake_engine
 from mlflow_server import basic_auth_proxy, free_port
 from specbatch.common.masking import mask_data, mask_text
+from specbatch.run.folder import RunFolder
 from specbatch.run.generate import run_job
-from specbatch.run.layout import RunLayout
 from specbatch.run.sweep import SweepJob
 
 LOG_RUN = PROJECT_ROOT / "jobs" / "log_run.py"
@@ -56,12 +56,12 @@ def test_the_run_page_has_a_name_description_dataset_table_and_grouped_experimen
     assert run.info.run_name == "smollm2-135m-instruct/none/local/rep2"
     assert (
         "**none** on" in run.data.tags["mlflow.note.content"]
-        and str(result.layout.root) in (run.data.tags["mlflow.note.content"])
+        and str(result.folder.root) in (run.data.tags["mlflow.note.content"])
     )
     assert run.data.tags["repeat"] == "2" and run.data.tags["dtype"] == "bfloat16"
     [dataset_input] = run.inputs.dataset_inputs
     assert dataset_input.dataset.name.endswith("/shard-00000-of-00001")
-    assert str(result.layout.data_dir) in dataset_input.dataset.source
+    assert str(result.folder.data_dir) in dataset_input.dataset.source
     assert {t.key: t.value for t in dataset_input.tags}["mlflow.data.context"] == "output"
     artifacts = artifact_texts(client, run.info.run_id, tmp_path)
     table = json.loads(artifacts["completions_sample.json"])
@@ -84,8 +84,8 @@ def test_secrets_reach_no_param_tag_artifact_or_parquet_metadata(make_job, tmp_p
         json.dumps(run.data.tags),
         *artifact_texts(client, run.info.run_id, tmp_path).values(),
         *(str(pq.read_schema(p).metadata) for p in result.parquet_files),
-        result.layout.run_json.read_text(),
-        result.layout.config_yaml.read_text(),
+        result.folder.run_json.read_text(),
+        result.folder.config_yaml.read_text(),
         caplog.text,
     ]
     for text in written:
@@ -127,22 +127,22 @@ def test_unreachable_server_warns_once_without_credentials_and_the_run_is_logged
     job = make_job(f"tracking.uri={uri}")
     with caplog.at_level(logging.WARNING):
         result = run_job(job, engine=fake_engine(job))
-    assert result.layout.done_marker.exists() and len(result.parquet_files) == 2
+    assert result.folder.done_marker.exists() and len(result.parquet_files) == 2
     warnings = [r for r in caplog.records if "MLflow tracking at" in r.getMessage()]
     assert len(warnings) == 1
     assert "http://admin:***@127.0.0.1:9" in warnings[0].getMessage() and PASSWORD not in caplog.text
-    pending = json.loads(result.layout.mlflow_pending_path.read_text())
+    pending = json.loads(result.folder.mlflow_pending_path.read_text())
     assert pending["run_id"] is None and "starting the run" in pending["failure"]
 
     store = f"sqlite:///{tmp_path}/later.db"
     proc = subprocess.run(
-        [sys.executable, str(LOG_RUN), str(result.layout.root), "--tracking-uri", store],
+        [sys.executable, str(LOG_RUN), str(result.folder.root), "--tracking-uri", store],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert not result.layout.mlflow_pending_path.exists()
+    assert not result.folder.mlflow_pending_path.exists()
     client, run = only_run(store, "specbatch/local")
     assert run.info.status == "FINISHED" and run.data.tags["logged_later"] == "true"
     assert run.data.metrics["output_tokens"] == 8 and run.data.params["spec.method"] == "none"
@@ -163,7 +163,7 @@ def test_a_full_disk_leaves_no_half_file_fails_the_run_and_a_rerun_finishes(make
     monkeypatch.setattr(pq, "write_table", write_until_full)
     with pytest.raises(OSError, match="No space left on device"):
         run_job(job, engine=fake_engine(job))
-    layout = RunLayout.for_job(job)
+    layout = RunFolder.for_job(job)
     assert [p.name for p in layout.data_dir.iterdir()] == ["part-00000.parquet"]
     assert not layout.done_marker.exists()
     _, run = only_run(job.tracking.uri, "disk-full")
@@ -172,7 +172,7 @@ def test_a_full_disk_leaves_no_half_file_fails_the_run_and_a_rerun_finishes(make
     monkeypatch.setattr(pq, "write_table", real_write)
     engine = fake_engine(job)
     result = run_job(job, engine=engine)
-    assert len(engine.added) == 2 and result.summary.rows == 4 and result.layout.done_marker.exists()
+    assert len(engine.added) == 2 and result.summary.rows == 4 and result.folder.done_marker.exists()
 
 
 def test_a_sweep_whose_server_is_down_still_runs_its_jobs(tmp_path, caplog, quick_http_failure) -> None:
@@ -204,14 +204,14 @@ def test_log_run_takes_the_password_of_a_masked_uri_from_mlflow_tracking_passwor
     port = free_port()
     job = make_job(f"tracking.uri=http://admin:{PASSWORD}@127.0.0.1:{port}")  # nothing listens there yet
     result = run_job(job, engine=fake_engine(job))
-    recorded = json.loads(result.layout.run_json.read_text())["config"]["tracking"]["uri"]
-    assert recorded == f"http://admin:***@127.0.0.1:{port}" and result.layout.mlflow_pending_path.exists()
+    recorded = json.loads(result.folder.run_json.read_text())["config"]["tracking"]["uri"]
+    assert recorded == f"http://admin:***@127.0.0.1:{port}" and result.folder.mlflow_pending_path.exists()
 
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME")}
     env["MLFLOW_TRACKING_PASSWORD"] = PASSWORD
     with basic_auth_proxy(mlflow_server.uri, "admin", PASSWORD, port=port) as proxy:
         proc = subprocess.run(
-            [sys.executable, str(LOG_RUN), str(result.layout.root)],
+            [sys.executable, str(LOG_RUN), str(result.folder.root)],
             env=env,
             capture_output=True,
             text=True,
@@ -219,7 +219,7 @@ def test_log_run_takes_the_password_of_a_masked_uri_from_mlflow_tracking_passwor
         )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proxy.passed > 0 and proxy.refused == 0 and PASSWORD not in proc.stdout + proc.stderr
-    assert not result.layout.mlflow_pending_path.exists()
+    assert not result.folder.mlflow_pending_path.exists()
     client, run = only_run(mlflow_server.uri, "specbatch/local")
     assert run.info.status == "FINISHED" and run.data.tags["logged_later"] == "true"
     assert run.data.params["tracking.uri"] == f"http://admin:***@127.0.0.1:{port}"

@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from conftest import PNG_MAGIC, PROJECT_ROOT, LiveJob, compose_job, run_generate
 from mlflow_server import start_mlflow_server
-from specbatch.run.layout import RunLayout
+from specbatch.run.folder import RunFolder
 
 pytestmark = pytest.mark.slow
 LOG_RUN = PROJECT_ROOT / "jobs" / "log_run.py"
@@ -62,7 +62,7 @@ def test_server_killed_mid_run_then_logged_later(tmp_path: Path) -> None:
         server.kill()
         code = job.wait(timeout=900)
     assert code == 0, job.output[-3000:]
-    layout = RunLayout.for_job(compose_job([*args, f"tracking.uri={uri}"]))
+    layout = RunFolder.for_job(compose_job([*args, f"tracking.uri={uri}"]))
     assert layout.done_marker.exists() and len(list(layout.data_dir.glob("part-*.parquet"))) == 4
     assert json.loads(layout.stats_path.read_text())["rows"] == 4
     warnings = [line for line in job.output.splitlines() if "MLflow tracking at" in line]

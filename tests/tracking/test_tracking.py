@@ -9,8 +9,8 @@ from mlflow.tracking import MlflowClient
 
 from specbatch.engine import Completion, engine_fingerprint
 from specbatch.engine.dummy import DummyEngine
+from specbatch.run.folder import RunFolder
 from specbatch.run.generate import run_job
-from specbatch.run.layout import RunLayout
 from specbatch.tracking import store
 from specbatch.tracking.logger import flatten
 from specbatch.tracking.store import default_artifact_location
@@ -36,7 +36,7 @@ def test_failure_marks_the_run_failed_and_propagates(job_factory, tmp_path: Path
     [run] = client.search_runs([client.get_experiment_by_name("failing").experiment_id])
     assert run.info.status == "FAILED"
     assert run.data.params["spec.method"] == "ngram"  # params were logged before the failure
-    layout = RunLayout.for_job(job)
+    layout = RunFolder.for_job(job)
     assert not layout.done_marker.exists()
     assert not list(layout.root.rglob("*.parquet"))
 

@@ -6,6 +6,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from specbatch.analysis.compare import CompareRow, Comparison
+from specbatch.common.files import atomic_write
 from specbatch.config import spec_caption
 from specbatch.run.summary import Summary
 
@@ -115,10 +116,9 @@ def plot_all(comparison: Comparison, out_dir: Path) -> list[Path]:
 
 
 def _save(fig, plt, path: Path) -> Path:  # type: ignore[no-untyped-def]
-    # Write beside and rename, so a reader never sees half a PNG.
-    tmp = path.with_name(f".{path.name}.tmp.png")
+    # Written beside and renamed, so a reader never sees half a PNG; the temporary name has no .png ending, so the
+    # format is named.
     fig.tight_layout()
-    fig.savefig(tmp, dpi=110)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)
-    tmp.replace(path)
     return path

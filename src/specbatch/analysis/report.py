@@ -19,7 +19,7 @@ from specbatch.analysis.run_data import load_run
 from specbatch.analysis.tables import format_comparison, write_comparison
 from specbatch.common.masking import mask_uri
 from specbatch.config import spec_caption, spec_label
-from specbatch.run.runs import read_run
+from specbatch.run.folder import read_run
 from specbatch.run.sweep import SWEEP_FILE, read_sweep, sweep_run_folders
 
 log = logging.getLogger(__name__)

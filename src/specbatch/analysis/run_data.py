@@ -11,8 +11,8 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from specbatch.config import workload_digest
+from specbatch.run.folder import read_run, shard_folders
 from specbatch.run.records import STATUS_OK
-from specbatch.run.runs import read_run, shard_layouts
 from specbatch.run.summary import Summary
 
 RowKey = tuple[str, int, int]
@@ -78,8 +78,8 @@ def load_run(root: Path) -> RunData:
     tokens: dict[RowKey, list[int]] = {}
     first_turn_rows: set[str] = set()
     columns = ["row_id", "turn", "sample_index", "status", "completion_token_ids"]
-    for layout in shard_layouts(root):
-        for part in sorted(layout.data_dir.glob("part-*.parquet")):
+    for folder in shard_folders(root):
+        for part in folder.parts():
             for row in pq.read_table(part, columns=columns).to_pylist():
                 if row["turn"] == 1:
                     first_turn_rows.add(row["row_id"])

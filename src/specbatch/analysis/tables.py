@@ -70,7 +70,7 @@ def write_comparison(comparison: Comparison, out_dir: Path) -> list[Path]:
 
     import pyarrow as pa
 
-    from specbatch.run.layout import atomic_write_json, atomic_write_text
+    from specbatch.common.files import atomic_write, atomic_write_json, atomic_write_text
 
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, json_path, parquet_path = (out_dir / f"comparison.{ext}" for ext in ("csv", "json", "parquet"))
@@ -82,7 +82,5 @@ def write_comparison(comparison: Comparison, out_dir: Path) -> list[Path]:
     atomic_write_text(csv_path, buffer.getvalue())
     atomic_write_json(json_path, comparison.to_dict())
     table = pa.Table.from_pylist([asdict(r) for r in comparison.rows])
-    tmp = parquet_path.with_name(f".{parquet_path.name}.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(parquet_path)
+    atomic_write(parquet_path, lambda tmp: pq.write_table(table, tmp))
     return [csv_path, json_path, parquet_path]

@@ -25,7 +25,7 @@ def measure_speedups(common: list[str], root: Path, stamp: str) -> list[Path]:
         base = [*common, *spec, f"output_root={root}"]
         for batch in ("engine.max_num_seqs=1", "engine.max_num_seqs=null"):
             name = "bs1" if batch.endswith("=1") else "full"
-            folders.append(run_job(compose_job([*base, batch, f"run_name={name}-{stamp}"])).layout.root)
+            folders.append(run_job(compose_job([*base, batch, f"run_name={name}-{stamp}"])).folder.root)
     return folders
 
 

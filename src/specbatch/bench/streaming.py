@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from specbatch.bench.processes import PROJECT, compose_job, first_turn_prompts, run_bare
 from specbatch.common.environment import git_commit
 from specbatch.data.rows import load_rows
+from specbatch.run.folder import shard_folders
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,6 @@ FOLLOW_UP = (
     "Now also add type hints to every parameter and to the return value. Keep the comments, and reply with the "
     "complete function in one Python code block."
 )
-# The stats file of a one-shard run, inside its run folder.
-SHARD_STATS = "stats/shard-00000-of-00001.json"
 
 
 @dataclass(frozen=True)
@@ -87,14 +86,15 @@ def run_job_process(overrides: list[str], output_root: Path) -> tuple[Throughput
     subprocess.run(command, cwd=PROJECT, check=True)
     wall = time.perf_counter() - began
     (run_folder,) = {p.parent for p in output_root.glob("runs/*/*/*/run.json")}
-    stats = json.loads((run_folder / SHARD_STATS).read_text())
-    if stats["error_rows"]:
-        log.warning("%s: %d error rows (not generated)", run_folder, stats["error_rows"])
+    (shard,) = shard_folders(run_folder)
+    stats = shard.read_summary()
+    if stats.error_rows:
+        log.warning("%s: %d error rows (not generated)", run_folder, stats.error_rows)
     completions = {}
-    for part in sorted(run_folder.glob("data/**/*.parquet")):
+    for part in shard.parts():
         for r in pq.read_table(part, columns=["row_id", "turn", "completion_token_ids"]).to_pylist():
             completions[(r["row_id"], r["turn"])] = r["completion_token_ids"]
-    figures = Throughput(stats["rows"], stats["output_tokens"], stats["generation_seconds"], wall)
+    figures = Throughput(stats.rows, stats.output_tokens, stats.generation_seconds, wall)
     return figures, completions
 
 

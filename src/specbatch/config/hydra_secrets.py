@@ -19,8 +19,8 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from specbatch.common.files import atomic_write_text
 from specbatch.common.masking import install_log_masking, mask_data, mask_text
-from specbatch.run.layout import atomic_write_text
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from specbatch.data.rows import SourceRow
-from specbatch.run.layout import RunLayout
+from specbatch.run.folder import RunFolder
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +51,13 @@ class PartRecord:
         return dataclasses.asdict(self)
 
 
-def part_problem(layout: RunLayout, number: int) -> str | None:
+def part_problem(folder: RunFolder, number: int) -> str | None:
     """Why part ``number`` of the shard cannot be trusted, or None when it is as it was written."""
-    part, stats_path = layout.part_path(number), layout.part_stats_path(number)
+    part, stats_path = folder.part_path(number), folder.part_stats_path(number)
     if not part.is_file():
         return "it is missing"
     try:
-        recorded = json.loads(stats_path.read_text()).get("part")
+        recorded = folder.read_part_stats(number).get("part")
     except FileNotFoundError:
         recorded = None  # parts written by hand, or before stats existed
     except (OSError, ValueError) as exc:
@@ -77,27 +77,27 @@ def part_problem(layout: RunLayout, number: int) -> str | None:
     return None
 
 
-def expected_parts(layout: RunLayout) -> list[int]:
+def expected_parts(folder: RunFolder) -> list[int]:
     """Part numbers the shard has or should have: those on disk plus every chunk its source record lists."""
-    numbers = set(layout.part_numbers())
-    record = read_source_record(layout)
+    numbers = set(folder.part_numbers())
+    record = folder.read_source_record()
     if record is not None:
         numbers.update(range(len(record["chunks"])))
     return sorted(numbers)
 
 
-def damaged_parts(layout: RunLayout, numbers: Iterable[int] | None = None) -> dict[int, str]:
+def damaged_parts(folder: RunFolder, numbers: Iterable[int] | None = None) -> dict[int, str]:
     """Part number -> what is wrong with it, for the shard's parts (all expected ones by default)."""
     problems = {}
-    for number in expected_parts(layout) if numbers is None else numbers:
-        problem = part_problem(layout, number)
+    for number in expected_parts(folder) if numbers is None else numbers:
+        problem = part_problem(folder, number)
         if problem is not None:
             problems[number] = problem
     return problems
 
 
-def describe_damage(layout: RunLayout, problems: dict[int, str]) -> str:
-    return "; ".join(f"{layout.part_path(n)}: {why}" for n, why in sorted(problems.items()))
+def describe_damage(folder: RunFolder, problems: dict[int, str]) -> str:
+    return "; ".join(f"{folder.part_path(n)}: {why}" for n, why in sorted(problems.items()))
 
 
 def rows_digest(rows: list[SourceRow]) -> str:
@@ -107,13 +107,6 @@ def rows_digest(rows: list[SourceRow]) -> str:
         digest.update(json.dumps(dataclasses.asdict(row), sort_keys=True, ensure_ascii=False).encode())
         digest.update(b"\n")
     return digest.hexdigest()[:32]
-
-
-def read_source_record(layout: RunLayout) -> dict[str, Any] | None:
-    try:
-        return json.loads(layout.source_record_path.read_text())
-    except FileNotFoundError:
-        return None
 
 
 def changed_chunks(recorded: dict[str, Any], digests: list[str]) -> list[int]:

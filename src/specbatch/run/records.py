@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from specbatch.common.files import atomic_write
 from specbatch.data.prompts import Prompt
 from specbatch.engine import Sample
-from specbatch.run.layout import temporary_beside
 
 # Key of the resolved config in the Parquet file's schema metadata.
 CONFIG_METADATA_KEY = b"specbatch.config"
@@ -114,13 +113,11 @@ def error_record(
 
 def write_parquet(records: list[dict[str, Any]], path: Path, config: dict[str, Any]) -> None:
     """Write under a temporary name in the same folder, then rename: a reader sees the whole file or none."""
-    with temporary_beside(path) as tmp:
-        write_parquet_file(records, tmp, config)
-        os.replace(tmp, path)
+    atomic_write(path, lambda tmp: write_parquet_file(records, tmp, config))
 
 
 def write_parquet_file(records: list[dict[str, Any]], path: Path, config: dict[str, Any]) -> None:
-    """Write ``path`` as it is (not atomic: callers that need to, write a temporary name and rename it)."""
+    """Write ``path`` as it is (not atomic: callers that need to, write it through common.files.atomic_write)."""
     schema = SCHEMA.with_metadata(
         {CONFIG_METADATA_KEY: json.dumps(config, sort_keys=True).encode(), SCHEMA_VERSION_KEY: SCHEMA_VERSION}
     )

@@ -8,15 +8,14 @@ shard is done, then writes a manifest over all parts and one summary added up fr
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from specbatch.common.files import atomic_write_json
 from specbatch.config import spec_label
+from specbatch.run.folder import RunFolder, read_run, shard_folders
 from specbatch.run.integrity import damaged_parts, describe_damage
-from specbatch.run.layout import RunLayout, atomic_write_json
 from specbatch.run.locks import is_locked
 from specbatch.run.summary import Summary, format_table, merge_summaries
 
@@ -37,37 +36,25 @@ class ShardState:
     problem: str | None = None
 
 
-def read_run(root: Path) -> dict[str, Any]:
-    run_json = Path(root) / "run.json"
-    if not run_json.is_file():
-        raise FileNotFoundError(f"{root} is not a run folder (no run.json): pass outputs/runs/<dataset>/<model>/<run>")
-    return json.loads(run_json.read_text())
-
-
-def shard_layouts(root: Path) -> list[RunLayout]:
-    count = read_run(root)["shard_count"]
-    return [RunLayout(Path(root).resolve(), index, count) for index in range(count)]
-
-
 def run_status(root: Path) -> list[ShardState]:
     states = []
-    for layout in shard_layouts(root):
-        on_disk = layout.part_numbers()
+    for folder in shard_folders(root):
+        on_disk = folder.part_numbers()
         parts = len(on_disk)
-        if is_locked(layout.lock_path):
-            states.append(ShardState(layout.shard_index, "running", parts))
+        if is_locked(folder.lock_path):
+            states.append(ShardState(folder.shard_index, "running", parts))
             continue
         # A done shard must have every part it recorded; an unfinished one only its finished parts intact.
-        damaged = damaged_parts(layout, None if layout.done_marker.exists() else on_disk)
+        damaged = damaged_parts(folder, None if folder.is_done() else on_disk)
         if damaged:
-            problem = describe_damage(layout, damaged)
-            states.append(ShardState(layout.shard_index, "damaged", parts, problem))
+            problem = describe_damage(folder, damaged)
+            states.append(ShardState(folder.shard_index, "damaged", parts, problem))
             continue
-        if layout.done_marker.exists():
+        if folder.is_done():
             state = "done"
         else:
             state = "partial" if parts else "missing"
-        states.append(ShardState(layout.shard_index, state, parts))
+        states.append(ShardState(folder.shard_index, state, parts))
     return states
 
 
@@ -103,24 +90,22 @@ def finished_summary(root: Path) -> Summary:
             f"Finish them (rerun with shard.index=<i> shard.count={len(states)}; finished chunks are kept) "
             "and try again."
         )
-    return merge_summaries([Summary(**json.loads(layout.stats_path.read_text())) for layout in shard_layouts(root)])
+    return merge_summaries([folder.read_summary() for folder in shard_folders(root)])
 
 
 def merge_run(root: Path, log_to_mlflow: bool = True) -> MergeResult:
     """Check every shard is done, then write merged/manifest.json and merged/summary.json (and log them)."""
     root = Path(root).resolve()
     merged = finished_summary(root)
-    layouts = shard_layouts(root)
-    parts = [part for layout in layouts for part in sorted(layout.data_dir.glob("part-*.parquet"))]
-    out = root / "merged"
-    manifest = out / "manifest.json"
+    shards = shard_folders(root)
+    parts = [part for folder in shards for part in folder.parts()]
+    manifest, summary_path = RunFolder(root).manifest_path, RunFolder(root).merged_summary_path
     atomic_write_json(
         manifest,
-        {"shard_count": len(layouts), "rows": merged.rows, "parts": [str(p.relative_to(root)) for p in parts]},
+        {"shard_count": len(shards), "rows": merged.rows, "parts": [str(p.relative_to(root)) for p in parts]},
     )
-    summary_path = out / "summary.json"
     atomic_write_json(summary_path, merged.to_dict())
-    log.info("merged %d shards of %s: %d rows in %d parts", len(layouts), root, merged.rows, len(parts))
+    log.info("merged %d shards of %s: %d rows in %d parts", len(shards), root, merged.rows, len(parts))
     log.info("merged summary\n%s", format_table(merged))
     if log_to_mlflow:
         _log_merged(root, merged)

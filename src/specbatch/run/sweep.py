@@ -19,9 +19,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from specbatch.common.files import atomic_write_json
 from specbatch.common.masking import mask_text
 from specbatch.config import SpecConfig, SpecMethod, TrackingConfig
-from specbatch.run.layout import atomic_write_json
 
 log = logging.getLogger(__name__)
 

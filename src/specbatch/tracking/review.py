@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from specbatch.config import spec_label
-from specbatch.run.layout import RunLayout
+from specbatch.run.folder import RunFolder, read_run, shard_folders
 from specbatch.run.summary import Summary
 from specbatch.tracking.logger import RunLogger, flatten
 
@@ -39,7 +39,7 @@ class RunIdentity:
     tags: dict[str, str]
 
 
-def run_identity(config: dict[str, Any], layout: RunLayout, rows: int | None = None) -> RunIdentity:
+def run_identity(config: dict[str, Any], layout: RunFolder, rows: int | None = None) -> RunIdentity:
     """Name, description and tags of a shard's run, from the run's (masked) plain config."""
     spec = config["spec"]
     k = spec.get("num_speculative_tokens")
@@ -73,7 +73,7 @@ def run_identity(config: dict[str, Any], layout: RunLayout, rows: int | None = N
 
 
 def log_shard_results(
-    run: RunLogger, layout: RunLayout, summary: Summary, config_yaml: str, parts: list[Path]
+    run: RunLogger, layout: RunFolder, summary: Summary, config_yaml: str, parts: list[Path]
 ) -> None:
     """Everything of a finished shard except params (logged when the run starts)."""
     run.log_summary(summary)
@@ -92,7 +92,7 @@ def log_params(run: RunLogger, config: dict[str, Any]) -> None:
     run.log_params(flatten(config))
 
 
-def parquet_dataset(layout: RunLayout, parts: list[Path]) -> Any:
+def parquet_dataset(layout: RunFolder, parts: list[Path]) -> Any:
     """The shard's Parquet folder as an MLflow dataset (metadata only: MLflow never copies the rows)."""
     from mlflow.data.dataset_source_registry import resolve_dataset_source
     from mlflow.data.meta_dataset import MetaDataset
@@ -127,7 +127,6 @@ def log_pending(root: Path, uri: str | None = None, every_shard: bool = False) -
     Continues the shard's MLflow run when the store has it (the job created it before the server went away),
     else creates it; returns the run ids. Raises when the store cannot be reached: nothing is marked logged then.
     """
-    from specbatch.run.runs import read_run, shard_layouts
     from specbatch.tracking.store import open_client, recorded_tracking
 
     config = read_run(root)["config"]
@@ -136,14 +135,14 @@ def log_pending(root: Path, uri: str | None = None, every_shard: bool = False) -
         raise ValueError(f"{root} was run with tracking=off: pass --tracking-uri to log it somewhere")
     client, experiment_id = open_client(tracking)
     logged = []
-    for layout in shard_layouts(root):
+    for layout in shard_folders(root):
         pending = layout.mlflow_pending_path
-        if not layout.done_marker.exists():
+        if not layout.is_done():
             log.info("shard %s is not finished: not logged (finish it first)", layout.shard_tag)
             continue
         if not pending.exists() and not every_shard:
             continue
-        record = json.loads(pending.read_text()) if pending.exists() else {}
+        record = layout.read_pending_note() or {}
         identity = run_identity(config, layout)
         run_id = record.get("run_id")
         if run_id is None or not _run_exists(client, run_id):
@@ -152,10 +151,10 @@ def log_pending(root: Path, uri: str | None = None, every_shard: bool = False) -
                 tags["mlflow.parentRunId"] = record["parent_run_id"]
             run_id = client.create_run(experiment_id, run_name=identity.name, tags=tags).info.run_id
         run = RunLogger(client, run_id, experiment_id, tracking.uri, later=f"python jobs/log_run.py {root}")
-        summary = Summary(**json.loads(layout.stats_path.read_text()))
-        parts = sorted(layout.data_dir.glob("part-*.parquet"))
+        summary = layout.read_summary()
+        parts = layout.parts()
         log_params(run, config)
-        log_shard_results(run, layout, summary, layout.config_yaml.read_text(), parts)
+        log_shard_results(run, layout, summary, layout.read_config_yaml(), parts)
         run.terminate("FINISHED")
         if run.failure:
             raise RuntimeError(f"logging shard {layout.shard_tag} of {root} failed: {run.failure}")

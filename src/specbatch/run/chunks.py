@@ -1,0 +1,68 @@
+"""Writing a shard's chunks as they finish: each one's Parquet part and figures, and each launch's record of its loop.
+
+A part's rename is its commit: its figures (counters, launch, elapsed time and the part's own size and checksum) are
+written just before it, so a part never exists without them and every later reader can tell a damaged part from a
+good one. A launch's record (its wall time and engine counter differences) is written when its loop ends; a killed
+launch leaves none, and the shard summary then falls back on its parts' own figures.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from specbatch.common.files import atomic_write, atomic_write_json
+from specbatch.run.folder import RunFolder
+from specbatch.run.integrity import PartRecord
+from specbatch.run.records import write_parquet_file
+from specbatch.run.streaming import ChunkResult, StreamResult
+
+log = logging.getLogger(__name__)
+
+
+class ChunkWriter:
+    """Writes the chunks of one launch of a shard (one streaming loop) into its run folder."""
+
+    def __init__(self, folder: RunFolder, config: dict[str, Any], concurrency: int | None, todo: int) -> None:
+        self.folder, self.config, self.concurrency = folder, config, concurrency
+        # Names this launch in its parts' figures and in its own record.
+        self.launch = uuid.uuid4().hex[:12]
+        # Chunks this launch is to write, and those it wrote.
+        self.todo = todo
+        self.written: list[int] = []
+
+    def write(self, chunk: ChunkResult) -> None:
+        def write_part(tmp: Path) -> None:
+            write_parquet_file(chunk.records, tmp, self.config)
+            stats = {
+                "counters": asdict(chunk.counters),
+                # Which launch wrote it (and at what engine concurrency), and when in that launch's loop: the time
+                # a killed launch's parts took.
+                "launch": self.launch,
+                "concurrency": self.concurrency,
+                "elapsed": chunk.elapsed,
+                "part": PartRecord.of(tmp).to_dict(),
+            }
+            atomic_write_json(self.folder.part_stats_path(chunk.number), stats)
+
+        atomic_write(self.folder.part_path(chunk.number), write_part)
+        self.written.append(chunk.number)
+        log.info(
+            "chunk %d written: %d rows (%d of %d chunks)",
+            chunk.number,
+            len(chunk.records),
+            len(self.written),
+            self.todo,
+        )
+
+    def write_launch_record(self, streamed: StreamResult) -> None:
+        """The loop's wall time and engine counter differences, for the parts it wrote (absent if it was killed)."""
+        record = {
+            "parts": streamed.chunks,
+            "seconds": streamed.seconds,
+            "counters": asdict(streamed.counters) if streamed.counters is not None else None,
+        }
+        atomic_write_json(self.folder.launch_record_path(self.launch), record)

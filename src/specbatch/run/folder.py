@@ -1,0 +1,223 @@
+"""The run folder: every path of a run and of its shards, and every read of them (DESIGN.md "Output layout").
+
+The run folder is deterministic: ``<output_root>/runs/<dataset>/<model>/<spec>[-k<k>]-<hash>/``, where the hash
+covers everything that changes outputs or timings, so a rerun of the same set-up finds its own folder and two
+different set-ups never share one. Inside it (``<shard>`` is ``shard-<index>-of-<count>``, zero-padded):
+
+- ``run.json``, ``config.yaml``: the run record (config, shard count, source rows), fixed by the first launch;
+- ``data/<shard>/part-<n>.parquet``: the shard's output rows, one part per chunk;
+- ``stats/<shard>/``: the shard's own records: ``part-<n>.json`` (a part's figures and checksum), ``launch-<id>.json``
+  (one launch's streaming loop) and ``source.json`` (digests of the source rows per chunk);
+- ``stats/<shard>.json``: the shard summary, written when the shard finishes;
+- ``locks/<shard>.lock``, ``done/<shard>``: the writer's lock and the done marker (written last);
+- ``mlflow_active/<shard>.json``, ``mlflow_pending/<shard>.json``: the MLflow run of the writing process (left behind
+  only by a killed one), and the pending note of a shard whose MLflow logging failed;
+- ``merged/``: the manifest and summary of the merged run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specbatch.common.files import atomic_write_json, atomic_write_text, create_json_once, temporaries_in
+from specbatch.config import JobConfig, run_folder_digest
+from specbatch.run.summary import Summary
+
+log = logging.getLogger(__name__)
+
+def config_hash(job: JobConfig, length: int = 8) -> str:
+    """The run folder's digest: the config fields that declare Identity.run_folder (specbatch.config.identity)."""
+    return run_folder_digest(job, length)
+
+
+def _safe(part: str) -> str:
+    """A folder-name-safe version of a readable name (hub ids contain '/')."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", part).strip("_") or "unnamed"
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """Paths of one run (all shards) and of one shard inside it, and the reads and small writes of its records."""
+
+    root: Path
+    shard_index: int = 0
+    shard_count: int = 1
+
+    @classmethod
+    def for_job(cls, job: JobConfig, shard_index: int = 0, shard_count: int = 1) -> RunFolder:
+        readable = job.run_name or job.spec.label
+        root = (
+            Path(job.output_root).resolve()
+            / "runs"
+            / _safe(job.dataset.name)
+            / _safe(job.model.name)
+            / f"{_safe(readable)}-{config_hash(job)}{f'-rep{job.repeat}' if job.repeat else ''}"
+        )
+        return cls(root=root, shard_index=shard_index, shard_count=shard_count)
+
+    @property
+    def shard_tag(self) -> str:
+        return f"shard-{self.shard_index:05d}-of-{self.shard_count:05d}"
+
+    # The run as a whole.
+
+    @property
+    def run_json(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def config_yaml(self) -> Path:
+        return self.root / "config.yaml"
+
+    def read_config_yaml(self) -> str:
+        return self.config_yaml.read_text()
+
+    def read_run_record(self) -> dict[str, Any]:
+        if not self.run_json.is_file():
+            raise FileNotFoundError(
+                f"{self.root} is not a run folder (no run.json): pass outputs/runs/<dataset>/<model>/<run>"
+            )
+        return json.loads(self.run_json.read_text())
+
+    def claim_run_record(self, record: dict[str, Any]) -> bool:
+        """Create run.json unless it exists (atomically: of two racing launches one wins); True for the winner."""
+        return create_json_once(self.run_json, record)
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "merged" / "manifest.json"
+
+    @property
+    def merged_summary_path(self) -> Path:
+        return self.root / "merged" / "summary.json"
+
+    # The shard's data.
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data" / self.shard_tag
+
+    def part_path(self, part: int) -> Path:
+        return self.data_dir / f"part-{part:05d}.parquet"
+
+    def part_numbers(self) -> list[int]:
+        """Numbers of the shard's parts on disk, in order."""
+        return sorted(int(p.stem.removeprefix("part-")) for p in self.data_dir.glob("part-*.parquet"))
+
+    def parts(self) -> list[Path]:
+        """The shard's parts on disk, in order (never a writer's temporary file)."""
+        return [self.part_path(number) for number in self.part_numbers()]
+
+    def drop_part(self, part: int) -> None:
+        """Remove a part and its figures (to generate it again)."""
+        self.part_path(part).unlink(missing_ok=True)
+        self.part_stats_path(part).unlink(missing_ok=True)
+
+    # The shard's records.
+
+    @property
+    def stats_dir(self) -> Path:
+        """The shard's own records: each part's figures, each launch's loop, the digests of its source rows."""
+        return self.root / "stats" / self.shard_tag
+
+    def part_stats_path(self, part: int) -> Path:
+        """One chunk's figures, its launch and the part's checksum, written just before its part (the part is the
+        commit)."""
+        return self.stats_dir / f"part-{part:05d}.json"
+
+    def read_part_stats(self, part: int) -> dict[str, Any]:
+        return json.loads(self.part_stats_path(part).read_text())
+
+    def launch_record_path(self, launch: str) -> Path:
+        """One launch's streaming loop: the parts it wrote, its wall time and engine counter differences."""
+        return self.stats_dir / f"launch-{launch}.json"
+
+    def read_launch_record(self, launch: str | None) -> dict[str, Any] | None:
+        """A launch's record of its loop; None for parts written before launches were recorded, or a killed launch."""
+        return _read_json_if_present(self.launch_record_path(launch)) if launch else None
+
+    @property
+    def source_record_path(self) -> Path:
+        """Digests of the shard's source rows per chunk, written when the shard starts (resume checks them)."""
+        return self.stats_dir / "source.json"
+
+    def read_source_record(self) -> dict[str, Any] | None:
+        return _read_json_if_present(self.source_record_path)
+
+    @property
+    def stats_path(self) -> Path:
+        """The shard summary."""
+        return self.root / "stats" / f"{self.shard_tag}.json"
+
+    def write_summary(self, summary: Summary) -> None:
+        atomic_write_json(self.stats_path, summary.to_dict())
+
+    def read_summary(self) -> Summary:
+        return Summary(**json.loads(self.stats_path.read_text()))
+
+    def remove_stale_temporaries(self) -> None:
+        """Temporary files of a killed writer: never data (readers only take part-*.parquet); call under the lock."""
+        for folder in (self.data_dir, self.stats_dir):
+            for tmp in temporaries_in(folder):
+                log.info("removing the temporary file of an interrupted writer: %s", tmp)
+                tmp.unlink(missing_ok=True)
+
+    # The shard's lock and markers.
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "locks" / f"{self.shard_tag}.lock"
+
+    @property
+    def done_marker(self) -> Path:
+        return self.root / "done" / self.shard_tag
+
+    def is_done(self) -> bool:
+        return self.done_marker.exists()
+
+    def mark_done(self) -> None:
+        """Written last: its presence promises every part of the shard is complete."""
+        atomic_write_text(self.done_marker, time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
+
+    def unmark_done(self) -> None:
+        self.done_marker.unlink(missing_ok=True)
+
+    @property
+    def mlflow_active_path(self) -> Path:
+        """The MLflow run of the process writing the shard; left behind only by a killed process."""
+        return self.root / "mlflow_active" / f"{self.shard_tag}.json"
+
+    def read_active_run(self) -> dict[str, Any] | None:
+        return _read_json_if_present(self.mlflow_active_path)
+
+    @property
+    def mlflow_pending_path(self) -> Path:
+        """Present while the shard's MLflow logging failed and waits for jobs/log_run.py."""
+        return self.root / "mlflow_pending" / f"{self.shard_tag}.json"
+
+    def read_pending_note(self) -> dict[str, Any] | None:
+        return _read_json_if_present(self.mlflow_pending_path)
+
+
+def _read_json_if_present(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def read_run(root: Path) -> dict[str, Any]:
+    """The run record (run.json) of an existing run folder."""
+    return RunFolder(Path(root)).read_run_record()
+
+
+def shard_folders(root: Path) -> list[RunFolder]:
+    """Every shard of an existing run, by the shard count its run record fixed."""
+    count = read_run(root)["shard_count"]
+    return [RunFolder(Path(root).resolve(), index, count) for index in range(count)]

@@ -1,0 +1,60 @@
+"""The summary of one shard, added up from its parts on disk, so a resumed shard counts its earlier chunks too."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from specbatch.config import JobConfig
+from specbatch.engine import Engine
+from specbatch.engine.spec_metrics import Counters
+from specbatch.run.folder import RunFolder
+from specbatch.run.summary import RowTotals, Summary, summarize
+
+# Row columns the summary needs (read back from every part).
+_SUMMARY_COLUMNS = ["category", "status", "completion_tokens", "spec_steps", "draft_tokens", "accepted_tokens"]
+
+
+def summarize_shard(folder: RunFolder, job: JobConfig, parts: list[Path], engine: Engine | None) -> Summary:
+    """From every part of the shard, one part at a time (memory stays flat however many rows there are).
+
+    Counters and seconds come from each launch's record of its loop (engine counter differences, wall time) when
+    every part that launch wrote is still its own; otherwise (a killed launch, a part regenerated since) from the
+    parts' own figures and the time the launch took up to its last part.
+    """
+    totals = RowTotals(by_category=job.dataset.category_column is not None)
+    by_launch: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
+    for number, part in enumerate(parts):
+        stats = folder.read_part_stats(number)
+        by_launch[stats.get("launch")].append({**stats, "number": number})
+        for record in pq.read_table(part, columns=_SUMMARY_COLUMNS).to_pylist():
+            totals.add(record)
+    counters, seconds = Counters(), 0.0
+    concurrency = max((s.get("concurrency") or 0 for stats in by_launch.values() for s in stats), default=0)
+    for launch, stats in by_launch.items():
+        record = folder.read_launch_record(launch)
+        own = record is not None and sorted(record["parts"]) == sorted(s["number"] for s in stats)
+        if own and record["counters"] is not None:
+            counters = counters + Counters.from_dict(record["counters"])
+        else:
+            for s in stats:
+                counters = counters + Counters.from_dict(s["counters"])
+        if own:
+            seconds += record["seconds"]
+        elif launch is None:  # parts written before streaming: each chunk's own generate time
+            seconds += sum(s["seconds"] for s in stats)
+        else:
+            seconds += max(s["elapsed"] for s in stats)
+    return summarize(
+        counters,
+        method=job.spec.method.value,
+        k=job.spec.k,
+        totals=totals,
+        generation_seconds=seconds,
+        engine_startup_seconds=engine.startup_seconds if engine else 0.0,
+        warmup_seconds=engine.warmup_seconds if engine else 0.0,
+        concurrency=concurrency or None,
+    )

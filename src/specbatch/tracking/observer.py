@@ -1,0 +1,106 @@
+"""MLflow as an observer of a shard run (specbatch.run.observer): the shard's MLflow run opens when generation
+starts, receives the shard's results when it finishes, and ends with it: FINISHED, FAILED, or KILLED when SIGTERM
+stopped it. Tracking never stops the job (logger.RunLogger turns inert on the first failure).
+
+A killed process cannot end its MLflow run, so while the run is open its id stays in the run folder
+(``mlflow_active``) and the next launch of the shard ends that run KILLED. When MLflow failed, a pending note
+(``mlflow_pending``) tells jobs/log_run.py what to log later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+
+from specbatch.common.files import atomic_write_json
+from specbatch.common.masking import mask_uri
+from specbatch.config import JobConfig
+from specbatch.run.folder import RunFolder
+from specbatch.run.observer import RunStart
+from specbatch.run.summary import Summary
+from specbatch.run.sweep import SweepJob
+from specbatch.tracking.logger import RunLogger, mark_run_killed, mlflow_run
+from specbatch.tracking.review import RunIdentity, log_params, log_shard_results, run_identity
+
+log = logging.getLogger(__name__)
+
+
+class TrackingObserver:
+    """Logs one shard run of ``job`` to MLflow (nested under ``sweep``'s parent run inside a multirun)."""
+
+    def __init__(self, job: JobConfig, sweep: SweepJob | None = None) -> None:
+        self.tracking = job.tracking
+        self.sweep = sweep
+        # Holds the open MLflow run from on_start to on_end.
+        self._open = contextlib.ExitStack()
+        self._run: RunLogger | None = None
+        self._folder: RunFolder | None = None
+        self._identity: RunIdentity | None = None
+        # True once the run's id is in the run folder, so on_end knows to remove it.
+        self._recorded_run = False
+
+    def on_locked(self, folder: RunFolder) -> None:
+        """An MLflow run left RUNNING by a killed launch of this shard is ended KILLED (it can never finish)."""
+        active = folder.read_active_run()
+        if active is None:
+            return
+        if not self.tracking.enabled or not mark_run_killed(self.tracking, active["run_id"]):
+            return  # keep the record: a later launch that reaches the store ends the run
+        folder.mlflow_active_path.unlink(missing_ok=True)
+
+    def on_start(self, start: RunStart) -> None:
+        folder = self._folder = start.folder
+        identity = self._identity = run_identity(start.config, folder, start.source_rows)
+        tags = {**identity.tags, "mlflow.source.git.commit": start.runtime["git_commit"], **start.runtime}
+        tags.update(self.sweep.tags() if self.sweep else {})
+        later = f"python jobs/log_run.py {folder.root}"
+        run = self._run = self._open.enter_context(
+            mlflow_run(self.tracking, identity.name, tags, identity.description, self._parent_run_id, later)
+        )
+        if run and run.run_id:
+            # Left behind only if this process is killed: the next launch of the shard ends the run KILLED.
+            atomic_write_json(folder.mlflow_active_path, {"run_id": run.run_id, "uri": mask_uri(run.uri)})
+            self._recorded_run = True
+        if run:
+            log_params(run, start.config)
+
+    def on_finish(self, summary: Summary, parts: list[Path]) -> None:
+        run, folder = self._run, self._folder
+        if run is None or folder is None:
+            return
+        log_shard_results(run, folder, summary, folder.read_config_yaml(), parts)
+        self._note_pending(run, folder)
+
+    def on_end(self, error: BaseException | None) -> None:
+        try:
+            if error is None:
+                self._open.close()
+            else:
+                # mlflow_run ends the run FAILED, or KILLED for StopRequested; the executor re-raises the error.
+                self._open.__exit__(type(error), error, error.__traceback__)
+        finally:
+            if self._recorded_run and self._folder is not None:  # the run has ended with this launch
+                self._folder.mlflow_active_path.unlink(missing_ok=True)
+
+    @property
+    def _parent_run_id(self) -> str | None:
+        return self.sweep.parent_run_id if self.sweep else None
+
+    def _note_pending(self, run: RunLogger, folder: RunFolder) -> None:
+        """When MLflow failed, leave what jobs/log_run.py needs to log the shard later; clear it when all went well."""
+        pending = folder.mlflow_pending_path
+        if run.failure is None:
+            pending.unlink(missing_ok=True)
+            return
+        assert self._identity is not None
+        atomic_write_json(
+            pending,
+            {
+                "run_id": run.run_id,
+                "name": self._identity.name,
+                "failure": run.failure,
+                "parent_run_id": self._parent_run_id,
+            },
+        )
+        log.warning("MLflow logging of shard %s is pending; log it with: %s", folder.shard_tag, run.later)

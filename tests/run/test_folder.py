@@ -1,0 +1,55 @@
+"""Run folders are deterministic: the same set-up finds its folder, a different one never shares it."""
+
+from __future__ import annotations
+
+import pytest
+
+from specbatch.run.folder import RunFolder, config_hash, read_run, shard_folders
+
+
+def test_same_setup_same_folder_different_setup_different_folder(job_factory) -> None:
+    base = RunFolder.for_job(job_factory())
+    assert base == RunFolder.for_job(job_factory())
+    assert base.root.parent.name == "smollm2-135m-instruct" and base.root.parent.parent.name == "humaneval_edit"
+    assert base.root.name.startswith("ngram-k3-")
+    others = {
+        RunFolder.for_job(job_factory(*o)).root
+        for o in (["spec.num_speculative_tokens=4"], ["spec=none"], ["sampling.max_tokens=32"], ["max_samples=3"])
+    }
+    assert base.root not in others and len(others) == 4
+    # Where results are logged does not change what is generated.
+    assert config_hash(job_factory()) == config_hash(job_factory("tracking=off"))
+
+
+def test_run_name_replaces_the_readable_part(job_factory) -> None:
+    layout = RunFolder.for_job(job_factory("run_name=repeat2"))
+    assert layout.root.name.startswith("repeat2-")
+    assert layout.part_path(12).name == "part-00012.parquet"
+    assert layout.data_dir.name == "shard-00000-of-00001"
+    assert layout.done_marker == layout.root / "done" / "shard-00000-of-00001"
+
+
+def test_every_shard_record_has_its_place_in_the_shard_stats_folder(job_factory) -> None:
+    folder = RunFolder.for_job(job_factory(), 2, 3)
+    assert folder.stats_dir == folder.root / "stats" / "shard-00002-of-00003"
+    assert {folder.part_stats_path(0).parent, folder.launch_record_path("abc").parent} == {folder.stats_dir}
+    assert folder.source_record_path.parent == folder.stats_dir
+    assert folder.stats_path == folder.root / "stats" / "shard-00002-of-00003.json"
+
+
+def test_parts_are_listed_in_order_without_temporaries(tmp_path) -> None:
+    folder = RunFolder(tmp_path, 0, 1)
+    assert folder.parts() == [] and folder.read_source_record() is None and folder.read_launch_record("x") is None
+    folder.data_dir.mkdir(parents=True)
+    for name in ("part-00010.parquet", "part-00002.parquet", ".part-00003.parquet.tmp-77"):
+        (folder.data_dir / name).write_bytes(b"")
+    assert folder.parts() == [folder.part_path(2), folder.part_path(10)]
+    folder.remove_stale_temporaries()
+    assert sorted(p.name for p in folder.data_dir.iterdir()) == ["part-00002.parquet", "part-00010.parquet"]
+
+
+def test_the_shards_of_a_run_come_from_its_record(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="is not a run folder"):
+        read_run(tmp_path)
+    assert RunFolder(tmp_path, 0, 3).claim_run_record({"shard_count": 3})
+    assert shard_folders(tmp_path) == [RunFolder(tmp_path.resolve(), i, 3) for i in range(3)]
