@@ -19,7 +19,7 @@ from specbatch.analysis.run_data import load_run
 from specbatch.analysis.tables import format_comparison, write_comparison
 from specbatch.common.masking import mask_uri
 from specbatch.config import spec_caption, spec_label
-from specbatch.run.folder import read_run
+from specbatch.run.folder import is_run_folder, read_run, run_folders_below
 from specbatch.run.sweep import SWEEP_FILE, read_sweep, sweep_run_folders
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ def find_runs(paths: list[Path]) -> Sources:
     sweeps: list[dict[str, Any]] = []
     sweep_dirs: list[Path] = []
     for path in (Path(p).resolve() for p in paths):
-        if (path / "run.json").is_file():
+        if is_run_folder(path):
             folders.append(path)
         elif (path / SWEEP_FILE).is_file():
             found = sweep_run_folders(path)
@@ -50,7 +50,7 @@ def find_runs(paths: list[Path]) -> Sources:
             sweeps.append(read_sweep(path))
             sweep_dirs.append(path)
         elif path.is_dir():
-            found = sorted(p.parent for p in path.glob("**/run.json"))
+            found = run_folders_below(path)
             if not found:
                 raise CompareError(f"{path} holds no run folder (no run.json below it)")
             folders += found

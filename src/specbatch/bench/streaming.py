@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from specbatch.bench.processes import PROJECT, compose_job, first_turn_prompts, run_bare
 from specbatch.common.environment import git_commit
 from specbatch.data.rows import load_rows
-from specbatch.run.folder import shard_folders
+from specbatch.run.folder import run_folders_below, shard_folders
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def run_job_process(overrides: list[str], output_root: Path) -> tuple[Throughput
     command = [sys.executable, str(PROJECT / "jobs/generate.py"), *overrides, f"output_root={output_root}"]
     subprocess.run(command, cwd=PROJECT, check=True)
     wall = time.perf_counter() - began
-    (run_folder,) = {p.parent for p in output_root.glob("runs/*/*/*/run.json")}
+    (run_folder,) = run_folders_below(output_root / "runs")
     (shard,) = shard_folders(run_folder)
     stats = shard.read_summary()
     if stats.error_rows:

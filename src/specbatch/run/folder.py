@@ -31,6 +31,10 @@ from specbatch.run.summary import Summary
 
 log = logging.getLogger(__name__)
 
+# The run record: a folder holding it is a run folder.
+RUN_RECORD = "run.json"
+
+
 def config_hash(job: JobConfig, length: int = 8) -> str:
     """The run folder's digest: the config fields that declare Identity.run_folder (specbatch.config.identity)."""
     return run_folder_digest(job, length)
@@ -69,7 +73,7 @@ class RunFolder:
 
     @property
     def run_json(self) -> Path:
-        return self.root / "run.json"
+        return self.root / RUN_RECORD
 
     @property
     def config_yaml(self) -> Path:
@@ -210,6 +214,16 @@ def _read_json_if_present(path: Path) -> Any:
         return json.loads(path.read_text())
     except FileNotFoundError:
         return None
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether ``path`` is a run folder (it has a run record)."""
+    return (Path(path) / RUN_RECORD).is_file()
+
+
+def run_folders_below(path: Path) -> list[Path]:
+    """Every run folder at or below ``path`` (e.g. outputs/runs), sorted."""
+    return sorted(record.parent for record in Path(path).glob(f"**/{RUN_RECORD}"))
 
 
 def read_run(root: Path) -> dict[str, Any]:

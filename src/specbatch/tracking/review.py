@@ -39,23 +39,23 @@ class RunIdentity:
     tags: dict[str, str]
 
 
-def run_identity(config: dict[str, Any], layout: RunFolder, rows: int | None = None) -> RunIdentity:
+def run_identity(config: dict[str, Any], folder: RunFolder, rows: int | None = None) -> RunIdentity:
     """Name, description and tags of a shard's run, from the run's (masked) plain config."""
     spec = config["spec"]
     k = spec.get("num_speculative_tokens")
     label = spec_label(spec["method"], k)
     model, dataset = config["model"]["name"], config["dataset"]["name"]
-    shard = f"{layout.shard_index}/{layout.shard_count}"
+    shard = f"{folder.shard_index}/{folder.shard_count}"
     name = f"{model}/{label}/{dataset}"
     if config.get("repeat"):
         name += f"/rep{config['repeat']}"
-    if layout.shard_count > 1:
-        name += f"/shard-{layout.shard_index}-of-{layout.shard_count}"
+    if folder.shard_count > 1:
+        name += f"/shard-{folder.shard_index}-of-{folder.shard_count}"
     of_rows = f" of {rows} rows" if rows is not None else ""
     description = (
         f"**{label}** on `{config['model']['path']}` ({config['model']['dtype']}), shard {shard}{of_rows} of "
         f"data set `{dataset}`, {config['sampling']['max_tokens']} max new tokens, "
-        f"temperature {config['sampling']['temperature']}.\n\nOutputs: `{layout.root}`"
+        f"temperature {config['sampling']['temperature']}.\n\nOutputs: `{folder.root}`"
     )
     tags = {
         "method": spec["method"],
@@ -65,7 +65,7 @@ def run_identity(config: dict[str, Any], layout: RunFolder, rows: int | None = N
         "dtype": str(config["model"]["dtype"]),
         "shard": shard,
         "repeat": str(config.get("repeat", 0)),
-        "run_folder": str(layout.root),
+        "run_folder": str(folder.root),
     }
     if config["model"].get("trust_remote_code"):
         tags["trust_remote_code"] = "true"
@@ -73,13 +73,13 @@ def run_identity(config: dict[str, Any], layout: RunFolder, rows: int | None = N
 
 
 def log_shard_results(
-    run: RunLogger, layout: RunFolder, summary: Summary, config_yaml: str, parts: list[Path]
+    run: RunLogger, folder: RunFolder, summary: Summary, config_yaml: str, parts: list[Path]
 ) -> None:
     """Everything of a finished shard except params (logged when the run starts)."""
     run.log_summary(summary)
     run.log_text(config_yaml, "config.yaml")
     run.log_text(json.dumps(summary.to_dict(), indent=2), "summary.json")
-    run.log_dataset(parquet_dataset(layout, parts), context="output")
+    run.log_dataset(parquet_dataset(folder, parts), context="output")
     run.log_table(completion_sample(parts), "completions_sample.json")
     if summary.acceptance_rate_per_position:
         from specbatch.analysis.plots import plot_run_acceptance
@@ -92,18 +92,18 @@ def log_params(run: RunLogger, config: dict[str, Any]) -> None:
     run.log_params(flatten(config))
 
 
-def parquet_dataset(layout: RunFolder, parts: list[Path]) -> Any:
+def parquet_dataset(folder: RunFolder, parts: list[Path]) -> Any:
     """The shard's Parquet folder as an MLflow dataset (metadata only: MLflow never copies the rows)."""
     from mlflow.data.dataset_source_registry import resolve_dataset_source
     from mlflow.data.meta_dataset import MetaDataset
 
     # Digest of the parts' names and sizes: cheap, and changes whenever the data does.
     digest = hashlib.sha256("".join(f"{p.name}:{p.stat().st_size};" for p in parts).encode()).hexdigest()[:16]
-    name = f"{layout.root.name}/{layout.shard_tag}"
+    name = f"{folder.root.name}/{folder.shard_tag}"
     with warnings.catch_warnings():
         # MLflow registers its local-file source twice and warns that a path matches both (they are the same).
         warnings.simplefilter("ignore", UserWarning)
-        source = resolve_dataset_source(str(layout.data_dir))
+        source = resolve_dataset_source(str(folder.data_dir))
     return MetaDataset(source=source, name=name, digest=digest)
 
 
@@ -135,15 +135,15 @@ def log_pending(root: Path, uri: str | None = None, every_shard: bool = False) -
         raise ValueError(f"{root} was run with tracking=off: pass --tracking-uri to log it somewhere")
     client, experiment_id = open_client(tracking)
     logged = []
-    for layout in shard_folders(root):
-        pending = layout.mlflow_pending_path
-        if not layout.is_done():
-            log.info("shard %s is not finished: not logged (finish it first)", layout.shard_tag)
+    for folder in shard_folders(root):
+        pending = folder.mlflow_pending_path
+        if not folder.is_done():
+            log.info("shard %s is not finished: not logged (finish it first)", folder.shard_tag)
             continue
         if not pending.exists() and not every_shard:
             continue
-        record = layout.read_pending_note() or {}
-        identity = run_identity(config, layout)
+        record = folder.read_pending_note() or {}
+        identity = run_identity(config, folder)
         run_id = record.get("run_id")
         if run_id is None or not _run_exists(client, run_id):
             tags = {**identity.tags, "mlflow.note.content": identity.description, "logged_later": "true"}
@@ -151,15 +151,15 @@ def log_pending(root: Path, uri: str | None = None, every_shard: bool = False) -
                 tags["mlflow.parentRunId"] = record["parent_run_id"]
             run_id = client.create_run(experiment_id, run_name=identity.name, tags=tags).info.run_id
         run = RunLogger(client, run_id, experiment_id, tracking.uri, later=f"python jobs/log_run.py {root}")
-        summary = layout.read_summary()
-        parts = layout.parts()
+        summary = folder.read_summary()
+        parts = folder.parts()
         log_params(run, config)
-        log_shard_results(run, layout, summary, layout.read_config_yaml(), parts)
+        log_shard_results(run, folder, summary, folder.read_config_yaml(), parts)
         run.terminate("FINISHED")
         if run.failure:
-            raise RuntimeError(f"logging shard {layout.shard_tag} of {root} failed: {run.failure}")
+            raise RuntimeError(f"logging shard {folder.shard_tag} of {root} failed: {run.failure}")
         pending.unlink(missing_ok=True)
-        log.info("logged shard %s as MLflow run %s (%s)", layout.shard_tag, run_id, identity.name)
+        log.info("logged shard %s as MLflow run %s (%s)", folder.shard_tag, run_id, identity.name)
         logged.append(run_id)
     return logged
 
