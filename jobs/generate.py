@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 from specbatch.common.interrupts import EXIT_STOPPED, StopRequested
 from specbatch.config import ConfigError, register_configs, to_job_config
 from specbatch.config.overrides import check_overrides
-from specbatch.run.generate import run_job
+from specbatch.pipeline import run_job
 from specbatch.run.locks import ShardBusyError
 from specbatch.run.sweep import current_sweep_job, record_job_run
 

@@ -9,7 +9,8 @@ import logging
 import sys
 from pathlib import Path
 
-from specbatch.run.runs import RunIncompleteError, merge_run
+from specbatch.pipeline import merge_run
+from specbatch.run.runs import RunIncompleteError
 
 log = logging.getLogger("specbatch.merge")
 

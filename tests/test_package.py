@@ -13,6 +13,9 @@ PACKAGE = SRC / "specbatch"
 MAX_MODULE_LINES = 410
 # An entry script parses arguments or composes the config and hands over to the package.
 MAX_JOB_LINES = 100
+# The data flow, bottom up: a package may import only the ones before it (imports inside functions too), so the
+# architecture can be read off the tree and no package reaches back into one built on it.
+LAYERS = ["common", "assets", "config", "data", "engine", "run", "tracking", "analysis", "pipeline", "bench"]
 # jobs/bench_bare.py is the user's own vLLM script the job is measured against: it must not use the package.
 NOT_THIN_ON_PURPOSE = {"bench_bare.py"}
 
@@ -78,20 +81,37 @@ def test_no_import_cycle_between_modules() -> None:
     assert cycle_from(graph) is None
 
 
+def package_imports() -> dict[tuple[str, str], list[str]]:
+    """(package, package it imports) → the modules doing it, for every import anywhere in a module."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if module_name(path) == "specbatch":
+            continue  # the package's own __init__ imports nothing
+        own = module_name(path).split(".")[1]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [node.module]
+            else:
+                continue
+            for target in targets:
+                parts = target.split(".")
+                if parts[0] == "specbatch" and len(parts) > 1 and parts[1] != own:
+                    edges.setdefault((own, parts[1]), []).append(module_name(path))
+    return edges
+
+
+def test_packages_import_only_the_layers_below_them() -> None:
+    edges = package_imports()
+    assert ("run", "engine") in edges, "the imports were read"
+    upward = {edge: modules for edge, modules in edges.items() if LAYERS.index(edge[1]) >= LAYERS.index(edge[0])}
+    assert upward == {}
+
+
 def test_the_package_is_split_by_concern() -> None:
     top = sorted(p.name for p in PACKAGE.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists())
-    assert top == [
-        "__init__.py",
-        "analysis",
-        "assets",
-        "bench",
-        "common",
-        "config",
-        "data",
-        "engine",
-        "run",
-        "tracking",
-    ]
+    assert sorted(p.removesuffix(".py") for p in top if p != "__init__.py") == sorted(LAYERS)
 
 
 def test_no_module_is_too_long_to_read() -> None:

@@ -216,7 +216,7 @@ def test_repeat_config_and_sweep_callback_are_wired(job_factory) -> None:
         job_factory("repeat=-1")
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         full = compose(config_name="config", return_hydra_config=True)
-    assert full.hydra.callbacks.mlflow_sweep._target_ == "specbatch.run.sweep.MlflowSweepCallback"
+    assert full.hydra.callbacks.mlflow_sweep._target_ == "specbatch.tracking.sweep.MlflowSweepCallback"
     assert parse_overrides(["spec=ngram", "+x=1", "~y"]) == {"spec": "ngram", "x": "1", "y": "(deleted)"}
 
 

@@ -7,7 +7,6 @@ import dataclasses
 import re
 
 from conftest import CONF_DIR, PROJECT_ROOT
-from specbatch.assets.preflight import HOOKS
 from specbatch.config import (
     CHECKPOINT_KIND,
     CHECKPOINT_METHODS,
@@ -18,6 +17,7 @@ from specbatch.config import (
     spec_label,
 )
 from specbatch.config.methods import methods_owning
+from specbatch.config.preflight import HOOKS
 from specbatch.config.spec import knob_owners
 
 

@@ -17,7 +17,7 @@ from test_data import ROWS, write
 
 from conftest import compose_job, run_generate
 from specbatch.engine import Engine, start_engine
-from specbatch.run.generate import run_job
+from specbatch.pipeline import run_job
 
 pytestmark = pytest.mark.slow
 

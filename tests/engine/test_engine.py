@@ -41,7 +41,7 @@ def test_a_dummy_job_never_loads_vllm(tmp_path: Path) -> None:
 import sys
 from hydra import compose, initialize_config_dir
 from specbatch.config import register_configs, to_job_config
-from specbatch.run.generate import run_job
+from specbatch.pipeline import run_job
 register_configs()
 with initialize_config_dir(config_dir={str(PROJECT_ROOT / "conf")!r}, version_base="1.3"):
     cfg = compose("config", overrides=["engine.backend=dummy", "spec=ngram", "tracking=off", "dataset=local",

@@ -27,8 +27,7 @@ from specbatch.engine.vllm_offline import (
     counters_from_metrics,
     row_figures,
 )
-from specbatch.run.generate import run_job
-from specbatch.run.runs import merge_run
+from specbatch.pipeline import merge_run, run_job
 from specbatch.run.summary import RowTotals, format_table, merge_summaries, summarize
 
 

@@ -13,10 +13,10 @@ from mlflow.tracking import MlflowClient
 
 from conftest import PROJECT_ROOT, asked_rows, fake_engine
 from specbatch.config import ConfigError, ShardConfig
+from specbatch.pipeline import merge_run, run_job
 from specbatch.run.folder import RunFolder
-from specbatch.run.generate import run_job
 from specbatch.run.locks import ShardBusyError, is_locked, shard_lock
-from specbatch.run.runs import RunIncompleteError, merge_run, run_status
+from specbatch.run.runs import RunIncompleteError, run_status
 from specbatch.run.sharding import Shard, chunk_ranges, resolve_shard, shard_range
 
 STATUS = PROJECT_ROOT / "jobs" / "status.py"

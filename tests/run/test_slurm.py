@@ -14,8 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import GENERATE, PROJECT_ROOT, compose_job
+from specbatch.pipeline import merge_run
 from specbatch.run.folder import RunFolder
-from specbatch.run.runs import merge_run, run_status
+from specbatch.run.runs import run_status
 from specbatch.run.summary import Summary
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,8 @@ import pytest
 from conftest import compose_job
 from specbatch.engine import Engine, Request, RequestRefused, start_engine
 from specbatch.engine.spec_metrics import Counters, accepted_per_position_from_histogram
+from specbatch.pipeline import run_job
 from specbatch.run.folder import RunFolder
-from specbatch.run.generate import run_job
 
 pytestmark = pytest.mark.slow
 

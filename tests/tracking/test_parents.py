@@ -11,10 +11,10 @@ from omegaconf import open_dict
 
 from conftest import CONF_DIR, fake_engine
 from specbatch.common.files import atomic_write_json
-from specbatch.run.generate import run_job
-from specbatch.run.runs import merge_run
-from specbatch.run.sweep import SWEEP_FILE, MlflowSweepCallback
+from specbatch.pipeline import merge_run, run_job
+from specbatch.run.sweep import SWEEP_FILE
 from specbatch.tracking.store import error_line, unreachable
+from specbatch.tracking.sweep import MlflowSweepCallback
 
 PASSWORD = "pw-Secret-789"
 # Port 9 (discard): nothing listens, so every call fails at once.

@@ -18,8 +18,8 @@ from mlflow.tracking import MlflowClient
 from conftest import PROJECT_ROOT, fake_engine
 from mlflow_server import basic_auth_proxy, free_port
 from specbatch.common.masking import mask_data, mask_text
+from specbatch.pipeline import run_job
 from specbatch.run.folder import RunFolder
-from specbatch.run.generate import run_job
 from specbatch.run.sweep import SweepJob
 
 LOG_RUN = PROJECT_ROOT / "jobs" / "log_run.py"
@@ -180,7 +180,8 @@ def test_a_sweep_whose_server_is_down_still_runs_its_jobs(tmp_path, caplog, quic
     from omegaconf import open_dict
 
     from conftest import CONF_DIR
-    from specbatch.run.sweep import MlflowSweepCallback, read_sweep
+    from specbatch.run.sweep import read_sweep
+    from specbatch.tracking.sweep import MlflowSweepCallback
 
     overrides = [f"tracking.uri=http://admin:{PASSWORD}@127.0.0.1:9"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -9,8 +9,8 @@ from mlflow.tracking import MlflowClient
 
 from specbatch.engine import Completion, engine_fingerprint
 from specbatch.engine.dummy import DummyEngine
+from specbatch.pipeline import run_job
 from specbatch.run.folder import RunFolder
-from specbatch.run.generate import run_job
 from specbatch.tracking import store
 from specbatch.tracking.logger import flatten
 from specbatch.tracking.store import default_artifact_location

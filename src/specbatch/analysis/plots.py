@@ -6,19 +6,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from specbatch.analysis.compare import CompareRow, Comparison
-from specbatch.common.files import atomic_write
+from specbatch.common.figures import pyplot, save_png
 from specbatch.config import spec_caption
-from specbatch.run.summary import Summary
-
-
-def _pyplot():  # type: ignore[no-untyped-def]
-    import matplotlib
-
-    # No display on batch nodes: render to files only.
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _label(row: CompareRow) -> str:
@@ -27,7 +16,7 @@ def _label(row: CompareRow) -> str:
 
 def plot_acceptance_by_position(comparison: Comparison, path: Path) -> Path:
     """One line per method and k (at the largest batch size measured): acceptance rate at each draft position."""
-    plt = _pyplot()
+    plt = pyplot()
     spec = [r for r in comparison.rows if r.acceptance_rate_per_position]
     largest = max((r.batch_size for r in spec), default=0)
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -38,12 +27,12 @@ def plot_acceptance_by_position(comparison: Comparison, path: Path) -> Path:
     ax.grid(alpha=0.3)
     if spec:
         ax.legend(fontsize="small")
-    return _save(fig, plt, path)
+    return save_png(fig, plt, path)
 
 
 def plot_speedup_vs_k(comparison: Comparison, path: Path) -> Path:
     """Speedup over spec=none against k, one line per method and batch size, with the repeats' min–max as bars."""
-    plt = _pyplot()
+    plt = pyplot()
     lines: dict[tuple[str, int], list[CompareRow]] = defaultdict(list)
     for row in comparison.rows:
         if row.method != "none" and row.k is not None and row.speedup is not None:
@@ -60,12 +49,12 @@ def plot_speedup_vs_k(comparison: Comparison, path: Path) -> Path:
     ax.set(xlabel="k (speculative tokens)", ylabel="speedup over spec=none")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    return _save(fig, plt, path)
+    return save_png(fig, plt, path)
 
 
 def plot_throughput_vs_batch(comparison: Comparison, path: Path) -> Path:
     """Output tok/s against batch size for the baseline and for the best speculative set-up at each size."""
-    plt = _pyplot()
+    plt = pyplot()
     baseline = sorted((r.batch_size, r.output_tokens_per_second) for r in comparison.rows if r.method == "none")
     best: dict[int, CompareRow] = {}
     for row in comparison.rows:
@@ -85,25 +74,7 @@ def plot_throughput_vs_batch(comparison: Comparison, path: Path) -> Path:
     ax.set_xscale("log", base=2)
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    return _save(fig, plt, path)
-
-
-def plot_run_acceptance(summary: Summary, path: Path) -> Path:
-    """One run's acceptance rate at each draft position (bars), for its MLflow page."""
-    plt = _pyplot()
-    rates = summary.acceptance_rate_per_position or []
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.bar(range(1, len(rates) + 1), rates, color="tab:blue")
-    label = spec_caption(summary.method, summary.num_speculative_tokens)
-    al = summary.mean_acceptance_length
-    ax.set(
-        xlabel="draft position",
-        ylabel="acceptance rate",
-        ylim=(0, 1.05),
-        title=f"{label}: AL {al:.2f}" if al is not None else label,
-    )
-    ax.grid(alpha=0.3, axis="y")
-    return _save(fig, plt, path)
+    return save_png(fig, plt, path)
 
 
 def plot_all(comparison: Comparison, out_dir: Path) -> list[Path]:
@@ -113,12 +84,3 @@ def plot_all(comparison: Comparison, out_dir: Path) -> list[Path]:
         plot_speedup_vs_k(comparison, out_dir / "speedup_vs_k.png"),
         plot_throughput_vs_batch(comparison, out_dir / "throughput_vs_batch_size.png"),
     ]
-
-
-def _save(fig, plt, path: Path) -> Path:  # type: ignore[no-untyped-def]
-    # Written beside and renamed, so a reader never sees half a PNG; the temporary name has no .png ending, so the
-    # format is named.
-    fig.tight_layout()
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-    plt.close(fig)
-    return path

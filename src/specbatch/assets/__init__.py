@@ -1,1 +1,1 @@
-"""Where models and data come from: the embedded SmolLM2 model, the tiny random family, model-source checks."""
+"""Where models and data come from: the embedded SmolLM2 model and data, the tiny random family, their cache."""

@@ -19,7 +19,7 @@ def child(rows: int, chunk_size: int, workdir: Path) -> dict:
     # Imported here: the parent process only starts the children and needs none of the job's code.
     from specbatch.bench.processes import compose_job
     from specbatch.config import register_configs
-    from specbatch.run.generate import run_job
+    from specbatch.pipeline import run_job
 
     data = workdir / f"rows-{rows}.jsonl"
     with open(data, "w") as out:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from specbatch.bench.processes import PROJECT, compose_job, first_turn_prompts, run_bare
-from specbatch.run.generate import run_job
+from specbatch.pipeline import run_job
 from specbatch.run.records import read_rows
 
 OVERHEAD_GOAL = 1.03

@@ -10,7 +10,7 @@ from specbatch.analysis.report import Sources, run_compare
 from specbatch.analysis.tables import format_comparison
 from specbatch.bench.overhead import measure_overhead, overhead_lines
 from specbatch.bench.processes import compose_job
-from specbatch.run.generate import run_job
+from specbatch.pipeline import run_job
 
 GOALS = {"batch 1": 3.0, "full batch": 2.0}
 # (method, k) measured for (b); none first, it is the baseline.

@@ -3,7 +3,7 @@
 Adding a method is one entry in :data:`METHODS` plus its preset ``conf/spec/<method>.yaml`` (and, when it brings
 knobs of its own, their fields in :class:`specbatch.config.spec.SpecConfig`). The entry names which ``spec.<knob>``
 belong to it, what its draft checkpoint is called, what the engine must set in the environment for it, and which
-checks of :mod:`specbatch.assets.preflight` run for it before the engine starts. The rest of the package reads
+checks of :mod:`specbatch.config.preflight` run for it before the engine starts. The rest of the package reads
 these tables instead of testing for a method by name.
 """
 
@@ -35,7 +35,7 @@ class Method:
     checkpoint: str | None = None
     # Environment variables the vLLM engine sets (unless already set) before it starts.
     environment: dict[str, str] = field(default_factory=dict)
-    # Names of the checks in specbatch.assets.preflight.HOOKS run for it, in this order, before the engine starts.
+    # Names of the checks in specbatch.config.preflight.HOOKS run for it, in this order, before the engine starts.
     preflight: tuple[str, ...] = ()
     # spec.<knob> -> what to say instead of the generic advice when that knob of another method is set for it.
     foreign_knob_hints: dict[str, str] = field(default_factory=dict)

@@ -1,7 +1,7 @@
-"""One generation job end to end: config → rows → prompts → engine → Parquet + summary + MLflow.
+"""The generation steps of one shard: config → rows → prompts → engine → Parquet parts.
 
-``run_job`` hands the generation steps below to the shard executor (specbatch.run.executor: skip-if-done, run
-record, lock, done marker), with MLflow tracking as its observer (specbatch.tracking.observer). The steps: read the
+The shard executor (specbatch.run.executor: skip-if-done, run record, lock, done marker) runs them; ``run_job``
+(specbatch.pipeline) puts the two together with MLflow tracking as the observer. The steps: read the
 data and cut the shard into chunks, make sure the assets, tokenizer and installed packages fit (everything that can
 fail on bad input runs before the engine starts, so a mistake costs seconds, not a model load), then stream the
 chunks through one engine, each written as it finishes (specbatch.run.chunks).
@@ -14,38 +14,23 @@ from pathlib import Path
 from typing import Any
 
 from specbatch.assets.cache import EmbeddedAssetError
-from specbatch.assets.preflight import preflight
 from specbatch.assets.prepare import ensure_embedded
 from specbatch.common.interrupts import StopRequested, sigterm_deferred
 from specbatch.config import ConfigError, JobConfig
+from specbatch.config.preflight import preflight
 from specbatch.data.prompts import check_chat_template, load_tokenizer
 from specbatch.data.rows import RowSource, SourceRow, open_rows
 from specbatch.engine import Engine, engine_fingerprint, start_engine
 from specbatch.run.chunks import ChunkWriter
-from specbatch.run.executor import JobResult, ShardExecutor, ShardPlan
+from specbatch.run.executor import ShardPlan
 from specbatch.run.folder import RunFolder
 from specbatch.run.integrity import rows_digest
 from specbatch.run.shard_summary import summarize_shard
 from specbatch.run.sharding import Shard, chunk_ranges, shard_range
 from specbatch.run.streaming import ChunkStreamer
 from specbatch.run.summary import Summary
-from specbatch.run.sweep import SweepJob
-from specbatch.tracking.observer import TrackingObserver
 
 log = logging.getLogger(__name__)
-
-
-def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None = None) -> JobResult:
-    """Run (or finish, or find finished) this task's shard; ``engine`` lets callers share one engine across jobs.
-
-    Inside a Hydra multirun, ``sweep`` nests the MLflow run under the sweep's parent and tags it with the job's
-    choices.
-
-    The shard is cut into chunks of ``chunk_size`` rows, all streamed through one engine (specbatch.run.streaming);
-    each chunk is written as its own Parquet part as soon as its rows are finished, so a rerun after a kill redoes
-    at most the chunks that were in flight. The done marker is written last.
-    """
-    return ShardExecutor(job, ShardGeneration(job, engine), TrackingObserver(job, sweep)).run()
 
 
 class ShardGeneration:

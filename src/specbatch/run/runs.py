@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbatch.common.files import atomic_write_json
-from specbatch.config import spec_label
-from specbatch.run.folder import RunFolder, read_run, shard_folders
+from specbatch.run.folder import RunFolder, shard_folders
 from specbatch.run.integrity import damaged_parts, describe_damage
 from specbatch.run.locks import is_locked
 from specbatch.run.summary import Summary, format_table, merge_summaries
@@ -93,8 +92,8 @@ def finished_summary(root: Path) -> Summary:
     return merge_summaries([folder.read_summary() for folder in shard_folders(root)])
 
 
-def merge_run(root: Path, log_to_mlflow: bool = True) -> MergeResult:
-    """Check every shard is done, then write merged/manifest.json and merged/summary.json (and log them)."""
+def merge_shards(root: Path) -> MergeResult:
+    """Check every shard is done, then write merged/manifest.json and merged/summary.json."""
     root = Path(root).resolve()
     merged = finished_summary(root)
     shards = shard_folders(root)
@@ -107,27 +106,4 @@ def merge_run(root: Path, log_to_mlflow: bool = True) -> MergeResult:
     atomic_write_json(summary_path, merged.to_dict())
     log.info("merged %d shards of %s: %d rows in %d parts", len(shards), root, merged.rows, len(parts))
     log.info("merged summary\n%s", format_table(merged))
-    if log_to_mlflow:
-        _log_merged(root, merged)
     return MergeResult(merged, manifest, summary_path, parts)
-
-
-def _log_merged(root: Path, summary: Summary) -> None:
-    """A parent MLflow run holding the merged figures; the shards' runs become its children."""
-    from specbatch.tracking.parents import log_merged_run
-    from specbatch.tracking.store import recorded_tracking
-
-    config = read_run(root)["config"]
-    tracking = recorded_tracking(config["tracking"])
-    if not tracking.enabled:
-        return
-    name = f"{config['model']['name']}/{spec_label(summary.method, summary.num_speculative_tokens)}"
-    tags = {
-        "method": summary.method,
-        "k": str(summary.num_speculative_tokens or "none"),
-        "model": config["model"]["name"],
-        "dataset": config["dataset"]["name"],
-        "run_folder": str(root),
-        "merged": "true",
-    }
-    log_merged_run(tracking, f"{name}/{config['dataset']['name']}/merged", tags, root, summary)

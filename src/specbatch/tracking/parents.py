@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from specbatch.common.masking import mask_uri
-from specbatch.config import TrackingConfig
+from specbatch.config import TrackingConfig, spec_label
+from specbatch.run.folder import read_run
 from specbatch.run.summary import Summary
 from specbatch.tracking.logger import RunLogger, mlflow_run
 from specbatch.tracking.store import (
@@ -130,3 +131,21 @@ def attach_to_run(uri: str, run_id: str, later: str) -> RunLogger:
     except Exception as exc:  # noqa: BLE001 - one masked line for the caller's message
         raise unreachable(exc) from exc
     return RunLogger(client, run_id, run.info.experiment_id, uri, later)
+
+
+def log_merged(root: Path, summary: Summary) -> None:
+    """A parent MLflow run holding the merged figures; the shards' runs become its children."""
+    config = read_run(root)["config"]
+    tracking = recorded_tracking(config["tracking"])
+    if not tracking.enabled:
+        return
+    name = f"{config['model']['name']}/{spec_label(summary.method, summary.num_speculative_tokens)}"
+    tags = {
+        "method": summary.method,
+        "k": str(summary.num_speculative_tokens or "none"),
+        "model": config["model"]["name"],
+        "dataset": config["dataset"]["name"],
+        "run_folder": str(root),
+        "merged": "true",
+    }
+    log_merged_run(tracking, f"{name}/{config['dataset']['name']}/merged", tags, root, summary)

@@ -18,7 +18,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from specbatch.config import spec_label
+from specbatch.common.figures import pyplot, save_png
+from specbatch.config import spec_caption, spec_label
 from specbatch.run.folder import RunFolder, read_run, shard_folders
 from specbatch.run.summary import Summary
 from specbatch.tracking.logger import RunLogger, flatten
@@ -82,10 +83,26 @@ def log_shard_results(
     run.log_dataset(parquet_dataset(folder, parts), context="output")
     run.log_table(completion_sample(parts), "completions_sample.json")
     if summary.acceptance_rate_per_position:
-        from specbatch.analysis.plots import plot_run_acceptance
-
         with tempfile.TemporaryDirectory() as tmp:
             run.log_artifact(plot_run_acceptance(summary, Path(tmp) / "acceptance_by_position.png"))
+
+
+def plot_run_acceptance(summary: Summary, path: Path) -> Path:
+    """One run's acceptance rate at each draft position (bars), for its MLflow page."""
+    plt = pyplot()
+    rates = summary.acceptance_rate_per_position or []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.bar(range(1, len(rates) + 1), rates, color="tab:blue")
+    label = spec_caption(summary.method, summary.num_speculative_tokens)
+    al = summary.mean_acceptance_length
+    ax.set(
+        xlabel="draft position",
+        ylabel="acceptance rate",
+        ylim=(0, 1.05),
+        title=f"{label}: AL {al:.2f}" if al is not None else label,
+    )
+    ax.grid(alpha=0.3, axis="y")
+    return save_png(fig, plt, path)
 
 
 def log_params(run: RunLogger, config: dict[str, Any]) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from conftest import run_generate
-from specbatch.assets import preflight as preflight_module
-from specbatch.assets.preflight import check_model_source, mtp_layer_count, preflight, read_model_config
 from specbatch.config import ConfigError
+from specbatch.config import preflight as preflight_module
+from specbatch.config.preflight import check_model_source, mtp_layer_count, preflight, read_model_config
 from specbatch.data.prompts import load_tokenizer
 
 

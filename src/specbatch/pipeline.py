@@ -1,0 +1,42 @@
+"""The job as its parts compose it: the entry points of ``jobs/`` and of every caller that wants the whole product.
+
+Each package below knows only the ones it builds on (config → data, assets → engine → run → tracking → analysis);
+this module is where they meet. A shard job is the shard executor (specbatch.run.executor) running the generation
+steps (specbatch.run.generate) while MLflow watches (specbatch.tracking.observer); a merge writes the merged files
+(specbatch.run.runs) and then logs them (specbatch.tracking.parents).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specbatch.config import JobConfig
+from specbatch.engine import Engine
+from specbatch.run.executor import JobResult, ShardExecutor
+from specbatch.run.generate import ShardGeneration
+from specbatch.run.runs import MergeResult, merge_shards
+from specbatch.run.sweep import SweepJob
+from specbatch.tracking.observer import TrackingObserver
+from specbatch.tracking.parents import log_merged
+
+
+def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None = None) -> JobResult:
+    """Run (or finish, or find finished) this task's shard; ``engine`` lets callers share one engine across jobs.
+
+    Inside a Hydra multirun, ``sweep`` nests the MLflow run under the sweep's parent and tags it with the job's
+    choices.
+
+    The shard is cut into chunks of ``chunk_size`` rows, all streamed through one engine (specbatch.run.streaming);
+    each chunk is written as its own Parquet part as soon as its rows are finished, so a rerun after a kill redoes
+    at most the chunks that were in flight. The done marker is written last.
+    """
+    return ShardExecutor(job, ShardGeneration(job, engine), TrackingObserver(job, sweep)).run()
+
+
+def merge_run(root: Path, log_to_mlflow: bool = True) -> MergeResult:
+    """Check every shard is done, then write merged/manifest.json and merged/summary.json, and log them to MLflow
+    as a parent run of the shards' runs (unless ``log_to_mlflow`` is off)."""
+    result = merge_shards(root)
+    if log_to_mlflow:
+        log_merged(Path(root).resolve(), result.summary)
+    return result
