@@ -32,3 +32,11 @@ def test_an_unknown_kind_names_the_known_ones() -> None:
     for call in (lambda: embedded_locations("huge"), lambda: ensure_embedded("huge", "/x")):
         with pytest.raises(EmbeddedAssetError, match="model.embedded='huge' is unknown: use smollm2 or tiny"):
             call()
+
+
+def test_the_embedded_kinds_are_the_configs_choices() -> None:
+    # assets/ sits below config/ and cannot import its enum: the two lists are kept equal here.
+    from specbatch.assets.cache import EMBEDDED_KINDS
+    from specbatch.config.schema import EmbeddedModel
+
+    assert list(EMBEDDED_KINDS) == [kind.value for kind in EmbeddedModel]

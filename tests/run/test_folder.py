@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specbatch.run.folder import RunFolder, config_hash, read_run, shard_folders
+from specbatch.config import run_folder_digest
+from specbatch.run.folder import RunFolder, read_run, shard_folders
 
 
 def test_same_setup_same_folder_different_setup_different_folder(job_factory) -> None:
@@ -18,7 +19,7 @@ def test_same_setup_same_folder_different_setup_different_folder(job_factory) ->
     }
     assert base.root not in others and len(others) == 4
     # Where results are logged does not change what is generated.
-    assert config_hash(job_factory()) == config_hash(job_factory("tracking=off"))
+    assert run_folder_digest(job_factory()) == run_folder_digest(job_factory("tracking=off"))
 
 
 def test_run_name_replaces_the_readable_part(job_factory) -> None:

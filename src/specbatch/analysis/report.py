@@ -21,6 +21,9 @@ from specbatch.common.masking import mask_uri
 from specbatch.config import spec_caption, spec_label
 from specbatch.run.folder import is_run_folder, read_run, run_folders_below
 from specbatch.run.sweep import SWEEP_FILE, read_sweep, sweep_run_folders
+from specbatch.tracking.logger import RunLogger, mlflow_run
+from specbatch.tracking.parents import attach_to_run, nested_runs
+from specbatch.tracking.store import TrackingUnreachable, recorded_tracking
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +67,6 @@ def find_runs(paths: list[Path]) -> Sources:
 
 def runs_of_parent(tracking_uri: str, parent_run_id: str) -> Sources:
     """The run folders of a sweep's child runs in MLflow (their ``run_folder`` tag)."""
-    from specbatch.tracking.parents import nested_runs
-    from specbatch.tracking.store import TrackingUnreachable
-
     try:
         parent, children = nested_runs(tracking_uri, parent_run_id)
     except TrackingUnreachable as exc:
@@ -110,10 +110,6 @@ def _default_out_dir(sources: Sources) -> Path:
 
 
 def _log(comparison: Comparison, files: list[Path], sources: Sources) -> str | None:
-    from specbatch.tracking.logger import RunLogger, mlflow_run
-    from specbatch.tracking.parents import attach_to_run
-    from specbatch.tracking.store import TrackingUnreachable, recorded_tracking
-
     metrics: dict[str, float] = {}
     for row in comparison.rows:
         name = spec_label(row.method, row.k)

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from specbatch.config import workload_digest
 from specbatch.run.folder import read_run, shard_folders
 from specbatch.run.records import STATUS_OK
+from specbatch.run.runs import finished_summary
 from specbatch.run.summary import Summary
 
 RowKey = tuple[str, int, int]
@@ -70,8 +71,6 @@ def workload(config: dict[str, Any]) -> str:
 
 
 def load_run(root: Path) -> RunData:
-    from specbatch.run.runs import finished_summary
-
     root = Path(root).resolve()
     config = read_run(root)["config"]
     summary = finished_summary(root)

@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from specbatch.analysis.compare import Comparison
+from specbatch.common.files import atomic_write, atomic_write_json, atomic_write_text
 from specbatch.config import spec_caption
 
 
@@ -69,8 +70,6 @@ def write_comparison(comparison: Comparison, out_dir: Path) -> list[Path]:
     import io
 
     import pyarrow as pa
-
-    from specbatch.common.files import atomic_write, atomic_write_json, atomic_write_text
 
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, json_path, parquet_path = (out_dir / f"comparison.{ext}" for ext in ("csv", "json", "parquet"))

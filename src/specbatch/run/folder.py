@@ -35,11 +35,6 @@ log = logging.getLogger(__name__)
 RUN_RECORD = "run.json"
 
 
-def config_hash(job: JobConfig, length: int = 8) -> str:
-    """The run folder's digest: the config fields that declare Identity.run_folder (specbatch.config.identity)."""
-    return run_folder_digest(job, length)
-
-
 def _safe(part: str) -> str:
     """A folder-name-safe version of a readable name (hub ids contain '/')."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", part).strip("_") or "unnamed"
@@ -61,7 +56,7 @@ class RunFolder:
             / "runs"
             / _safe(job.dataset.name)
             / _safe(job.model.name)
-            / f"{_safe(readable)}-{config_hash(job)}{f'-rep{job.repeat}' if job.repeat else ''}"
+            / f"{_safe(readable)}-{run_folder_digest(job)}{f'-rep{job.repeat}' if job.repeat else ''}"
         )
         return cls(root=root, shard_index=shard_index, shard_count=shard_count)
 

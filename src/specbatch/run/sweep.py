@@ -1,10 +1,9 @@
 """Hydra multiruns (``-m``): what a job knows of its sweep, and the records that tie a sweep to its run folders.
 
-The parent is created once, in the launching process, before any job starts (``on_multirun_start``), so jobs
-running in parallel (Slurm array tasks) never race to create it. Its id is written to ``<sweep dir>/sweep.json``;
-each job reads it from there and nests its run under it, tagged with the job's own choices (``override.<key>``).
-Each job also leaves ``<job dir>/specbatch_run.json`` naming its run folder, so ``jobs/compare.py <sweep dir>``
-finds the runs without MLflow.
+The sweep's MLflow parent run is made by the Hydra callback in specbatch.tracking.sweep, which writes its id to
+``<sweep dir>/sweep.json``; each job reads it from there (``current_sweep_job``) and nests its run under it, tagged
+with the job's own choices (``override.<key>``). Each job also leaves ``<job dir>/specbatch_run.json`` naming its
+run folder, so ``jobs/compare.py <sweep dir>`` finds the runs without MLflow.
 """
 
 from __future__ import annotations

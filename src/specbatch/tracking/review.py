@@ -23,6 +23,7 @@ from specbatch.config import spec_caption, spec_label
 from specbatch.run.folder import RunFolder, read_run, shard_folders
 from specbatch.run.summary import Summary
 from specbatch.tracking.logger import RunLogger, flatten
+from specbatch.tracking.store import open_client, recorded_tracking
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +145,6 @@ def log_pending(root: Path, uri: str | None = None, every_shard: bool = False) -
     Continues the shard's MLflow run when the store has it (the job created it before the server went away),
     else creates it; returns the run ids. Raises when the store cannot be reached: nothing is marked logged then.
     """
-    from specbatch.tracking.store import open_client, recorded_tracking
-
     config = read_run(root)["config"]
     tracking = recorded_tracking(config["tracking"], uri)
     if not tracking.enabled:
