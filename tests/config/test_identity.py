@@ -23,29 +23,38 @@ from specbatch.config import (
     workload_config,
     workload_digest,
 )
+from specbatch.config.declarations import IDENTITY
 from specbatch.config.identity import field_identities
-from specbatch.config.schema import IDENTITY
 
 # The three rules as they were written before the fields declared their identities (kept here as the reference).
 OLD_HASHED_KEYS = ("model", "spec", "dataset", "sampling", "engine", "max_samples", "chunk_size")
 OLD_ENGINE_KEYS = ("model", "spec", "engine")
 OLD_NOT_WORKLOAD = ("spec", "tracking", "output_root", "run_name", "shard", "repeat", "chunk_size")
+# Engine keys the server backend added later; only its jobs count them (the old rules predate them).
+SERVER_KEYS = ("url", "api_key_env", "served_model", "api", "max_concurrency", "request_timeout_seconds", "retries")
+
+
+def plain_before_server_keys(job: JobConfig) -> dict[str, Any]:
+    plain = to_plain_dict(job)
+    assert job.engine.backend != "server", "the old rules knew no server backend"
+    plain["engine"] = {k: v for k, v in plain["engine"].items() if k not in SERVER_KEYS}
+    return plain
 
 
 def old_run_folder_hash(job: JobConfig) -> str:
-    plain = to_plain_dict(job)
+    plain = plain_before_server_keys(job)
     relevant = {key: plain[key] for key in OLD_HASHED_KEYS}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def old_engine_fingerprint(job: JobConfig) -> str:
-    plain = to_plain_dict(job)
+    plain = plain_before_server_keys(job)
     return hashlib.sha256(json.dumps({k: plain[k] for k in OLD_ENGINE_KEYS}, sort_keys=True).encode()).hexdigest()
 
 
 def old_workload(config: dict[str, Any]) -> str:
     plain = {k: v for k, v in config.items() if k not in OLD_NOT_WORKLOAD}
-    plain["engine"] = {k: v for k, v in plain["engine"].items() if k != "max_num_seqs"}
+    plain["engine"] = {k: v for k, v in plain["engine"].items() if k != "max_num_seqs" and k not in SERVER_KEYS}
     plain["engine"].setdefault("backend", "vllm")
     return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
 
@@ -140,3 +149,19 @@ def test_readme_says_exactly_what_the_run_folder_digest_covers() -> None:
     covered = identity_fields(Identity.run_folder)
     others = [f.name for f in dataclasses.fields(JobConfig) if f.name not in covered]
     assert re.findall(r"`(\w+)`", left_out.group(1)) == others
+
+
+def test_server_keys_count_only_for_server_jobs() -> None:
+    offline = compose_job([])
+    server = compose_job(["engine.backend=server"])
+    for overrides in (["engine.max_concurrency=4"], ["engine.api=chat"]):
+        # Another value of a server-only key: a new folder for a server job, the same one for an offline job.
+        assert run_folder_digest(compose_job(["engine.backend=server", *overrides])) != run_folder_digest(server)
+        assert run_folder_digest(compose_job(overrides)) == run_folder_digest(offline)
+    # Where the server listens and how the job talks to it change nothing generated: a restart elsewhere resumes.
+    moved = compose_job(["engine.backend=server", "engine.url=http://10.0.0.2:9000/v1", "engine.retries=0"])
+    assert run_folder_digest(moved) == run_folder_digest(server)
+    # The API style decides the prompts (chat: the server's template), so it is part of the workload.
+    chat = to_plain_dict(compose_job(["engine.backend=server", "engine.api=chat"]))
+    assert workload_digest(chat) != workload_digest(to_plain_dict(server))
+    assert "max_concurrency" not in workload_config(chat)["engine"]

@@ -30,7 +30,7 @@ SECRET_ENV_VARS = (
     "DATABRICKS_TOKEN",
     "WANDB_API_KEY",
 )
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.IGNORECASE)
+SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.IGNORECASE)
 # scheme://user:password@host — the password part (anything up to the last @ before the host). Hydra's own log
 # lines escape the colons of an override (http\://user\:pw@host), so a backslash before them is allowed.
 _URI_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*\\?://[^/\s:@]+:)(?P<password>[^\s/]+)(?P<tail>@)")
@@ -44,7 +44,7 @@ def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     values = {
         value
         for name, value in env.items()
-        if (name in SECRET_ENV_VARS or _SECRET_NAME.search(name)) and len(value) >= _MIN_SECRET_LENGTH
+        if (name in SECRET_ENV_VARS or SECRET_NAME.search(name)) and len(value) >= _MIN_SECRET_LENGTH
     }
     return sorted(values, key=len, reverse=True)
 

@@ -13,6 +13,8 @@ from specbatch.config.compose import (
     to_job_config,
     unknown_key_message,
 )
+from specbatch.config.declarations import Identity
+from specbatch.config.engine import BACKENDS, SERVER_APIS, EngineConfig
 from specbatch.config.errors import ConfigError
 from specbatch.config.identity import (
     engine_identity,
@@ -32,11 +34,9 @@ from specbatch.config.methods import (
     spec_label,
 )
 from specbatch.config.schema import (
-    BACKENDS,
     GROUPS,
     DataFormat,
     DatasetConfig,
-    Identity,
     JobConfig,
     ModelConfig,
     PromptFormat,
@@ -49,6 +49,7 @@ from specbatch.config.spec import SpecConfig
 
 __all__ = [
     "BACKENDS",
+    "SERVER_APIS",
     "CHECKPOINT_KIND",
     "CHECKPOINT_METHODS",
     "GROUPS",
@@ -56,6 +57,7 @@ __all__ = [
     "ConfigError",
     "DataFormat",
     "DatasetConfig",
+    "EngineConfig",
     "Identity",
     "JobConfig",
     "Method",

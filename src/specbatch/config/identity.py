@@ -22,7 +22,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from specbatch.config.schema import IDENTITY, OLD_RUNS_DEFAULT, Identity, JobConfig
+from specbatch.config.declarations import IDENTITY, OLD_RUNS_DEFAULT, ONLY_BACKENDS, Identity
+from specbatch.config.schema import JobConfig
 from specbatch.config.serialise import to_plain_dict
 
 # Hex digits of the run folder's and the workload's digest (the engine's fingerprint keeps them all).
@@ -39,6 +40,8 @@ class FieldIdentity:
     section: bool
     # Its value in configs written before the field existed; _NO_DEFAULT when none is declared.
     old_runs_default: Any = _NO_DEFAULT
+    # An engine field only these backends read (None: all of them); in no identity of another backend's job.
+    only_backends: frozenset[str] | None = None
 
 
 @functools.cache
@@ -55,7 +58,9 @@ def field_identities() -> dict[str, FieldIdentity]:
             own = f.metadata.get(IDENTITY)
             ids = inherited if own is None else inherited & own
             section = dataclasses.is_dataclass(hint)
-            out[key] = FieldIdentity(ids, section, f.metadata.get(OLD_RUNS_DEFAULT, _NO_DEFAULT))
+            out[key] = FieldIdentity(
+                ids, section, f.metadata.get(OLD_RUNS_DEFAULT, _NO_DEFAULT), f.metadata.get(ONLY_BACKENDS)
+            )
             if section:
                 out.update(walk(hint, key + ".", ids))
         return out
@@ -72,10 +77,14 @@ def project(plain: dict[str, Any], identity: Identity, prefix: str = "") -> dict
     """The part of a plain config (``to_plain_dict``, or a run's recorded config) that belongs to ``identity``."""
     fields = field_identities()
     out: dict[str, Any] = {}
+    # Whose backend-only fields count: the section's own backend (a run written before it existed: the default).
+    backend = plain.get("backend", getattr(fields.get(prefix + "backend"), "old_runs_default", None))
     for name, value in plain.items():
         declared = fields.get(prefix + name)
         if declared is None:
             out[name] = value
+        elif declared.only_backends is not None and backend not in declared.only_backends:
+            continue
         elif identity in declared.identities:
             nested = declared.section and isinstance(value, dict)
             out[name] = project(value, identity, f"{prefix}{name}.") if nested else value

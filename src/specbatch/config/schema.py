@@ -14,41 +14,16 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from omegaconf import MISSING
 
 from specbatch.assets.cache import embedded_locations
 from specbatch.common.masking import mask_uri
+from specbatch.config.declarations import Identity, identities
+from specbatch.config.engine import EngineConfig
 from specbatch.config.errors import ConfigError, require
 from specbatch.config.methods import CHECKPOINT_KIND, CHECKPOINT_METHODS, METHODS, SpecMethod
 from specbatch.config.spec import SpecConfig
-
-
-class Identity(enum.StrEnum):
-    """What a config field is part of. A field in none of them changes nothing that is generated or measured."""
-
-    # The run folder's digest: the same set-up finds its own folder, two different set-ups never share one.
-    run_folder = "run_folder"
-    # A started engine: a shared engine serves only jobs that agree on every field of it.
-    engine = "engine"
-    # The comparison's workload: runs are compared (and matched to a baseline) only when they agree on it.
-    workload = "workload"
-
-
-# Field metadata keys: the identities of a field, and the value a field takes in configs written before it existed.
-IDENTITY = "identity"
-OLD_RUNS_DEFAULT = "old_runs_default"
-
-
-def identities(*names: Identity) -> dict[str, Any]:
-    """Field metadata declaring the identities a field belongs to; ``identities()`` says deliberately none.
-
-    Every top-level field of :class:`JobConfig` declares them. A field of a section inherits its section's unless
-    it declares its own, which can only narrow them.
-    """
-    return {IDENTITY: frozenset(names)}
-
 
 _FOLDER, _ENGINE, _WORKLOAD = Identity.run_folder, Identity.engine, Identity.workload
 
@@ -227,52 +202,6 @@ class SamplingConfig:
         require(self.top_k >= 0, f"sampling.top_k={self.top_k} must be 0 (off) or 1 or more")
         require(self.max_tokens >= 1, f"sampling.max_tokens={self.max_tokens} must be 1 or more")
         require(self.n >= 1, f"sampling.n={self.n} must be 1 or more")
-
-
-# Names of the engine backends (specbatch.engine.REGISTRY maps each to its class).
-BACKENDS = ("vllm", "dummy")
-
-
-@dataclass
-class EngineConfig:
-    """Engine knobs that depend on the hardware (group ``engine/``)."""
-
-    # Preset name, recorded with the run (cpu, gpu, ...).
-    name: str = MISSING
-    # Which engine generates (specbatch.engine): vllm (offline vllm.LLM) or dummy (no model; for tests).
-    # Runs written before it existed ran on vLLM.
-    backend: str = field(default="vllm", metadata={OLD_RUNS_DEFAULT: "vllm"})
-    # Skip CUDA graphs / torch.compile: same outputs, much faster start-up on CPU.
-    enforce_eager: bool = True
-    # vLLM CPU backend only: KV cache size in GiB (sets VLLM_CPU_KVCACHE_SPACE unless already set).
-    cpu_kvcache_space_gib: int | None = None
-    # GPU only: share of GPU memory vLLM may take.
-    gpu_memory_utilization: float | None = None
-    # The batch: requests the engine runs at once (null: vLLM's default). chunk_size does not change it.
-    # Not in the workload: a comparison sets runs at different batch sizes side by side.
-    max_num_seqs: int | None = field(default=None, metadata=identities(_FOLDER, _ENGINE))
-    # Engine seed.
-    seed: int = 0
-    # One short request before timing, so JIT and first-call costs are not counted as generation time.
-    warmup: bool = True
-
-    def __post_init__(self) -> None:
-        require(
-            self.backend in BACKENDS,
-            f"engine.backend={self.backend} is not an engine: use one of {', '.join(BACKENDS)}",
-        )
-        require(
-            self.cpu_kvcache_space_gib is None or self.cpu_kvcache_space_gib >= 1,
-            f"engine.cpu_kvcache_space_gib={self.cpu_kvcache_space_gib} must be 1 or more, e.g. 2",
-        )
-        require(
-            self.gpu_memory_utilization is None or 0 < self.gpu_memory_utilization <= 1,
-            f"engine.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1], e.g. 0.9",
-        )
-        require(
-            self.max_num_seqs is None or self.max_num_seqs >= 1,
-            f"engine.max_num_seqs={self.max_num_seqs} must be 1 or more (or null for vLLM's default)",
-        )
 
 
 @dataclass
