@@ -19,6 +19,8 @@ class Prompt:
     # 1-based turn of a multi-turn row; 1 for everything else.
     turn: int = 1
     category: str | None = None
+    # The conversation the text was rendered from (chat data sets), for engines that take a chat instead.
+    messages: tuple[dict[str, str], ...] | None = None
 
 
 def load_tokenizer(cfg: ModelConfig) -> Any:
@@ -68,16 +70,16 @@ def conversation(row: SourceRow, turn: int, answers: list[str], cfg: DatasetConf
 
 
 def render(row: SourceRow, turn: int, answers: list[str], cfg: DatasetConfig, tokenizer: Any) -> Prompt:
+    messages = None
     if cfg.chat:
-        text = tokenizer.apply_chat_template(
-            conversation(row, turn, answers, cfg), tokenize=False, add_generation_prompt=True
-        )
+        messages = tuple(conversation(row, turn, answers, cfg))
+        text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
         # The template already wrote every special token; adding BOS again would change the prompt.
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     else:
         text = row.text or ""
         ids = tokenizer(text)["input_ids"]
-    return Prompt(row_id=row.row_id, text=text, token_ids=list(ids), turn=turn, category=row.category)
+    return Prompt(row.row_id, text, list(ids), turn=turn, category=row.category, messages=messages)
 
 
 def length_error(prompt: Prompt, max_tokens: int, max_model_len: int) -> str | None:

@@ -21,14 +21,24 @@ from specbatch.engine.base import (
 # engine.backend -> "module:class"; the class has ``start(job) -> Engine``. config.BACKENDS lists the same names.
 REGISTRY = {
     "vllm": "specbatch.engine.vllm_offline:VllmEngine",
+    "server": "specbatch.engine.server:ServerEngine",
     "dummy": "specbatch.engine.dummy:DummyEngine",
 }
 
 
+def _backend(job: JobConfig) -> type[Engine]:
+    module, _, cls = REGISTRY[job.engine.backend].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def check_engine(job: JobConfig) -> None:
+    """The backend's own checks before anything is written (e.g. that a server answers at engine.url)."""
+    _backend(job).check(job)
+
+
 def start_engine(job: JobConfig) -> Engine:
     """Start the engine ``engine.backend`` names (warm-up included); the caller closes it."""
-    module, _, cls = REGISTRY[job.engine.backend].partition(":")
-    return getattr(importlib.import_module(module), cls).start(job)
+    return _backend(job).start(job)  # type: ignore[attr-defined]
 
 
 __all__ = [
@@ -38,6 +48,7 @@ __all__ = [
     "Request",
     "RequestRefused",
     "Sample",
+    "check_engine",
     "engine_fingerprint",
     "start_engine",
 ]

@@ -33,6 +33,8 @@ class Request:
     turn: int
     prompt_token_ids: list[int]
     sampling: SamplingConfig
+    # The conversation the token ids were rendered from (chat data sets): for engines that take a chat instead.
+    messages: tuple[dict[str, str], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -48,15 +50,22 @@ class Sample:
 
 @dataclass(frozen=True)
 class Completion:
-    """A finished request with its samples; ``seconds`` from ``add`` to the step that finished it."""
+    """A finished request with its samples; ``seconds`` from ``add`` to the step that finished it.
+
+    ``error`` (and no samples) when the engine gave up on this request alone (a server's error answer after its
+    retries): the row becomes an error row and the others go on."""
 
     request: Request
     samples: list[Sample]
     seconds: float
+    error: str | None = None
 
 
 class Engine(ABC):
     """A started engine. Start-up and warm-up seconds are kept apart from generation time."""
+
+    # Whose work ``counters`` count: "engine" (this job's engine alone) or "server" (a server's, every client's).
+    counters_scope = "engine"
 
     def __init__(self, fingerprint: str, concurrency: int | None = None) -> None:
         self.fingerprint = fingerprint
@@ -81,6 +90,12 @@ class Engine(ABC):
     @abstractmethod
     def cancel(self) -> None:
         """Drop every unfinished request (after a failure), so a shared engine starts the next job empty."""
+
+    @classmethod
+    def check(cls, job: JobConfig) -> None:  # noqa: B027 (most backends have nothing to check)
+        """What can be checked about the backend before anything is written or loaded (e.g. a server answers);
+        raises ConfigError naming the key to change. Nothing, unless a backend says otherwise."""
+        return None
 
     def counters(self) -> Counters | None:
         """Cumulative engine counters, an optional capability: None when the backend has none (then the figures

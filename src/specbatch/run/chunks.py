@@ -64,5 +64,6 @@ class ChunkWriter:
             "parts": streamed.chunks,
             "seconds": streamed.seconds,
             "counters": asdict(streamed.counters) if streamed.counters is not None else None,
+            "counters_scope": streamed.counters_scope,
         }
         atomic_write_json(self.folder.launch_record_path(self.launch), record)

@@ -20,7 +20,7 @@ from specbatch.config import ConfigError, JobConfig
 from specbatch.config.preflight import preflight
 from specbatch.data.prompts import check_chat_template, load_tokenizer
 from specbatch.data.rows import RowSource, SourceRow, open_rows
-from specbatch.engine import Engine, engine_fingerprint, start_engine
+from specbatch.engine import Engine, check_engine, engine_fingerprint, start_engine
 from specbatch.run.chunks import ChunkWriter
 from specbatch.run.executor import ShardPlan
 from specbatch.run.folder import RunFolder
@@ -62,7 +62,14 @@ class ShardGeneration:
                 raise ConfigError(str(exc)) from None
         self._tokenizer = load_tokenizer(job.model)
         check_chat_template(job.dataset, self._tokenizer)
-        preflight(job)
+        if job.engine.backend == "server":
+            # The checkpoints and packages are the server's, not this machine's: nothing local to check them by.
+            log.info("engine.backend=server: the method's checks against local checkpoints are the server's to do")
+        else:
+            preflight(job)
+        if self.engine is None:
+            # E.g. a server answers at engine.url: one clear error before the run folder is written.
+            check_engine(job)
         return ShardPlan(source_rows=len(source), span=span, chunks=len(self._chunks))
 
     def chunk_digests(self) -> list[str]:

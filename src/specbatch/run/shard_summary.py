@@ -32,16 +32,18 @@ def summarize_shard(folder: RunFolder, job: JobConfig, parts: list[Path], engine
         by_launch[stats.get("launch")].append({**stats, "number": number})
         for record in pq.read_table(part, columns=_SUMMARY_COLUMNS).to_pylist():
             totals.add(record)
-    counters, seconds = Counters(), 0.0
+    counters, seconds, scopes = Counters(), 0.0, set()
     concurrency = max((s.get("concurrency") or 0 for stats in by_launch.values() for s in stats), default=0)
     for launch, stats in by_launch.items():
         record = folder.read_launch_record(launch)
         own = record is not None and sorted(record["parts"]) == sorted(s["number"] for s in stats)
         if own and record["counters"] is not None:
             counters = counters + Counters.from_dict(record["counters"])
+            scopes.add(record.get("counters_scope", "engine"))
         else:
             for s in stats:
                 counters = counters + Counters.from_dict(s["counters"])
+            scopes.add("requests")
         if own:
             seconds += record["seconds"]
         elif launch is None:  # parts written before streaming: each chunk's own generate time
@@ -57,4 +59,5 @@ def summarize_shard(folder: RunFolder, job: JobConfig, parts: list[Path], engine
         engine_startup_seconds=engine.startup_seconds if engine else 0.0,
         warmup_seconds=engine.warmup_seconds if engine else 0.0,
         concurrency=concurrency or None,
+        counters_scope="+".join(sorted(scopes)) or None,
     )

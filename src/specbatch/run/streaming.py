@@ -50,8 +50,10 @@ class StreamResult:
     chunks: list[int] = field(default_factory=list)
     # Wall seconds of the whole loop (chunks overlap, so theirs are not summed).
     seconds: float = 0.0
-    # Engine counter differences over the loop; None when the engine has no counters.
+    # Engine counter differences over the loop; None when the engine has no counters (or they went backwards).
     counters: Counters | None = None
+    # Whose work the counters count: "engine" (this job's alone) or "server" (every client of a server).
+    counters_scope: str = "engine"
     # True when stop_requested() ended admission before every chunk was admitted.
     stopped: bool = False
 
@@ -139,8 +141,8 @@ class ChunkStreamer:
             raise
         assert not open_chunks and not self._asked, "every admitted chunk is finished when the loop ends"
         result.seconds = time.perf_counter() - began
-        after = self.engine.counters()
-        result.counters = after - before if after is not None and before is not None else None
+        result.counters = _difference(before, self.engine.counters())
+        result.counters_scope = self.engine.counters_scope
         return result
 
     def _progress(self, elapsed: float, open_chunks: int) -> None:
@@ -165,7 +167,7 @@ class ChunkStreamer:
         if problem:
             self._fail(chunk, position, row, turn, problem, prompt)
             return
-        request = Request(row.row_id, turn, prompt.token_ids, self.job.sampling)
+        request = Request(row.row_id, turn, prompt.token_ids, self.job.sampling, prompt.messages)
         self._asked[(row.row_id, turn)] = _Asked(chunk, position, prompt, answers)
         chunk.in_flight += 1
         # A row's next turn goes first: its conversation is open and its chunk waits for it.
@@ -187,6 +189,11 @@ class ChunkStreamer:
         asked = self._asked.pop((request.row_id, request.turn))
         chunk, position = asked.chunk, asked.position
         chunk.in_flight -= 1
+        if completion.error is not None:
+            self._fail(chunk, position, chunk.rows[position], request.turn, completion.error, asked.prompt)
+            if not chunk.in_flight:
+                finish(chunk)
+            return
         for record in build_records(asked.prompt, completion.samples, self.method, self.k):
             chunk.records.append(((position, record["turn"], record["sample_index"]), record))
         counters = _request_counters(completion)
@@ -213,6 +220,18 @@ class ChunkStreamer:
         if not prompt.token_ids:
             return "empty prompt: it has no tokens"
         return length_error(prompt, self.job.sampling.max_tokens, self.job.model.max_model_len)
+
+
+def _difference(before: Counters | None, after: Counters | None) -> Counters | None:
+    """The counters' growth over the loop; None when either snapshot is missing or a counter went backwards (a
+    server restarted meanwhile): then the figures come from the requests' own."""
+    if before is None or after is None:
+        return None
+    delta = after - before
+    if min(delta.prompt_tokens, delta.generation_tokens, delta.drafts, delta.draft_tokens, delta.accepted_tokens) < 0:
+        log.warning("the engine's counters went backwards (a server restarted?): figures from the requests' own")
+        return None
+    return delta
 
 
 def _request_counters(completion: Completion) -> Counters:

@@ -90,6 +90,10 @@ class Summary:
     # The batch: requests the engine ran at once (engine.max_num_seqs or its default). Null for runs written
     # before the engine was streamed, when the batch was a chunk (min of chunk_size and max_num_seqs).
     concurrency: int | None = None
+    # Where the counts come from: "engine" (the job's own engine), "server" (a server's /metrics: server-wide, valid
+    # when the job was its only client), "requests" (the completions' own figures), or several joined by "+".
+    # Null for runs written before it existed (their engine's).
+    counters_scope: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,6 +106,7 @@ class Summary:
             "acceptance_rate_per_position",
             "accepted_per_position",
             "per_category",
+            "counters_scope",
         }
         return {k: float(v) for k, v in asdict(self).items() if k not in skip and v is not None}
 
@@ -137,6 +142,7 @@ def summarize(
     engine_startup_seconds: float,
     warmup_seconds: float,
     concurrency: int | None = None,
+    counters_scope: str | None = None,
 ) -> Summary:
     speculative = k is not None
     drafts = delta.drafts
@@ -163,6 +169,7 @@ def summarize(
         accepted_per_position=per_position if speculative else None,
         per_category=per_category(totals, speculative) if totals.categories or totals.by_category else None,
         concurrency=concurrency,
+        counters_scope=counters_scope,
     )
 
 
@@ -183,7 +190,16 @@ def merge_summaries(summaries: list[Summary]) -> Summary:
         engine_startup_seconds=sum(s.engine_startup_seconds for s in summaries),
         warmup_seconds=sum(s.warmup_seconds for s in summaries),
         concurrency=first.concurrency,
+        counters_scope="+".join(
+            sorted({p for s in summaries if s.counters_scope for p in s.counters_scope.split("+")})
+        )
+        or None,
     )
+
+
+def _joined_scopes(scopes: Iterable[str | None]) -> str | None:
+    """The sources of several summaries' counts, each once ("engine+requests")."""
+    return "+".join(sorted({part for scope in scopes if scope for part in scope.split("+")})) or None
 
 
 def per_category(totals: RowTotals, speculative: bool) -> dict[str, dict[str, Any]]:
@@ -209,6 +225,13 @@ def per_category(totals: RowTotals, speculative: bool) -> dict[str, dict[str, An
 def _pad_to(values: tuple[int, ...], k: int | None) -> list[int]:
     n = max(len(values), k or 0)
     return list(values) + [0] * (n - len(values))
+
+
+# What figures from a server's /metrics are worth; said beside them wherever they are shown.
+SERVER_WIDE_NOTE = (
+    "drafts and acceptance are the server's /metrics over the shard (server-wide): valid when this job was the "
+    "server's only client"
+)
 
 
 def format_table(summary: Summary) -> str:
@@ -246,6 +269,8 @@ def format_table(summary: Summary) -> str:
     data = summary.to_dict()
     width = max(len(label) for label in labels.values())
     lines = [f"{labels[key]:<{width}}  {fmt(data[key])}" for key in labels]
+    if summary.counters_scope and "server" in summary.counters_scope and summary.num_speculative_tokens is not None:
+        lines.append(f"{'':<{width}}  {SERVER_WIDE_NOTE}")
     if summary.per_category:
         columns = ["rows", "error_rows", "output_tokens", "mean_acceptance_length", "draft_acceptance_rate"]
         name_width = max(len("category"), *(len(c) for c in summary.per_category))

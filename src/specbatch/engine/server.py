@@ -1,0 +1,373 @@
+"""The server backend: the shard's requests go to a running OpenAI-compatible server (``engine.backend=server``).
+
+A vLLM server started by ``jobs/serve.py`` with the same overrides, a Dynamo frontend, an SGLang or llama.cpp server:
+anything at ``engine.url`` that speaks the OpenAI API. Prompts go as the offline job's exact token ids to the
+completions API when the server takes them (``engine.api=auto`` finds out before anything is written), to the chat
+API otherwise (the server then applies its own chat template).
+
+The HTTP side is the ``openai`` client: async, with its own retries and exponential backoff on connection errors,
+timeouts, 429 and 5xx (``engine.retries``) and a per-attempt timeout (``engine.request_timeout_seconds``); nothing
+here retries by hand. An asyncio loop on one background thread runs up to ``engine.max_concurrency`` requests at
+once; ``add`` / ``step`` hand requests and completions across, so the streaming loop drives it like any engine.
+
+What a failed request becomes:
+- the server answered with an error (after the client's retries): an error row saying what the server said; the
+  other rows go on;
+- no server answers any more (connection refused or reset after every retry): the job stops with one error naming
+  ``engine.url``. Chunks already written are kept; the rerun after the server is back generates the rest, every row
+  exactly once, as after an offline engine's crash.
+
+Speculative figures: per row from the response where the server gives them (vLLM with
+``--per-request-spec-decode-metrics``: the same figures as offline), and for the shard from the server's
+``/metrics`` counters (specbatch.engine.server_metrics), which are server-wide: valid when the job is the server's
+only client. Token counts and throughput are the job's own (its clock, the responses' tokens).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import openai
+
+from specbatch.common.masking import mask_uri
+from specbatch.config import ConfigError, JobConfig
+from specbatch.data.prompts import load_tokenizer
+from specbatch.engine.base import Completion, Engine, Request, Sample, engine_fingerprint
+from specbatch.engine.server_metrics import parse_spec_counters
+from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
+
+log = logging.getLogger(__name__)
+# httpx logs every request at INFO: thousands of lines per shard.
+for _name in ("httpx", "httpx2"):  # the openai client uses httpx2
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+# Seconds the start-up checks may take per request (the server is up or it is not).
+CHECK_TIMEOUT = 15.0
+# Token ids of the probe that tells whether the completions API takes a prompt as token ids.
+_PROBE_PROMPT = [1, 2, 3, 4]
+
+
+class ServerUnreachable(RuntimeError):
+    """No server answers at engine.url any more (after the client's retries): the shard stops, resumable."""
+
+
+@dataclass(frozen=True)
+class ServerTarget:
+    """What the start-up checks found: the model to ask for and the API to use."""
+
+    model: str
+    api: str
+
+
+def api_key(job: JobConfig) -> str:
+    """The key from the variable engine.api_key_env names; a placeholder when unset (servers without keys ignore
+    it, and the client insists on one). The value is masked in every output: the variable's name says it is secret."""
+    return os.environ.get(job.engine.api_key_env) or "no-key"
+
+
+def server_root(url: str) -> str:
+    """``http://host:port`` of an API base URL (``/health`` and ``/metrics`` live there, not under ``/v1``)."""
+    parsed = httpx.URL(url)
+    return str(parsed.copy_with(path="/", query=None)).rstrip("/")
+
+
+def _unreachable(job: JobConfig, why: object) -> ConfigError:
+    return ConfigError(
+        f"engine.url={mask_uri(job.engine.url)}: no OpenAI-compatible server answers there ({why}). Start one "
+        "(python jobs/serve.py <the same overrides>) or point engine.url at a running server"
+    )
+
+
+def check_server(job: JobConfig) -> ServerTarget:
+    """Before anything is written: the server answers, the key is accepted, the model is there, and which API takes
+    the prompts. Each failure is one ConfigError naming the key to change."""
+    engine = job.engine
+    client = openai.OpenAI(base_url=engine.url, api_key=api_key(job), max_retries=1, timeout=CHECK_TIMEOUT)
+    try:
+        try:
+            served = [m.id for m in client.models.list()]
+        except openai.APIConnectionError as exc:
+            raise _unreachable(job, type(exc).__name__) from None
+        except openai.AuthenticationError:
+            raise ConfigError(
+                f"engine.url={mask_uri(engine.url)} refused the API key: set the variable engine.api_key_env "
+                f"names ({engine.api_key_env}) to the server's key"
+            ) from None
+        except openai.APIStatusError as exc:
+            raise _unreachable(job, f"GET /models answered HTTP {exc.status_code}") from None
+        model = _pick_model(job, served)
+        api = engine.api
+        if api == "auto":
+            api = "completions" if _takes_token_ids(client, model) else "chat"
+            log.info("%s takes prompts through the %s API", mask_uri(engine.url), api)
+        if api == "chat" and not job.dataset.chat:
+            raise ConfigError(
+                f"engine.api={engine.api}: the server at {mask_uri(engine.url)} needs the chat API, but the data set "
+                "is plain text (dataset.chat=false): use a server whose completions API takes token ids"
+            )
+        return ServerTarget(model, api)
+    finally:
+        client.close()
+
+
+def _pick_model(job: JobConfig, served: list[str]) -> str:
+    wanted = job.engine.served_model
+    if wanted is not None:
+        if wanted not in served:
+            raise ConfigError(
+                f"engine.served_model={wanted} is not served at {mask_uri(job.engine.url)}; it serves: "
+                f"{', '.join(served) or 'nothing'}"
+            )
+        return wanted
+    if len(served) != 1:
+        raise ConfigError(
+            f"the server at {mask_uri(job.engine.url)} serves {len(served)} models ({', '.join(served)}): "
+            "set engine.served_model to one of them"
+        )
+    return served[0]
+
+
+def _takes_token_ids(client: openai.OpenAI, model: str) -> bool:
+    try:
+        client.completions.create(model=model, prompt=_PROBE_PROMPT, max_tokens=1)
+    except openai.APIStatusError:
+        return False
+    return True
+
+
+class ServerEngine(Engine):
+    """Requests to a running OpenAI-compatible server (see the module docstring)."""
+
+    name = "server"
+    # The counters are the whole server's (every client's requests), not this job's alone.
+    counters_scope = "server"
+
+    def __init__(self, job: JobConfig, target: ServerTarget) -> None:
+        super().__init__(engine_fingerprint(job), concurrency=job.engine.max_concurrency)
+        self.job, self.target = job, target
+        self.url = job.engine.url
+        self._root = server_root(self.url)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="specbatch-server-client", daemon=True)
+        self._thread.start()
+        self._client = self._call(self._make_client())
+        self._semaphore = asyncio.Semaphore(job.engine.max_concurrency)
+        self._pending: dict[int, concurrent.futures.Future[Completion]] = {}
+        self._finished: queue.Queue[int] = queue.Queue()
+        self._ids = 0
+        # The job's own token counts (the server's count every client's).
+        self._prompt_tokens = self._generation_tokens = 0
+        self._metrics = httpx.Client(timeout=CHECK_TIMEOUT)
+        # Only for servers that return no token ids (vLLM does): loaded on first need.
+        self._tokenizer: Any = None
+
+    async def _make_client(self) -> openai.AsyncOpenAI:
+        # Made on the loop's thread: its connection pool belongs to that loop.
+        engine = self.job.engine
+        return openai.AsyncOpenAI(
+            base_url=engine.url,
+            api_key=api_key(self.job),
+            max_retries=engine.retries,
+            timeout=engine.request_timeout_seconds,
+        )
+
+    def _call(self, coroutine: Any, timeout: float | None = None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+
+    @classmethod
+    def check(cls, job: JobConfig) -> None:
+        check_server(job)
+
+    @classmethod
+    def start(cls, job: JobConfig) -> ServerEngine:
+        began = time.perf_counter()
+        engine = cls(job, check_server(job))
+        engine.startup_seconds = time.perf_counter() - began
+        log.info(
+            "server at %s: model %s through the %s API, up to %d requests at once",
+            mask_uri(engine.url),
+            engine.target.model,
+            engine.target.api,
+            engine.concurrency,
+        )
+        if job.engine.warmup:
+            try:
+                engine.warmup()
+            except BaseException:
+                engine.close()
+                raise
+        return engine
+
+    def warmup(self) -> None:
+        """One short request, so the server's own first-call costs stay out of the timings."""
+        began = time.perf_counter()
+        warm = Request("warmup", 1, _PROBE_PROMPT * 2, self.job.sampling)
+        self._call(self._ask_once(warm, max_tokens=8))
+        self.warmup_seconds = time.perf_counter() - began
+
+    def counters(self) -> Counters | None:
+        """The job's own token counts, with the server's spec-decode counters (None when /metrics has none)."""
+        own = Counters(prompt_tokens=self._prompt_tokens, generation_tokens=self._generation_tokens)
+        if self.job.spec.k is None:
+            return own
+        try:
+            response = self._metrics.get(f"{self._root}/metrics")
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            log.warning("no spec-decode counters from %s/metrics (%s)", mask_uri(self._root), type(exc).__name__)
+            return None
+        spec = parse_spec_counters(response.text)
+        if spec is None:
+            return None
+        return Counters(
+            prompt_tokens=own.prompt_tokens,
+            generation_tokens=own.generation_tokens,
+            drafts=spec.drafts,
+            draft_tokens=spec.draft_tokens,
+            accepted_tokens=spec.accepted_tokens,
+            accepted_per_position=spec.accepted_per_position,
+        )
+
+    def add(self, request: Request) -> None:
+        key, self._ids = self._ids, self._ids + 1
+        future = asyncio.run_coroutine_threadsafe(self._ask(request), self._loop)
+        self._pending[key] = future
+        future.add_done_callback(lambda _: self._finished.put(key))
+
+    def step(self) -> list[Completion]:
+        if not self._pending:
+            return []
+        keys = [self._wait_for_one()]
+        while True:
+            try:
+                keys.append(self._finished.get_nowait())
+            except queue.Empty:
+                break
+        done = []
+        for key in keys:
+            future = self._pending.pop(key, None)
+            if future is None or future.cancelled():
+                continue
+            # ServerUnreachable (and anything unexpected) ends the shard here; error rows come back as completions.
+            completion = future.result()
+            self._prompt_tokens += len(completion.request.prompt_token_ids) * max(1, len(completion.samples))
+            self._generation_tokens += sum(len(s.token_ids) for s in completion.samples)
+            done.append(completion)
+        return done
+
+    def _wait_for_one(self) -> int:
+        # A timeout, so Ctrl-C and SIGTERM are handled while every request is still on the wire.
+        while True:
+            try:
+                return self._finished.get(timeout=0.5)
+            except queue.Empty:
+                continue
+
+    @property
+    def unfinished(self) -> int:
+        return len(self._pending)
+
+    def cancel(self) -> None:
+        for future in self._pending.values():
+            future.cancel()
+        self._pending.clear()
+
+    def close(self) -> None:
+        if not self._thread.is_alive():
+            return
+        self.cancel()
+        try:
+            self._call(self._client.close(), timeout=10)
+        finally:
+            self._metrics.close()
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+    async def _ask(self, request: Request) -> Completion:
+        async with self._semaphore:
+            began = time.perf_counter()
+            try:
+                samples = await self._ask_once(request)
+            except openai.APITimeoutError:
+                why = f"no answer within engine.request_timeout_seconds={self.job.engine.request_timeout_seconds}"
+                return Completion(request, [], time.perf_counter() - began, error=f"{why} (after every retry)")
+            except openai.APIConnectionError as exc:
+                raise ServerUnreachable(
+                    f"engine.url={mask_uri(self.url)} stopped answering ({exc.__cause__ or exc}; after "
+                    f"engine.retries={self.job.engine.retries} retries). Chunks already written are kept: start the "
+                    "server again and rerun the same command to generate the rest"
+                ) from None
+            except openai.APIStatusError as exc:
+                return Completion(request, [], time.perf_counter() - began, error=_status_error(exc))
+            return Completion(request, samples, time.perf_counter() - began)
+
+    async def _ask_once(self, request: Request, max_tokens: int | None = None) -> list[Sample]:
+        sampling = request.sampling
+        common: dict[str, Any] = {
+            "model": self.target.model,
+            "max_tokens": max_tokens or sampling.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "n": sampling.n,
+            "seed": sampling.seed,
+        }
+        extra: dict[str, Any] = {"return_token_ids": True}
+        if sampling.top_k:
+            extra["top_k"] = sampling.top_k
+        if self.target.api == "completions":
+            response = await self._client.completions.create(
+                prompt=request.prompt_token_ids, extra_body=extra, **common
+            )
+            texts = [(c.text, c.finish_reason, getattr(c, "token_ids", None)) for c in response.choices]
+        else:
+            if request.messages is None:
+                raise ValueError(f"row {request.row_id}: the chat API needs the row's messages")
+            response = await self._client.chat.completions.create(
+                messages=list(request.messages), extra_body=extra, **common
+            )
+            texts = [
+                (c.message.content or "", c.finish_reason, getattr(c, "token_ids", None)) for c in response.choices
+            ]
+        figures = row_figures(response) if len(texts) == 1 else None
+        return [Sample(text, self._token_ids(text, ids), reason, figures) for text, reason, ids in texts]
+
+    def _token_ids(self, text: str, ids: list[int] | None) -> list[int]:
+        """The server's token ids; a server that returns none gets the text tokenized here (same tokenizer)."""
+        if ids is not None:
+            return list(ids)
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.job.model)
+        return list(self._tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _status_error(exc: openai.APIStatusError) -> str:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    message = body.get("message") or (body.get("error") or {}).get("message") if body else None
+    return f"the server answered HTTP {exc.status_code}: {mask_uri(str(message or exc.message))}"
+
+
+def row_figures(response: Any) -> RowSpecFigures | None:
+    """Per-request figures a vLLM server puts in its response (``metrics.speculative_decoding``, with
+    ``--per-request-spec-decode-metrics``); None when the response carries none."""
+    metrics = getattr(response, "metrics", None)
+    spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+    if not spec:
+        return None
+    steps, accepted = int(spec["num_spec_steps"]), int(spec["num_accepted_draft_tokens"])
+    # AL computed as the offline backend computes it (the server's own mean is the same ratio, rounded).
+    return RowSpecFigures(
+        spec_steps=steps,
+        draft_tokens=int(spec["num_draft_tokens"]),
+        accepted_tokens=accepted,
+        acceptance_length=acceptance_length(accepted, steps),
+        acceptance_histogram=[int(x) for x in spec["acceptance_histogram"]],
+    )
