@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from specbatch.common.interrupts import EXIT_STOPPED, StopRequested
 from specbatch.config import ConfigError, register_configs, to_job_config
 from specbatch.config.overrides import check_overrides
+from specbatch.engine import EngineUnavailable
 from specbatch.pipeline import run_job
 from specbatch.run.locks import ShardBusyError
 from specbatch.run.sweep import current_sweep_job, record_job_run
@@ -39,6 +40,10 @@ def main(cfg: DictConfig) -> None:
         # Another live task is writing this shard (e.g. a duplicate submission): leave it alone.
         log.error("%s", exc)
         sys.exit(3)
+    except EngineUnavailable as exc:
+        # A server that stopped answering: what it says names engine.url; finished chunks are kept.
+        log.error("%s", exc)
+        sys.exit(1)
     except StopRequested as exc:
         # SIGTERM: the chunks in flight were written; a non-zero exit tells Slurm the shard is not done.
         log.warning("%s", exc)

@@ -12,6 +12,7 @@ from specbatch.config import JobConfig
 from specbatch.engine.base import (
     Completion,
     Engine,
+    EngineUnavailable,
     Request,
     RequestRefused,
     Sample,
@@ -45,6 +46,7 @@ __all__ = [
     "REGISTRY",
     "Completion",
     "Engine",
+    "EngineUnavailable",
     "Request",
     "RequestRefused",
     "Sample",

@@ -21,6 +21,10 @@ def engine_fingerprint(job: JobConfig) -> str:
     return engine_identity(job)
 
 
+class EngineUnavailable(RuntimeError):
+    """The engine is gone for every request (a server that stopped answering): the shard stops, resumable."""
+
+
 class RequestRefused(ValueError):
     """The engine will not take this one request (e.g. a token id outside the vocabulary); the others go on."""
 

@@ -41,7 +41,7 @@ import openai
 from specbatch.common.masking import mask_uri
 from specbatch.config import ConfigError, JobConfig
 from specbatch.data.prompts import load_tokenizer
-from specbatch.engine.base import Completion, Engine, Request, Sample, engine_fingerprint
+from specbatch.engine.base import Completion, Engine, EngineUnavailable, Request, Sample, engine_fingerprint
 from specbatch.engine.server_metrics import parse_spec_counters
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
 
@@ -56,7 +56,7 @@ CHECK_TIMEOUT = 15.0
 _PROBE_PROMPT = [1, 2, 3, 4]
 
 
-class ServerUnreachable(RuntimeError):
+class ServerUnreachable(EngineUnavailable):
     """No server answers at engine.url any more (after the client's retries): the shard stops, resumable."""
 
 
@@ -91,12 +91,14 @@ def check_server(job: JobConfig) -> ServerTarget:
     """Before anything is written: the server answers, the key is accepted, the model is there, and which API takes
     the prompts. Each failure is one ConfigError naming the key to change."""
     engine = job.engine
-    client = openai.OpenAI(base_url=engine.url, api_key=api_key(job), max_retries=1, timeout=CHECK_TIMEOUT)
+    client = openai.OpenAI(
+        base_url=engine.url, api_key=api_key(job), max_retries=min(engine.retries, 1), timeout=CHECK_TIMEOUT
+    )
     try:
         try:
             served = [m.id for m in client.models.list()]
         except openai.APIConnectionError as exc:
-            raise _unreachable(job, type(exc).__name__) from None
+            raise _unreachable(job, exc.__cause__ or type(exc).__name__) from None
         except openai.AuthenticationError:
             raise ConfigError(
                 f"engine.url={mask_uri(engine.url)} refused the API key: set the variable engine.api_key_env "

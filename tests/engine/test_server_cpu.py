@@ -1,0 +1,199 @@
+"""The job against a real vLLM server on loopback (embedded SmolLM2 + ngram, float32 greedy, with an API key).
+
+One server for the module (started as jobs/serve.py starts it); the last test kills it in the middle of a job and
+starts it again. The offline job runs once on the same prompts, as the reference the server's results must equal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import LiveJob, compose_job, run_generate
+from mlflow_server import free_port
+from specbatch.engine.vllm_server import VllmServer
+
+pytestmark = pytest.mark.slow
+
+KEY = "sk-specbatch-test-5b0e2c7d91f4"
+# float32 greedy: the server's completions must equal the offline job's token for token.
+SETUP = ["model.dtype=float32", "spec=ngram", "sampling=greedy"]
+ROWS = 8
+
+
+class Server:
+    """The module's server, which the last test restarts."""
+
+    def __init__(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}/v1"
+        self.job = compose_job([*SETUP, f"engine.url={self.url}"])
+        self.process: VllmServer | None = None
+
+    def start(self) -> None:
+        self.process = VllmServer.start(self.job, timeout=300)
+
+    def kill(self) -> None:
+        """SIGKILL to the server's whole process group, as a crash or a node loss would."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.stop()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    with pytest.MonkeyPatch.context() as patch:
+        # The server requires the key (jobs/serve.py passes it on from engine.api_key_env's variable).
+        patch.setenv("OPENAI_API_KEY", KEY)
+        served = Server(free_port())
+        served.start()
+        try:
+            yield served
+        finally:
+            if served.process is not None:
+                served.process.stop()
+
+
+@pytest.fixture(scope="module")
+def offline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The offline job on the same prompts: its rows by row id, and its summary."""
+    out = tmp_path_factory.mktemp("offline")
+    result = run_generate([*SETUP, f"max_samples={ROWS}", f"output_root={out}", "tracking=off"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {"rows": rows_by_id(out), "summary": summary_of(out)}
+
+
+def server_job(server: Server, out: Path, *extra: str, key: str = KEY) -> tuple[int, str]:
+    job = LiveJob.generate(
+        [*SETUP, "engine.backend=server", f"engine.url={server.url}", f"output_root={out}", *extra],
+        env={"OPENAI_API_KEY": key},
+    )
+    code = job.wait(timeout=600)
+    return code, job.output
+
+
+def run_folder(out: Path) -> Path:
+    (folder,) = [p.parent for p in (out / "runs").rglob("run.json")]
+    return folder
+
+
+def rows_by_id(out: Path) -> dict[str, dict[str, Any]]:
+    folder = run_folder(out)
+    rows = pq.read_table(sorted((folder / "data").rglob("*.parquet"))).to_pylist()
+    assert len({r["row_id"] for r in rows}) == len(rows), "every row exactly once"
+    return {r["row_id"]: r for r in rows}
+
+
+def summary_of(out: Path) -> dict[str, Any]:
+    (path,) = list(run_folder(out).rglob("summary.json"))
+    return json.loads(path.read_text())
+
+
+def test_the_server_job_equals_the_offline_job_and_keeps_the_key_secret(
+    server: Server, offline: dict[str, Any], tmp_path: Path
+) -> None:
+    out = tmp_path / "outputs"
+    code, output = server_job(server, out, f"max_samples={ROWS}")
+    assert code == 0, output[-3000:]
+    rows, summary = rows_by_id(out), summary_of(out)
+    # Same schema, and every column of every row equal: completions, token ids, and vLLM's per-row figures.
+    assert rows.keys() == offline["rows"].keys() and len(rows) == ROWS
+    for row_id, row in rows.items():
+        assert row == offline["rows"][row_id], row_id
+    # The shard's acceptance from the server's /metrics equals the offline engine's counters.
+    reference = offline["summary"]
+    for key in ("drafts", "draft_tokens", "accepted_tokens", "mean_acceptance_length", "accepted_per_position"):
+        assert summary[key] == reference[key], key
+    assert summary["mean_acceptance_length"] > 1.5
+    assert summary["counters_scope"] == "server" and reference["counters_scope"] == "engine"
+    assert "server-wide" in output
+    # MLflow says where the figures come from.
+    db = sqlite3.connect(out / "mlflow.db")
+    tags = dict(db.execute("select key, value from tags"))
+    assert tags["counters_scope"] == "server" and tags["engine"] == "server"
+    assert "server-wide" in tags["mlflow.note.content"]
+    params = dict(db.execute("select key, value from params"))
+    assert params["engine.url"] == server.url and params["engine.api_key_env"] == "OPENAI_API_KEY"
+    db.close()
+    # The key is in no file the job wrote (Parquet, JSON, MLflow's store and artifacts, Hydra's) and no log line.
+    assert KEY not in output
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_the_chat_api_gives_the_same_completions(server: Server, offline: dict[str, Any], tmp_path: Path) -> None:
+    """A server that takes no token ids is asked through its chat API; vLLM applies the same template."""
+    out = tmp_path / "outputs"
+    code, output = server_job(server, out, "max_samples=3", "engine.api=chat", "tracking=off")
+    assert code == 0, output[-3000:]
+    for row_id, row in rows_by_id(out).items():
+        assert row["status"] == "ok" and row["completion"] == offline["rows"][row_id]["completion"], row_id
+
+
+def test_a_request_the_server_refuses_is_an_error_row_and_the_rest_go_on(server: Server, tmp_path: Path) -> None:
+    data = tmp_path / "rows.jsonl"
+    long_text = " ".join(f"word{i}" for i in range(3000))  # over the server's max_model_len of 2048
+    data.write_text("".join(json.dumps({"id": f"r{i}", "q": q}) + "\n" for i, q in enumerate(["hi", long_text, "yo"])))
+    out = tmp_path / "outputs"
+    local = ["dataset=local", f"dataset.path={data}", "dataset.template='{q}'", "dataset.id_column=id"]
+    # The job's own length check is told the model is longer, so only the server can refuse the long row.
+    code, output = server_job(server, out, *local, "model.max_model_len=32768", "tracking=off")
+    assert code == 0, output[-3000:]
+    rows = rows_by_id(out)
+    assert [rows[r]["status"] for r in ("r0", "r1", "r2")] == ["ok", "error", "ok"]
+    assert rows["r1"]["error"].startswith("the server answered HTTP 400")
+    assert "maximum context length" in rows["r1"]["error"] or "max_model_len" in rows["r1"]["error"]
+
+
+def test_a_wrong_key_is_one_error_naming_the_variable(server: Server, tmp_path: Path) -> None:
+    out = tmp_path / "outputs"
+    code, output = server_job(server, out, "max_samples=1", key="sk-wrong-key-0000")
+    assert code == 2, output[-3000:]
+    assert "refused the API key: set the variable engine.api_key_env names (OPENAI_API_KEY)" in output
+    assert not (out / "runs").exists()
+
+
+def test_the_server_killed_mid_run_loses_nothing_finished_and_the_rerun_finishes_every_row_once(
+    server: Server, tmp_path: Path
+) -> None:
+    """Last in the module: it kills the server and starts it again."""
+    out = tmp_path / "outputs"
+    args = [
+        *SETUP,
+        "engine.backend=server",
+        f"engine.url={server.url}",
+        f"output_root={out}",
+        "max_samples=24",
+        "chunk_size=4",
+        "engine.max_concurrency=2",
+        "engine.retries=1",
+        "tracking=off",
+    ]
+    job = LiveJob.generate(args, env={"OPENAI_API_KEY": KEY})
+    job.wait_for("chunk 1 written", timeout=300)
+    server.kill()
+    code = job.wait(timeout=120)
+    assert code == 1, job.output[-3000:]
+    assert f"engine.url={server.url} stopped answering" in job.output
+    assert "rerun the same command" in job.output
+    folder = run_folder(out)
+    kept = {p.name: p.read_bytes() for p in (folder / "data").rglob("*.parquet")}
+    assert 2 <= len(kept) < 6, "the chunks finished before the kill are on disk, the rest are not"
+    assert not list(folder.rglob("summary.json")), "the shard is not marked done"
+    server.start()
+    rerun = LiveJob.generate(args, env={"OPENAI_API_KEY": KEY})
+    assert rerun.wait(timeout=600) == 0, rerun.output[-3000:]
+    rows = rows_by_id(out)
+    assert len(rows) == 24 and all(r["status"] == "ok" for r in rows.values())
+    # The chunks written before the kill were not written again.
+    for path in (folder / "data").rglob("*.parquet"):
+        if path.name in kept:
+            assert path.read_bytes() == kept[path.name], path.name
