@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from specbatch.analysis.compare import CompareError
-from specbatch.analysis.report import find_runs, run_compare, runs_of_parent
+from specbatch.analysis.report import find_runs, run_compare, runs_of_parent, serve_commands
 from specbatch.analysis.tables import format_comparison
 from specbatch.run.runs import RunIncompleteError
 
@@ -45,6 +45,9 @@ def main() -> int:
         log.error("%s", exc)
         return 2
     print(format_comparison(result.comparison))
+    # How to serve each winner, built from its run's recorded config.
+    for line in serve_commands(result.comparison):
+        print(line)
     print(f"\nwritten to {result.out_dir}")
     return 0
 

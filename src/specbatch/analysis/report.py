@@ -13,12 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
 from specbatch.analysis.compare import CompareError, Comparison, compare
 from specbatch.analysis.plots import plot_all
 from specbatch.analysis.run_data import load_run
 from specbatch.analysis.tables import format_comparison, write_comparison
 from specbatch.common.masking import mask_uri
-from specbatch.config import spec_caption, spec_label
+from specbatch.config import ConfigError, JobConfig, check_known_keys, spec_caption, spec_label, to_job_config
+from specbatch.engine.serve_commands import vllm_console_script_broken, vllm_serve_command
 from specbatch.run.folder import is_run_folder, read_run, run_folders_below
 from specbatch.run.sweep import SWEEP_FILE, read_sweep, sweep_run_folders
 from specbatch.tracking.logger import RunLogger, mlflow_run
@@ -158,3 +162,37 @@ def _log(comparison: Comparison, files: list[Path], sources: Sources) -> str | N
         assert run is not None
         fill(run)
         return None if run.failure else run.run_id
+
+
+def recorded_job(config: dict[str, Any]) -> JobConfig:
+    """A run's recorded config (run.json) as a checked JobConfig; keys added since the run take their defaults.
+
+    Raises ConfigError when the record no longer fits the schema (a key since removed, a value since refused)."""
+    check_known_keys(OmegaConf.create(config))
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(JobConfig), config)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"the recorded config does not fit today's schema: {exc}") from None
+    return to_job_config(merged)
+
+
+def serve_commands(comparison: Comparison) -> list[str]:
+    """How to serve each recommendation: the vLLM server command of the winning run's recorded config (so exactly
+    its model, speculative_config and batch), one line for all batch sizes when their commands are the same."""
+    by_command: dict[str, list[str]] = {}
+    failures = []
+    for rec in comparison.recommendations:
+        setup = (rec.model, rec.dataset, rec.dtype, rec.batch_size, rec.method, rec.k)
+        rows = [r for r in comparison.rows if (r.model, r.dataset, r.dtype, r.batch_size, r.method, r.k) == setup]
+        if not rows or not rows[0].run_folders:
+            continue
+        folder = Path(rows[0].run_folders[0])
+        try:
+            job = recorded_job(read_run(folder)["config"])
+            command = vllm_serve_command(job, module=vllm_console_script_broken())
+        except (ConfigError, OSError) as exc:
+            failures.append(f"serve batch size {rec.batch_size}: no command, as the config of {folder} fails: {exc}")
+            continue
+        by_command.setdefault(command, []).append(f"{rec.batch_size} ({spec_caption(rec.method, rec.k)})")
+    lines = [f"serve batch size {', '.join(sizes)}: {command}" for command, sizes in by_command.items()]
+    return lines + failures

@@ -70,6 +70,16 @@ def llm_kwargs(job: JobConfig) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
+def vllm_environment(job: JobConfig) -> dict[str, str]:
+    """Environment variables vLLM needs for this job: the CPU KV cache (the CPU worker refuses to start without
+    one) and what the method's registry entry asks for (specbatch.config.methods). The offline engine and the server
+    jobs/serve.py starts both set them from here, so the two cannot drift; an explicit environment value wins."""
+    env: dict[str, str] = {}
+    if job.engine.cpu_kvcache_space_gib is not None:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(job.engine.cpu_kvcache_space_gib)
+    return env | METHODS[job.spec.method].environment
+
+
 def sampling_params(cfg: SamplingConfig) -> Any:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
@@ -136,11 +146,7 @@ class VllmEngine(Engine):
 
     @classmethod
     def start(cls, job: JobConfig) -> VllmEngine:
-        if job.engine.cpu_kvcache_space_gib is not None:
-            # The CPU worker refuses to start without it; an explicit environment value wins.
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(job.engine.cpu_kvcache_space_gib))
-        for name, value in METHODS[job.spec.method].environment.items():
-            # What the method's registry entry needs set (specbatch.config.methods); an explicit value wins.
+        for name, value in vllm_environment(job).items():
             os.environ.setdefault(name, value)
         from vllm import LLM
 

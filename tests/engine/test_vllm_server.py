@@ -1,0 +1,258 @@
+"""The server's life: refused before launch when engine.url cannot be served, healthy or failing fast with its log,
+its whole process group ended on stop (SIGKILL if it ignores SIGTERM) or when its parent is killed; then the real
+thing: jobs/serve.py serving SmolLM2 + n-gram, answering Dynamo's chat request, stopped by SIGTERM."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from conftest import PROJECT_ROOT, LiveJob, compose_job
+from specbatch.config import ConfigError
+from specbatch.engine import reaper, vllm_server
+from specbatch.engine.serve_commands import SAKURA_MAX_TOKENS, SAKURA_PROMPT
+from specbatch.engine.vllm_server import ServerStartError, VllmServer
+
+SERVE = PROJECT_ROOT / "jobs" / "serve.py"
+# Sessions on this machine share its two cores: whoever starts a vLLM engine holds this lock (flock).
+ENGINE_LOCK = "/tmp/vllm-engine.lock"
+# A stand-in for vLLM's server: answers /health, and starts a child in its group as vLLM's engine process does.
+# argv: port, "ignore" to ignore SIGTERM (it and its child), "fail" to exit at once.
+FAKE_SERVER = textwrap.dedent(
+    """
+    import http.server, signal, subprocess, sys
+    port, mode = int(sys.argv[1]), sys.argv[2]
+    if mode == "fail":
+        print("fake server: cannot load the model", flush=True)
+        sys.exit(3)
+    if mode == "ignore":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    child = "import signal, sys, time\\nif sys.argv[1] == 'ignore': signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
+    subprocess.Popen([sys.executable, "-c", child + "time.sleep(600)", mode])
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+
+    http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+    """
+)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def group_alive(group: int) -> list[psutil.Process]:
+    return vllm_server._group_members(group)
+
+
+def wait_gone(group: int, timeout: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    while (left := group_alive(group)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """Start the fake server instead of vLLM's for a job on a free port; returns (job, start)."""
+    port = free_port()
+    job = compose_job([f"engine.url=http://127.0.0.1:{port}/v1", f"output_root={tmp_path}"])
+
+    def start(mode: str = "serve", **kwargs: float) -> VllmServer:
+        argv = [sys.executable, "-c", FAKE_SERVER, str(port), mode]
+        monkeypatch.setattr(vllm_server, "vllm_serve_argv", lambda job, module: argv)
+        return VllmServer.start(job, **kwargs)
+
+    return job, start
+
+
+def test_a_busy_port_is_refused_naming_engine_url_before_anything_starts(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        url = f"http://127.0.0.1:{taken.getsockname()[1]}/v1"
+        before = psutil.Process().children(recursive=True)
+        with pytest.raises(ConfigError, match=f"engine.url={url}: port .* is already in use"):
+            VllmServer.start(compose_job([f"engine.url={url}", f"output_root={tmp_path}"]))
+        assert psutil.Process().children(recursive=True) == before
+        assert not (tmp_path / "_serve").exists()
+
+
+def test_a_host_of_another_machine_is_refused(tmp_path: Path) -> None:
+    # 192.0.2.0/24 is reserved for documentation: never an address of this machine.
+    with pytest.raises(ConfigError, match="engine.url=http://192.0.2.1:8000/v1: cannot listen"):
+        VllmServer.start(compose_job(["engine.url=http://192.0.2.1:8000/v1", f"output_root={tmp_path}"]))
+
+
+def test_start_waits_for_health_and_stop_ends_the_whole_group(fake) -> None:
+    _, start = fake
+    with start() as server:
+        group = os.getpgid(server.pid)
+        assert group == server.pid != os.getpgid(0)  # its own group, out of reach of a terminal's Ctrl-C
+        assert httpx.get(f"{server.root}/health", trust_env=False).status_code == 200
+        assert server.url.endswith("/v1") and server.log_path.is_file()
+        deadline = time.monotonic() + 10
+        while len(group_alive(group)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(group_alive(group)) == 2  # the server and its "engine" child
+    assert group_alive(group) == []
+    server.stop()  # idempotent
+
+
+def test_a_server_ignoring_sigterm_is_killed_after_the_grace_period(fake) -> None:
+    _, start = fake
+    server = start("ignore")
+    group = server.pid
+    began = time.monotonic()
+    server.stop(grace=1.0)
+    assert group_alive(group) == []
+    assert 1.0 <= time.monotonic() - began < 10
+
+
+def test_a_server_that_exits_fails_fast_with_the_end_of_its_log(fake) -> None:
+    _, start = fake
+    began = time.monotonic()
+    with pytest.raises(ServerStartError, match="exited with code 3 while starting") as caught:
+        start("fail")
+    assert "fake server: cannot load the model" in str(caught.value)
+    assert time.monotonic() - began < 30
+
+
+def test_a_server_that_never_gets_healthy_times_out_and_is_stopped(fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    job, _ = fake
+    argv = [sys.executable, "-c", "import time; print('loading', flush=True); time.sleep(600)"]
+    monkeypatch.setattr(vllm_server, "vllm_serve_argv", lambda job, module: argv)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(ServerStartError, match=r"did not answer .*/health within 2 s[\s\S]*loading"):
+        VllmServer.start(job, timeout=2.0)
+    time.sleep(0.5)
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+def test_the_server_dies_with_a_parent_killed_outright(tmp_path: Path) -> None:
+    """kill -9 of the process that started the server: the reaper ends the server's group anyway."""
+    port = free_port()
+    script = f"""
+import sys
+from hydra import compose, initialize_config_dir
+from specbatch.config import register_configs, to_job_config
+from specbatch.engine import reaper, vllm_server
+register_configs()
+with initialize_config_dir(config_dir={str(PROJECT_ROOT / "conf")!r}, version_base="1.3"):
+    job = to_job_config(compose("config", overrides=["engine.url=http://127.0.0.1:{port}/v1",
+                                                     "output_root={tmp_path}"]))
+argv = [sys.executable, "-c", {FAKE_SERVER!r}, "{port}", "serve"]
+vllm_server.vllm_serve_argv = lambda job, module: argv
+server = vllm_server.VllmServer.start(job)
+print(server.pid, flush=True)
+import time; time.sleep(600)
+"""
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=PROJECT_ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        group = int(parent.stdout.readline())
+        assert group_alive(group)
+        # The reaper records the parent's descendants every POLL_SECONDS: a kill within that time of the launch is
+        # the one moment it cannot cover (a real vLLM server takes tens of seconds to get healthy).
+        time.sleep(3 * reaper.POLL_SECONDS)
+    finally:
+        parent.kill()
+        parent.wait()
+    left = wait_gone(group, timeout=15)
+    if left:  # the test failed: do not leave the fake server behind
+        os.killpg(group, signal.SIGKILL)
+    assert left == []
+
+
+def inherits_engine_lock() -> bool:
+    """Whether this process already holds the engine lock through a descriptor from `flock /tmp/vllm-engine.lock`:
+    locking it again on a new descriptor would wait for ourselves forever."""
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == ENGINE_LOCK:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.fixture
+def engine_lock() -> Iterator[None]:
+    """One vLLM engine at a time on this machine (the same lock as `flock /tmp/vllm-engine.lock <command>`)."""
+    if inherits_engine_lock():
+        yield
+        return
+    with open(ENGINE_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+@pytest.mark.slow
+def test_serve_job_answers_dynamos_chat_request_and_sigterm_leaves_nothing(tmp_path: Path, engine_lock) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    key = "sk-serve-test-" + os.urandom(8).hex()
+    job = LiveJob(
+        [sys.executable, str(SERVE), "spec=ngram", f"engine.url={url}", f"output_root={tmp_path}"],
+        env={"OPENAI_API_KEY": key},
+    )
+    group = None
+    try:
+        job.wait_for("Ctrl-C or SIGTERM stops the server", timeout=300)
+        assert f" at {url} (pid " in job.output
+        [server] = [p for p in psutil.Process(job.process.pid).children() if "api_server" in " ".join(p.cmdline())]
+        group = os.getpgid(server.pid)
+        assert group != os.getpgid(job.process.pid)
+        members = group_alive(group)
+        assert len(members) >= 2  # the API server and vLLM's engine core
+        # The key reaches the server through its environment only: in no command line, in nothing printed.
+        assert not [p for p in [*members, psutil.Process(job.process.pid)] if key in "\0".join(p.cmdline())]
+        assert key not in job.output and '"Authorization: Bearer $OPENAI_API_KEY"' in job.output
+        assert "jobs/generate.py spec=ngram" in job.output and "engine.backend=server" in job.output
+
+        model = compose_job([]).model.path
+        with httpx.Client(trust_env=False, timeout=300) as client:
+            assert client.get(f"{url}/models").status_code == 401  # the server wants the key the job sends
+            answer = client.post(
+                f"{url}/chat/completions",
+                headers={"Authorization": f"Bearer {key}"},
+                json={"model": model, "messages": [{"role": "user", "content": SAKURA_PROMPT}], "max_tokens": 250},
+            )
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            assert body["choices"][0]["message"]["content"].strip()
+            assert 0 < body["usage"]["completion_tokens"] <= SAKURA_MAX_TOKENS
+            # --per-request-spec-decode-metrics summary: the response carries the request's own figures.
+            assert body["metrics"]["speculative_decoding"]["num_spec_tokens"] == 3
+            metrics = client.get(f"http://127.0.0.1:{port}/metrics").text
+        assert "vllm:spec_decode_num_drafts_total" in metrics
+
+        job.process.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        assert job.wait(timeout=30) == 0
+        assert wait_gone(group, timeout=max(0.0, 30 - (time.monotonic() - stopped))) == []
+        # Dead, at most a zombie waiting for an init that reaps (not every container's init does).
+        assert not [p for p in members if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        if job.process.poll() is None:
+            job.process.kill()
+            job.wait(timeout=30)
+        if group is not None and group_alive(group):
+            os.killpg(group, signal.SIGKILL)
