@@ -195,3 +195,5 @@ def test_a_resumed_shard_adds_up_every_launch_once(make_job) -> None:
     assert summary.accepted_tokens == sum(r["accepted_tokens"] for r in rows)
     assert summary.output_tokens == sum(r["completion_tokens"] for r in rows) == 2 * 7
     assert summary.concurrency == 1
+    # Killed launches' figures are their requests' own; the last launch's are its engine's counters.
+    assert summary.counters_scope == "engine+requests"

@@ -7,8 +7,9 @@ import pytest
 
 from specbatch.data.prompts import load_tokenizer
 from specbatch.data.rows import SourceRow
-from specbatch.engine import Request, engine_fingerprint
+from specbatch.engine import Completion, Request, engine_fingerprint
 from specbatch.engine.dummy import DummyEngine
+from specbatch.engine.spec_metrics import Counters
 from specbatch.run.streaming import ChunkResult, ChunkStreamer
 
 
@@ -109,3 +110,37 @@ def test_an_engine_failure_cancels_what_is_in_flight(setup) -> None:
     with pytest.raises(KeyboardInterrupt):
         stream(engine, job, tokenizer, [(0, [SourceRow("a", None, turns=["q"]), SourceRow("b", None, turns=["q"])])])
     assert engine.unfinished == 0  # a shared engine starts the next job empty
+
+
+class AnswersWithAnError(DummyEngine):
+    """An engine that gives up on one request alone (a server's error answer after its retries)."""
+
+    def step(self) -> list[Completion]:
+        return [
+            Completion(c.request, [], c.seconds, error="the server answered HTTP 500: boom")
+            if c.request.row_id == "r1" and c.request.turn == 1
+            else c
+            for c in super().step()
+        ]
+
+
+def test_a_request_the_engine_gave_up_on_is_an_error_row_and_its_later_turns_too(setup) -> None:
+    job, tokenizer = setup
+    engine = AnswersWithAnError(engine_fingerprint(job), k=job.spec.k)
+    [chunk], _ = stream(engine, job, tokenizer, [(0, rows()[:3])])
+    got = {(r["row_id"], r["turn"]): (r["status"], r["error"]) for r in chunk.records}
+    assert got[("r1", 1)] == ("error", "the server answered HTTP 500: boom")
+    assert got[("r1", 2)] == ("error", "turn 1 failed: the server answered HTTP 500: boom")
+    assert got[("r3", 1)] == ("ok", None)
+    # The failed request's prompt is kept on its error row, so the row shows what was asked.
+    assert next(r for r in chunk.records if r["row_id"] == "r1")["prompt"]
+
+
+def test_counters_that_went_backwards_are_not_used(setup) -> None:
+    """A server restarted during the loop starts its counters again from 0: their difference means nothing."""
+    job, tokenizer = setup
+    engine = DummyEngine(engine_fingerprint(job), k=job.spec.k)
+    snapshots = iter([Counters(drafts=900, draft_tokens=2700, accepted_tokens=800), Counters(drafts=5)])
+    engine.counters = lambda: next(snapshots)  # type: ignore[method-assign]
+    [chunk], result = stream(engine, job, tokenizer, [(0, rows()[2:3])])
+    assert result.counters is None and chunk.counters.drafts > 0

@@ -68,7 +68,7 @@ def run_offline_and_server(
 def server_table(measured: list[Measured]) -> str:
     """A Markdown table: each method offline and through the server, the server's rows against the offline ones."""
     lines = [
-        "| method | engine | output tok/s | server ÷ offline | AL | draft acceptance | figures from | identical rows |",
+        "| method | engine | output tok/s | vs offline | AL | draft acceptance | figures from | identical rows |",
         "|---|---|---|---|---|---|---|---|",
     ]
     offline = {m.label: m for m in measured if m.backend == "offline"}

@@ -68,7 +68,8 @@ class Completion:
 class Engine(ABC):
     """A started engine. Start-up and warm-up seconds are kept apart from generation time."""
 
-    # Whose work ``counters`` count: "engine" (this job's engine alone) or "server" (a server's, every client's).
+    # Whose work ``counters`` count: "engine" (this job's engine alone), "server" (a server's, every client's) or
+    # "requests" (the job's own tally of its completions).
     counters_scope = "engine"
 
     def __init__(self, fingerprint: str, concurrency: int | None = None) -> None:

@@ -150,12 +150,13 @@ class ServerEngine(Engine):
     """Requests to a running OpenAI-compatible server (see the module docstring)."""
 
     name = "server"
-    # The counters are the whole server's (every client's requests), not this job's alone.
-    counters_scope = "server"
 
     def __init__(self, job: JobConfig, target: ServerTarget) -> None:
         super().__init__(engine_fingerprint(job), concurrency=job.engine.max_concurrency)
         self.job, self.target = job, target
+        # With speculation the spec counters are the whole server's (every client's requests); without, the
+        # counters are only the job's own token counts.
+        self.counters_scope = "server" if job.spec.k is not None else "requests"
         self.url = job.engine.url
         self._root = server_root(self.url)
         self._loop = asyncio.new_event_loop()
@@ -212,7 +213,7 @@ class ServerEngine(Engine):
     def warmup(self) -> None:
         """One short request, so the server's own first-call costs stay out of the timings."""
         began = time.perf_counter()
-        warm = Request("warmup", 1, _PROBE_PROMPT * 2, self.job.sampling)
+        warm = Request("warmup", 1, _PROBE_PROMPT * 2, self.job.sampling, ({"role": "user", "content": "Hello"},))
         self._call(self._ask_once(warm, max_tokens=8))
         self.warmup_seconds = time.perf_counter() - began
 

@@ -92,8 +92,7 @@ def rows_by_id(out: Path) -> dict[str, dict[str, Any]]:
 
 
 def summary_of(out: Path) -> dict[str, Any]:
-    (path,) = list(run_folder(out).rglob("summary.json"))
-    return json.loads(path.read_text())
+    return json.loads((run_folder(out) / "stats" / "shard-00000-of-00001.json").read_text())
 
 
 def test_the_server_job_equals_the_offline_job_and_keeps_the_key_secret(
@@ -187,7 +186,7 @@ def test_the_server_killed_mid_run_loses_nothing_finished_and_the_rerun_finishes
     folder = run_folder(out)
     kept = {p.name: p.read_bytes() for p in (folder / "data").rglob("*.parquet")}
     assert 2 <= len(kept) < 6, "the chunks finished before the kill are on disk, the rest are not"
-    assert not list(folder.rglob("summary.json")), "the shard is not marked done"
+    assert not (folder / "done" / "shard-00000-of-00001").exists(), "the shard is not marked done"
     server.start()
     rerun = LiveJob.generate(args, env={"OPENAI_API_KEY": KEY})
     assert rerun.wait(timeout=600) == 0, rerun.output[-3000:]
