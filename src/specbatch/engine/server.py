@@ -169,7 +169,8 @@ class ServerEngine(Engine):
         self._ids = 0
         # The job's own token counts (the server's count every client's).
         self._prompt_tokens = self._generation_tokens = 0
-        self._metrics = httpx.Client(timeout=CHECK_TIMEOUT)
+        # /metrics with the same key: a server behind an authenticating proxy guards it too.
+        self._metrics = httpx.Client(timeout=CHECK_TIMEOUT, headers={"Authorization": f"Bearer {api_key(job)}"})
         # Only for servers that return no token ids (vLLM does): loaded on first need.
         self._tokenizer: Any = None
 

@@ -52,7 +52,7 @@ class StreamResult:
     seconds: float = 0.0
     # Engine counter differences over the loop; None when the engine has no counters (or they went backwards).
     counters: Counters | None = None
-    # Whose work the counters count: "engine" (this job's alone) or "server" (every client of a server).
+    # Whose work the counters count (Engine.counters_scope): "engine", "server" (every client's) or "requests".
     counters_scope: str = "engine"
     # True when stop_requested() ended admission before every chunk was admitted.
     stopped: bool = False
