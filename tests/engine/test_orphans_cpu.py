@@ -58,7 +58,7 @@ def _shm_entries() -> set[tuple[str, int]]:
     return {(entry.path, entry.inode()) for entry in os.scandir(SHM)}
 
 
-def _shm_used_by(processes: Iterable[psutil.Process]) -> set[str]:
+def shm_used_by(processes: Iterable[psutil.Process]) -> set[str]:
     paths = set()
     for process in processes:
         with contextlib.suppress(psutil.Error):
@@ -93,7 +93,7 @@ def test_sigkill_of_the_job_leaves_no_engine_process_or_shm(tmp_path: Path) -> N
         assert "VLLM::EngineCore" in [p.name() for p in descendants], _describe(descendants)
         # Segments that appeared since the start and that the job's processes use: the engine's ring buffers.
         new_shm = {path for path, inode in _shm_entries() - shm_before}
-        job_shm = new_shm & _shm_used_by(descendants)
+        job_shm = new_shm & shm_used_by(descendants)
         assert job_shm, f"no /dev/shm segment of the engine found (new: {sorted(new_shm)})"
 
         proc.send_signal(signal.SIGKILL)  # the main process only

@@ -7,8 +7,6 @@ starts it again. The offline job runs once on the same prompts, as the reference
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,8 +41,7 @@ class Server:
     def kill(self) -> None:
         """SIGKILL to the server's whole process group, as a crash or a node loss would."""
         assert self.process is not None
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.stop()
+        self.process.kill()
 
 
 @pytest.fixture(scope="module")

@@ -118,7 +118,7 @@ def _shm_entries() -> set[ShmEntry]:
     return {(entry.path, entry.inode()) for entry in os.scandir(SHM)}
 
 
-def _shm_used_by(process: psutil.Process, maps: bool) -> set[str]:
+def shm_used_by(process: psutil.Process, maps: bool) -> set[str]:
     """/dev/shm files the process holds open; with ``maps`` also those it maps (slow for a big process)."""
     prefix = f"{SHM}/"
     paths = {f.path for f in process.open_files() if f.path.startswith(prefix)}
@@ -147,7 +147,7 @@ class Watch:
         self.pids.update(p.pid for p in self.processes)
         for process in self.processes:
             with contextlib.suppress(psutil.Error):
-                self.shm_paths |= _shm_used_by(process, maps=False)
+                self.shm_paths |= shm_used_by(process, maps=False)
 
     def job_alive(self) -> bool:
         # A parent change means the job died even when a forked engine process still holds the pipe open.
@@ -174,7 +174,7 @@ class Watch:
             with contextlib.suppress(psutil.Error):
                 # Read while they shut down (a process keeps its mappings until it exits): the maps also show
                 # named semaphores, which are mapped but not held open.
-                self.shm_paths |= _shm_used_by(process, maps=True)
+                self.shm_paths |= shm_used_by(process, maps=True)
         _, alive = psutil.wait_procs(survivors, timeout=max(0.0, terminated + GRACE_SECONDS - time.monotonic()))
         # No wait after SIGKILL: those processes clean nothing up any more, and an unlinked segment is freed when
         # its last mapping goes.

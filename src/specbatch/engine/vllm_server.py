@@ -32,7 +32,7 @@ from specbatch.assets.cache import EmbeddedAssetError
 from specbatch.assets.prepare import ensure_embedded
 from specbatch.config import ConfigError, JobConfig
 from specbatch.config.preflight import preflight
-from specbatch.engine.reaper import Reaper
+from specbatch.engine.reaper import Reaper, shm_used_by
 from specbatch.engine.serve_commands import VLLM_API_KEY, listen_address, vllm_console_script_broken, vllm_serve_argv
 from specbatch.engine.vllm_offline import vllm_environment
 
@@ -250,6 +250,28 @@ class VllmServer:
         if self._reaper and not _group_members(group):
             self._reaper.stop()
         log.info("vLLM's server stopped (exit code %s)", self.process.returncode)
+
+    def kill(self) -> None:
+        """SIGKILL to the whole group at once, as a crash or a node loss would (tests use it), then clear what such a
+        death leaves: the /dev/shm files the group held, which vLLM's own clean-up never gets to remove."""
+        if self._stopped:
+            return
+        self._stopped = True
+        group = self.process.pid
+        held: set[str] = set()
+        for member in _group_members(group):
+            with contextlib.suppress(psutil.Error):
+                held |= shm_used_by(member, maps=True)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+        self._wait_group_gone(10.0, terminate_leftovers=False)
+        self.process.wait()
+        for path in sorted(held):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        if self._reaper:
+            self._reaper.stop()
+        log.info("vLLM's server killed (%d shared-memory files removed)", len(held))
 
     def _wait_group_gone(self, wait: float, *, terminate_leftovers: bool) -> bool:
         """True once no process of the server's group is left, within ``wait`` seconds."""
