@@ -67,12 +67,12 @@ class KSchedule:
 
     def overrides(self) -> list[str]:
         """Everything on the command line that runs this schedule without the preset file (Hydra syntax; quote
-        each for the shell, see :meth:`command`)."""
+        each for the shell, see :meth:`command`). The batch is capped where the schedule ends: the job refuses a
+        schedule that does not cover engine.max_num_seqs, and beyond it nothing was measured."""
         # Strings as Hydra's double-quoted strings (a path or hub id may hold characters Hydra would parse).
         knobs = [f"spec.{key}={json.dumps(value)}" for key, value in self.knobs.items()]
-        return [f"spec={self.method}", f"spec.num_speculative_tokens={self.num_speculative_tokens}", *knobs] + [
-            self.override
-        ]
+        k = f"spec.num_speculative_tokens={self.num_speculative_tokens}"
+        return [f"spec={self.method}", k, *knobs, self.override, f"engine.max_num_seqs={self.ranges[-1][1]}"]
 
     def command(self) -> str:
         """The job's command line with this schedule, quoted for a POSIX shell."""
@@ -85,7 +85,7 @@ class KSchedule:
         path = Path(self.preset)
         return (
             f"python jobs/generate.py --config-dir {shlex.quote(str(path.parents[1]))} spec={path.stem} "
-            f"engine.max_num_seqs=<at most {self.ranges[-1][1]}>"
+            f"engine.max_num_seqs={self.ranges[-1][1]}"
         )
 
     @property
