@@ -17,12 +17,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from specbatch.analysis.recommend import MIN_REPEATS
+from specbatch.analysis.recommend import REPEATS_OVERRIDE
 from specbatch.common.environment import PROJECT_ROOT
 from specbatch.common.masking import MASK
 from specbatch.config import register_configs, to_job_config, to_plain_dict
 
-REPEATS_OVERRIDE = "repeat=" + ",".join(str(i) for i in range(MIN_REPEATS))
 # Hydra writes the sweep's overrides here, in the sweep folder.
 MULTIRUN_FILE = "multirun.yaml"
 # A value Hydra reads as itself without quotes (anything else is written as a quoted string).

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from specbatch.analysis.recommend import MIN_REPEATS, Recommendation, recommend, speedup_stats
+from specbatch.analysis.recommend import MIN_REPEATS, REPEATS_OVERRIDE, Recommendation, recommend, speedup_stats
 from specbatch.analysis.run_data import RowKey, RunData
 from specbatch.analysis.schedule import KSchedule, build_schedules
 from specbatch.run.summary import merge_summaries
@@ -179,7 +179,7 @@ def compare(runs: Iterable[RunData]) -> Comparison:
     if few:
         notes.append(
             f"too few repeats to tell at batch size {', '.join(few)}: every set-up there, the baseline included, "
-            f"needs at least {MIN_REPEATS} (-m repeat=0,1,2); the picks there are provisional"
+            f"needs at least {MIN_REPEATS} (-m {REPEATS_OVERRIDE}); the picks there are provisional"
         )
     all_runs = [run for members in groups.values() for run in members]
     return Comparison(rows, recommendations, consistency, notes, build_schedules(recommendations, all_runs))

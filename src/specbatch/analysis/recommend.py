@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 # Fewer repeats than this and a spread means nothing: two runs give one difference, which a single background hiccup
 # decides; three is also the minimum vLLM's tuner and its docs ask for ("at least three repetitions").
 MIN_REPEATS = 3
+# The override that measures that many repeats of every set-up of a sweep.
+REPEATS_OVERRIDE = "repeat=" + ",".join(str(i) for i in range(MIN_REPEATS))
 
 
 @dataclass(frozen=True)
