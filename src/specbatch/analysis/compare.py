@@ -18,8 +18,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from specbatch.analysis.recommend import MIN_REPEATS, REPEATS_OVERRIDE, Recommendation, recommend, speedup_stats
 from specbatch.analysis.run_data import RowKey, RunData
-from specbatch.config import spec_caption
+from specbatch.analysis.schedule import KSchedule, build_schedules
 from specbatch.run.summary import merge_summaries
 
 log = logging.getLogger(__name__)
@@ -98,20 +99,11 @@ class CompareRow:
     identical_share: float | None
     first_differences: list[str]
     run_folders: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Recommendation:
-    model: str
-    dataset: str
-    dtype: str
-    batch_size: int
-    method: str
-    k: int | None
-    speedup: float
-    # The best k of each method at this batch size, e.g. {"ngram": 3, "suffix": 5}.
-    best_k_per_method: dict[str, int]
-    reason: str
+    # What the recommendation reads (analysis/recommend.py): each repeat's tok/s over the baseline's MEDIAN tok/s,
+    # summed up as their median and their spread (max − min); the baseline's own row has median 1.0.
+    output_tokens_per_second_median: float | None = None
+    speedup_median: float | None = None
+    speedup_spread: float | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +125,8 @@ class Comparison:
     recommendations: list[Recommendation]
     baseline_consistency: list[BaselineConsistency]
     notes: list[str]
+    # Per workload and method measured at several batch sizes: its k at each (analysis/schedule.py).
+    schedules: list[KSchedule] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -140,6 +134,7 @@ class Comparison:
             "recommendations": [asdict(r) for r in self.recommendations],
             "baseline_consistency": [asdict(b) for b in self.baseline_consistency],
             "notes": self.notes,
+            "schedules": [asdict(s) | {"override": s.override} for s in self.schedules],
         }
 
 
@@ -179,7 +174,15 @@ def compare(runs: Iterable[RunData]) -> Comparison:
             "in bfloat16 near-tied logits can flip with the batch shape even without speculation: read identical "
             "rows below 1.0 against the baseline-consistency figures, not as a bug by itself"
         )
-    return Comparison(rows, _recommend(rows), consistency, notes)
+    recommendations = recommend(rows)
+    few = [str(r.batch_size) for r in recommendations if not r.enough_repeats]
+    if few:
+        notes.append(
+            f"too few repeats to tell at batch size {', '.join(few)}: every set-up there, the baseline included, "
+            f"needs at least {MIN_REPEATS} (-m {REPEATS_OVERRIDE}); the picks there are provisional"
+        )
+    all_runs = [run for members in groups.values() for run in members]
+    return Comparison(rows, recommendations, consistency, notes, build_schedules(recommendations, all_runs))
 
 
 def _group_order(item: tuple[tuple[str, int, str, int | None], list[RunData]]) -> tuple[Any, ...]:
@@ -192,10 +195,14 @@ def _row(members: list[RunData], base: list[RunData] | None) -> CompareRow:
     rates = [m.summary.output_tokens_per_second for m in members]
     mean, std = _mean_std(rates)
     speedups: list[float] = []
+    robust: tuple[float, float] | tuple[None, None] = (None, None)
     base_mean = None
     if base is not None:
-        base_mean = statistics.fmean(b.summary.output_tokens_per_second for b in base)
+        base_rates = [b.summary.output_tokens_per_second for b in base]
+        base_mean, base_median = statistics.fmean(base_rates), statistics.median(base_rates)
         speedups = [r / base_mean for r in rates] if base_mean > 0 else []
+        if base_median > 0:
+            robust = speedup_stats([r / base_median for r in rates])
     # Acceptance from the repeats' summed counts (exact), not an average of averages.
     pooled = merge_summaries([m.summary for m in members])
     if first.method == "none":
@@ -229,44 +236,10 @@ def _row(members: list[RunData], base: list[RunData] | None) -> CompareRow:
         identical_share=identical / compared if compared else None,
         first_differences=[d for c in checks for d in c.first_differences][:MAX_LISTED_DIFFERENCES],
         run_folders=[str(m.root) for m in members],
+        output_tokens_per_second_median=statistics.median(rates),
+        speedup_median=robust[0],
+        speedup_spread=robust[1],
     )
-
-
-def _recommend(rows: list[CompareRow]) -> list[Recommendation]:
-    by_batch: dict[tuple[str, int], list[CompareRow]] = defaultdict(list)
-    for row in rows:
-        if row.method != "none" and row.speedup is not None:
-            by_batch[(row.workload, row.batch_size)].append(row)
-    out = []
-    for (_, batch), candidates in sorted(by_batch.items(), key=lambda kv: kv[0]):
-        best_per_method: dict[str, CompareRow] = {}
-        for row in candidates:
-            current = best_per_method.get(row.method)
-            if current is None or (row.speedup or 0) > (current.speedup or 0):
-                best_per_method[row.method] = row
-        best = max(candidates, key=lambda r: r.speedup or 0.0)
-        assert best.speedup is not None
-        best_k = {m: r.k for m, r in sorted(best_per_method.items()) if r.k is not None}
-        if best.speedup > 1.0:
-            method, k, reason = best.method, best.k, f"fastest measured: {best.speedup:.2f}x the baseline"
-        else:
-            method, k = "none", None
-            best_caption = spec_caption(best.method, best.k)
-            reason = f"no speculative set-up beat the baseline (best: {best_caption}, {best.speedup:.2f}x)"
-        out.append(
-            Recommendation(
-                model=best.model,
-                dataset=best.dataset,
-                dtype=best.dtype,
-                batch_size=batch,
-                method=method,
-                k=k,
-                speedup=best.speedup if method != "none" else 1.0,
-                best_k_per_method=best_k,
-                reason=reason,
-            )
-        )
-    return out
 
 
 def _baseline_consistency(baselines: dict[tuple[str, int], list[RunData]]) -> list[BaselineConsistency]:

@@ -16,9 +16,12 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from specbatch.analysis.commands import config_repeat_command, sweep_repeat_command
 from specbatch.analysis.compare import CompareError, Comparison, compare
 from specbatch.analysis.plots import plot_all
-from specbatch.analysis.run_data import load_run
+from specbatch.analysis.recommend import MIN_REPEATS
+from specbatch.analysis.run_data import RunData, load_run
+from specbatch.analysis.schedule import write_schedules
 from specbatch.analysis.tables import format_comparison, write_comparison
 from specbatch.common.masking import mask_uri
 from specbatch.config import ConfigError, JobConfig, check_known_keys, spec_caption, spec_label, to_job_config
@@ -99,10 +102,28 @@ def run_compare(sources: Sources, out_dir: Path | None = None, log_to_mlflow: bo
     comparison = compare(runs)
     if out_dir is None:
         out_dir = _default_out_dir(sources)
-    files = write_comparison(comparison, out_dir) + plot_all(comparison, out_dir)
+    command = repeat_command(sources, comparison, runs)
+    if command:
+        comparison.notes.append(f"to measure every set-up {MIN_REPEATS} times, run: {command}")
+    schedules = write_schedules(comparison.schedules, out_dir)
+    files = write_comparison(comparison, out_dir) + plot_all(comparison, out_dir) + schedules
     log.info("compared %d runs; written: %s", len(runs), ", ".join(str(f) for f in files))
     run_id = _log(comparison, files, sources) if log_to_mlflow else None
     return CompareResult(comparison, out_dir, files, run_id)
+
+
+def repeat_command(sources: Sources, comparison: Comparison, runs: list[RunData]) -> str | None:
+    """The command that repeats the set-ups of batch sizes with too few repeats; None when none lacks any.
+
+    A sweep's own command line when the runs came from one sweep folder; else rebuilt from the runs' configs."""
+    short = {(r.workload, r.batch_size) for r in comparison.recommendations if not r.enough_repeats}
+    if not short:
+        return None
+    if sources.sweep_dir is not None:
+        command = sweep_repeat_command(sources.sweep_dir)
+        if command:
+            return command
+    return config_repeat_command(r.config for r in runs if (r.workload, r.batch_size) in short)
 
 
 def _default_out_dir(sources: Sources) -> Path:
@@ -126,6 +147,7 @@ def _log(comparison: Comparison, files: list[Path], sources: Sources) -> str | N
     for rec in comparison.recommendations:
         metrics[f"compare/bs{rec.batch_size}/best_speedup"] = rec.speedup
     tags = {f"recommended.bs{r.batch_size}": spec_caption(r.method, r.k) for r in comparison.recommendations}
+    tags |= {f"k_schedule.{Path(s.preset).stem}": s.override for s in comparison.schedules if s.preset}
 
     def fill(run: RunLogger) -> None:
         run.log_metrics(metrics)

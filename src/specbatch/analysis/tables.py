@@ -21,17 +21,19 @@ def format_comparison(comparison: Comparison) -> str:
 
     header = (
         "| model | dataset | dtype | batch | method | k | repeats | output tok/s (mean ± std) | speedup [min–max] "
-        "| AL | acceptance | per position | identical rows | first differences |"
+        "| median speedup (spread) | AL | acceptance | per position | identical rows | first differences |"
     )
     lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
     for r in comparison.rows:
         speedup = "-" if r.speedup is None else f"{r.speedup:.2f} [{num(r.speedup_min)}–{num(r.speedup_max)}]"
+        median = "-" if r.speedup_median is None else f"{r.speedup_median:.2f} ({num(r.speedup_spread)})"
         per_pos = " ".join(f"{x:.2f}" for x in r.acceptance_rate_per_position or []) or "-"
         same = f"{r.identical_rows}/{r.rows_compared}" if r.rows_compared else "-"
         diffs = ", ".join(r.first_differences[:3]) + (" …" if len(r.first_differences) > 3 else "")
         lines.append(
             f"| {r.model} | {r.dataset} | {r.dtype} | {r.batch_size} | {r.method} | {r.k if r.k else '-'} | "
             f"{r.repeats} | {r.output_tokens_per_second:.1f} ± {r.output_tokens_per_second_std:.1f} | {speedup} | "
+            f"{median} | "
             f"{num(r.mean_acceptance_length)} | {num(r.draft_acceptance_rate, 3)} | {per_pos} | {same} | "
             f"{diffs or '-'} |"
         )
@@ -43,6 +45,20 @@ def format_comparison(comparison: Comparison) -> str:
             f"recommended at batch size {rec.batch_size} ({rec.model}, {rec.dataset}, {rec.dtype}): {chosen} — "
             f"{rec.reason}; best k per method: {best_k}"
         )
+    for schedule in comparison.schedules:
+        picks = ", ".join(f"{size}→{k}" for size, k in schedule.picks.items())
+        where = f"{schedule.model}, {schedule.dataset}, {schedule.dtype}"
+        if not schedule.useful:
+            lines.append(f"k schedule for {schedule.method} ({where}): none — spec=none wins at every batch size")
+            continue
+        lines.append(
+            f"k schedule for {schedule.method} ({where}; k per batch size {picks}"
+            + ("" if schedule.enough_repeats else "; provisional: too few repeats")
+            + f"): {schedule.override}"
+        )
+        lines.append(f"  run it: {schedule.command()}")
+        if schedule.preset:
+            lines.append(f"  or its preset: {schedule.preset_command()}")
     for c in comparison.baseline_consistency:
         lines.append(
             f"baseline vs itself ({c.dtype}), batch size {c.batch_sizes[0]} vs {c.batch_sizes[1]}: "
