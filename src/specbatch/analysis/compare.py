@@ -20,6 +20,7 @@ from typing import Any
 
 from specbatch.analysis.run_data import RowKey, RunData
 from specbatch.config import spec_caption
+from specbatch.config.methods import schedule_key
 from specbatch.run.summary import merge_summaries
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,8 @@ class CompareRow:
     identical_share: float | None
     first_differences: list[str]
     run_folders: list[str] = field(default_factory=list)
+    # A k per batch size (spec.k_schedule; k is then its largest k): a set-up of its own, apart from fixed k's.
+    k_schedule: list[list[int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -109,9 +112,11 @@ class Recommendation:
     method: str
     k: int | None
     speedup: float
-    # The best k of each method at this batch size, e.g. {"ngram": 3, "suffix": 5}.
+    # The best k of each method at this batch size, e.g. {"ngram": 3, "suffix": 5} (fixed k's only).
     best_k_per_method: dict[str, int]
     reason: str
+    # Set when the winner is a k schedule (k is then its largest k).
+    k_schedule: list[list[int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -149,21 +154,22 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
 
 def compare(runs: Iterable[RunData]) -> Comparison:
     """Group runs by set-up, match each to its baseline, and recommend a k per batch size."""
-    groups: dict[tuple[str, int, str, int | None], list[RunData]] = defaultdict(list)
+    # A k schedule is its own set-up: never pooled with the fixed k that equals its largest k.
+    groups: dict[tuple[str, int, str, int | None, Any], list[RunData]] = defaultdict(list)
     for run in runs:
-        groups[(run.workload, run.batch_size, run.method, run.k)].append(run)
+        groups[(run.workload, run.batch_size, run.method, run.k, schedule_key(run.k_schedule))].append(run)
     if not groups:
         raise CompareError("no runs to compare: pass run folders, a sweep folder or --mlflow-run <parent run id>")
     for members in groups.values():
         members.sort(key=lambda r: (r.repeat, str(r.root)))
-    baselines = {(w, b): members for (w, b, method, _), members in groups.items() if method == "none"}
+    baselines = {(w, b): members for (w, b, method, *_), members in groups.items() if method == "none"}
     if not baselines:
         raise CompareError(
             "none of the runs is a spec=none baseline, so there is nothing to measure speedup against: "
             "add spec=none to the sweep (e.g. -m spec=none,ngram,suffix) with the same model, data set and batch size"
         )
     rows, notes = [], []
-    for (workload, batch, _, _), members in sorted(groups.items(), key=_group_order):
+    for (workload, batch, *_), members in sorted(groups.items(), key=_group_order):
         base = baselines.get((workload, batch))
         if base is None:
             notes.append(
@@ -182,9 +188,10 @@ def compare(runs: Iterable[RunData]) -> Comparison:
     return Comparison(rows, _recommend(rows), consistency, notes)
 
 
-def _group_order(item: tuple[tuple[str, int, str, int | None], list[RunData]]) -> tuple[Any, ...]:
-    (workload, batch, method, k), _ = item
-    return (workload, batch, method != "none", method, k or 0)
+def _group_order(item: tuple[tuple[str, int, str, int | None, Any], list[RunData]]) -> tuple[Any, ...]:
+    (workload, batch, method, k, schedule), _ = item
+    # A method's schedules after its fixed k's.
+    return (workload, batch, method != "none", method, schedule is not None, schedule or (), k or 0)
 
 
 def _row(members: list[RunData], base: list[RunData] | None) -> CompareRow:
@@ -229,6 +236,7 @@ def _row(members: list[RunData], base: list[RunData] | None) -> CompareRow:
         identical_share=identical / compared if compared else None,
         first_differences=[d for c in checks for d in c.first_differences][:MAX_LISTED_DIFFERENCES],
         run_folders=[str(m.root) for m in members],
+        k_schedule=first.k_schedule,
     )
 
 
@@ -240,7 +248,7 @@ def _recommend(rows: list[CompareRow]) -> list[Recommendation]:
     out = []
     for (_, batch), candidates in sorted(by_batch.items(), key=lambda kv: kv[0]):
         best_per_method: dict[str, CompareRow] = {}
-        for row in candidates:
+        for row in (r for r in candidates if r.k_schedule is None):
             current = best_per_method.get(row.method)
             if current is None or (row.speedup or 0) > (current.speedup or 0):
                 best_per_method[row.method] = row
@@ -251,7 +259,7 @@ def _recommend(rows: list[CompareRow]) -> list[Recommendation]:
             method, k, reason = best.method, best.k, f"fastest measured: {best.speedup:.2f}x the baseline"
         else:
             method, k = "none", None
-            best_caption = spec_caption(best.method, best.k)
+            best_caption = spec_caption(best.method, best.k, best.k_schedule)
             reason = f"no speculative set-up beat the baseline (best: {best_caption}, {best.speedup:.2f}x)"
         out.append(
             Recommendation(
@@ -264,6 +272,7 @@ def _recommend(rows: list[CompareRow]) -> list[Recommendation]:
                 speedup=best.speedup if method != "none" else 1.0,
                 best_k_per_method=best_k,
                 reason=reason,
+                k_schedule=best.k_schedule if method != "none" else None,
             )
         )
     return out

@@ -116,7 +116,7 @@ def _default_out_dir(sources: Sources) -> Path:
 def _log(comparison: Comparison, files: list[Path], sources: Sources) -> str | None:
     metrics: dict[str, float] = {}
     for row in comparison.rows:
-        name = spec_label(row.method, row.k)
+        name = spec_label(row.method, row.k, row.k_schedule)
         prefix = f"compare/bs{row.batch_size}/{name}"
         metrics[f"{prefix}/output_tokens_per_second"] = row.output_tokens_per_second
         if row.speedup is not None:
@@ -125,7 +125,9 @@ def _log(comparison: Comparison, files: list[Path], sources: Sources) -> str | N
             metrics[f"{prefix}/identical_share"] = row.identical_share
     for rec in comparison.recommendations:
         metrics[f"compare/bs{rec.batch_size}/best_speedup"] = rec.speedup
-    tags = {f"recommended.bs{r.batch_size}": spec_caption(r.method, r.k) for r in comparison.recommendations}
+    tags = {
+        f"recommended.bs{r.batch_size}": spec_caption(r.method, r.k, r.k_schedule) for r in comparison.recommendations
+    }
 
     def fill(run: RunLogger) -> None:
         run.log_metrics(metrics)
@@ -182,8 +184,12 @@ def serve_commands(comparison: Comparison) -> list[str]:
     by_command: dict[str, list[str]] = {}
     failures = []
     for rec in comparison.recommendations:
-        setup = (rec.model, rec.dataset, rec.dtype, rec.batch_size, rec.method, rec.k)
-        rows = [r for r in comparison.rows if (r.model, r.dataset, r.dtype, r.batch_size, r.method, r.k) == setup]
+        setup = (rec.model, rec.dataset, rec.dtype, rec.batch_size, rec.method, rec.k, rec.k_schedule)
+        rows = [
+            r
+            for r in comparison.rows
+            if (r.model, r.dataset, r.dtype, r.batch_size, r.method, r.k, r.k_schedule) == setup
+        ]
         if not rows or not rows[0].run_folders:
             continue
         folder = Path(rows[0].run_folders[0])
@@ -193,6 +199,7 @@ def serve_commands(comparison: Comparison) -> list[str]:
         except (ConfigError, OSError) as exc:
             failures.append(f"serve batch size {rec.batch_size}: no command, as the config of {folder} fails: {exc}")
             continue
-        by_command.setdefault(command, []).append(f"{rec.batch_size} ({spec_caption(rec.method, rec.k)})")
+        caption = spec_caption(rec.method, rec.k, rec.k_schedule)
+        by_command.setdefault(command, []).append(f"{rec.batch_size} ({caption})")
     lines = [f"serve batch size {', '.join(sizes)}: {command}" for command, sizes in by_command.items()]
     return lines + failures
