@@ -38,6 +38,8 @@ def plain_before_server_keys(job: JobConfig) -> dict[str, Any]:
     plain = to_plain_dict(job)
     assert job.engine.backend != "server", "the old rules knew no server backend"
     plain["engine"] = {k: v for k, v in plain["engine"].items() if k not in SERVER_KEYS}
+    # spec.k_schedule came later too; while null (one k, as every older run) it is in no digest.
+    assert plain["spec"].pop("k_schedule") is None, "the old rules knew no k schedule"
     return plain
 
 

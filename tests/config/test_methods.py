@@ -27,7 +27,8 @@ def test_every_method_has_an_entry_and_a_preset() -> None:
 
 
 def test_every_knob_is_a_field_and_every_field_belongs_to_a_method() -> None:
-    knobs = [f.name for f in dataclasses.fields(SpecConfig) if f.name not in ("method", "num_speculative_tokens")]
+    shared = ("method", "num_speculative_tokens", "k_schedule")
+    knobs = [f.name for f in dataclasses.fields(SpecConfig) if f.name not in shared]
     assert list(knob_owners()) == knobs, "knob_owners follows the schema's field order"
     for method, entry in METHODS.items():
         assert set(entry.knobs) <= set(knobs), f"{method}: unknown knob in {entry.knobs}"
@@ -49,6 +50,12 @@ def test_knob_applies_follows_the_registry() -> None:
     assert not SpecConfig.knob_applies(SpecMethod.mtp, "model")
     assert not SpecConfig.knob_applies(SpecMethod.none, "num_speculative_tokens")
     assert SpecConfig.knob_applies(SpecMethod.eagle, "num_speculative_tokens")
+    # A k schedule means something only to the methods vLLM follows it for (a sweep drops it for the others).
+    assert SpecConfig.knob_applies(SpecMethod.ngram, "k_schedule")
+    assert not SpecConfig.knob_applies(SpecMethod.none, "k_schedule")
+    for method, entry in METHODS.items():
+        if entry.k_schedule_refusal is not None:
+            assert not SpecConfig.knob_applies(method, "k_schedule"), method
 
 
 def test_every_named_preflight_check_exists() -> None:
@@ -61,6 +68,13 @@ def test_every_named_preflight_check_exists() -> None:
 def test_labels() -> None:
     assert spec_label("ngram", 3) == "ngram-k3" and spec_label("none", None) == "none"
     assert spec_caption("ngram", 3) == "ngram k=3" and spec_caption("none", None) == "none"
+    schedule = [[1, 4, 5], [5, 16, 3], [17, 256, 0]]
+    assert spec_label("ngram", 5, schedule) == "ngram-sched-1to4k5-5to16k3-17to256k0"
+    assert spec_caption("ngram", 5, schedule) == "ngram k schedule 1-4:5 5-16:3 17-256:0"
+    # A long schedule keeps a folder name short (the digest beside it keeps schedules apart).
+    long = [[i, i, 1] for i in range(1, 20)] + [[20, 256, 0]]
+    label = spec_label("ngram", 1, long)
+    assert label == "ngram-sched-1to1k1-2to2k1-3to3k1-4to4k1-5to5k1-15more" and len(label) < 80
 
 
 def test_readme_table_lists_every_method() -> None:

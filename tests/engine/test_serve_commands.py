@@ -63,6 +63,8 @@ JOBS = [
         "spec.draft_sample_method=probabilistic",
         "engine.seed=7",
     ],
+    # A k per batch size reaches the server in --speculative-config as it reaches vllm.LLM.
+    ["spec.k_schedule=[[1,4,5],[5,16,3],[17,256,0]]"],
 ]
 # NVIDIA Dynamo's guide (quoted by issue 14), the command --print must reproduce for its preset below.
 DYNAMO_GUIDE = (
@@ -296,6 +298,14 @@ def test_what_sglang_cannot_express_is_refused_with_the_key(overrides: list[str]
     printed = serving_commands(job, module=False)
     assert "vllm serve " in printed and "python -m dynamo.vllm " in printed
     assert f"# not served the same way by SGLang: {key}" in printed
+
+
+def test_a_k_schedule_is_not_passed_to_sglang_as_one_k() -> None:
+    # SGLang has no k per batch size: serving its largest k there would not be what was measured.
+    job = compose_job(["spec.k_schedule=[[1,4,5],[5,1024,2]]", "engine=gpu"])
+    with pytest.raises(ConfigError, match=r"spec.k_schedule: SGLang takes one number of draft tokens"):
+        sglang_argv(job)
+    assert "# not served the same way by SGLang: spec.k_schedule" in serving_commands(job, module=False)
 
 
 def test_the_environment_vllm_needs_is_one_function_for_the_engine_and_the_server() -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from specbatch.analysis.recommend import MIN_REPEATS, REPEATS_OVERRIDE, Recommendation, recommend, speedup_stats
 from specbatch.analysis.run_data import RowKey, RunData
 from specbatch.analysis.schedule import KSchedule, build_schedules
+from specbatch.config.methods import schedule_key
 from specbatch.run.summary import merge_summaries
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,8 @@ class CompareRow:
     output_tokens_per_second_median: float | None = None
     speedup_median: float | None = None
     speedup_spread: float | None = None
+    # A k per batch size (spec.k_schedule; k is then its largest k): a set-up of its own, apart from fixed k's.
+    k_schedule: list[list[int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -144,21 +147,22 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
 
 def compare(runs: Iterable[RunData]) -> Comparison:
     """Group runs by set-up, match each to its baseline, and recommend a k per batch size."""
-    groups: dict[tuple[str, int, str, int | None], list[RunData]] = defaultdict(list)
+    # A k schedule is its own set-up: never pooled with the fixed k that equals its largest k.
+    groups: dict[tuple[str, int, str, int | None, Any], list[RunData]] = defaultdict(list)
     for run in runs:
-        groups[(run.workload, run.batch_size, run.method, run.k)].append(run)
+        groups[(run.workload, run.batch_size, run.method, run.k, schedule_key(run.k_schedule))].append(run)
     if not groups:
         raise CompareError("no runs to compare: pass run folders, a sweep folder or --mlflow-run <parent run id>")
     for members in groups.values():
         members.sort(key=lambda r: (r.repeat, str(r.root)))
-    baselines = {(w, b): members for (w, b, method, _), members in groups.items() if method == "none"}
+    baselines = {(w, b): members for (w, b, method, *_), members in groups.items() if method == "none"}
     if not baselines:
         raise CompareError(
             "none of the runs is a spec=none baseline, so there is nothing to measure speedup against: "
             "add spec=none to the sweep (e.g. -m spec=none,ngram,suffix) with the same model, data set and batch size"
         )
     rows, notes = [], []
-    for (workload, batch, _, _), members in sorted(groups.items(), key=_group_order):
+    for (workload, batch, *_), members in sorted(groups.items(), key=_group_order):
         base = baselines.get((workload, batch))
         if base is None:
             notes.append(
@@ -185,9 +189,10 @@ def compare(runs: Iterable[RunData]) -> Comparison:
     return Comparison(rows, recommendations, consistency, notes, build_schedules(recommendations, all_runs))
 
 
-def _group_order(item: tuple[tuple[str, int, str, int | None], list[RunData]]) -> tuple[Any, ...]:
-    (workload, batch, method, k), _ = item
-    return (workload, batch, method != "none", method, k or 0)
+def _group_order(item: tuple[tuple[str, int, str, int | None, Any], list[RunData]]) -> tuple[Any, ...]:
+    (workload, batch, method, k, schedule), _ = item
+    # A method's schedules after its fixed k's.
+    return (workload, batch, method != "none", method, schedule is not None, schedule or (), k or 0)
 
 
 def _row(members: list[RunData], base: list[RunData] | None) -> CompareRow:
@@ -239,6 +244,7 @@ def _row(members: list[RunData], base: list[RunData] | None) -> CompareRow:
         output_tokens_per_second_median=statistics.median(rates),
         speedup_median=robust[0],
         speedup_spread=robust[1],
+        k_schedule=first.k_schedule,
     )
 
 

@@ -11,7 +11,7 @@ from specbatch.config import spec_caption
 
 
 def _label(row: CompareRow) -> str:
-    return spec_caption(row.method, row.k)
+    return spec_caption(row.method, row.k, row.k_schedule)
 
 
 def plot_acceptance_by_position(comparison: Comparison, path: Path) -> Path:
@@ -35,7 +35,8 @@ def plot_speedup_vs_k(comparison: Comparison, path: Path) -> Path:
     plt = pyplot()
     lines: dict[tuple[str, int], list[CompareRow]] = defaultdict(list)
     for row in comparison.rows:
-        if row.method != "none" and row.k is not None and row.speedup is not None:
+        # A k schedule has no single k to plot against (its runs show in throughput_vs_batch_size.png).
+        if row.method != "none" and row.k is not None and row.speedup is not None and row.k_schedule is None:
             lines[(row.method, row.batch_size)].append(row)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (method, batch), rows in sorted(lines.items()):

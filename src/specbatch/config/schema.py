@@ -23,7 +23,7 @@ from specbatch.config.declarations import Identity, identities
 from specbatch.config.engine import EngineConfig
 from specbatch.config.errors import ConfigError, require
 from specbatch.config.methods import CHECKPOINT_KIND, CHECKPOINT_METHODS, METHODS, SpecMethod
-from specbatch.config.spec import SpecConfig
+from specbatch.config.spec import SpecConfig, schedule_must_cover
 
 _FOLDER, _ENGINE, _WORKLOAD = Identity.run_folder, Identity.engine, Identity.workload
 
@@ -299,6 +299,22 @@ class JobConfig:
         )
         self._check_spec_against_model()
 
+    def largest_batch(self) -> tuple[int, str]:
+        """The most requests the engine may run at once, and a phrase saying where that comes from:
+        engine.max_num_seqs, or vLLM 0.32's default when it is null (EngineArgs.get_batch_defaults: 256 per worker
+        on its CPU build; on GPUs 256, or 1024 with 70 GiB or more, so 1024 covers every GPU; the OpenAI server's
+        own defaults are lower, 128 per worker on CPU)."""
+        engine = self.engine
+        if engine.max_num_seqs is not None:
+            return engine.max_num_seqs, f"engine.max_num_seqs={engine.max_num_seqs} lets the engine run that many"
+        if engine.gpu_memory_utilization is None:
+            workers = self.model.tensor_parallel_size
+            return 256 * workers, (
+                f"engine.max_num_seqs is null, so vLLM's CPU build runs up to {256 * workers} requests at once "
+                "(its default: 256 per worker)"
+            )
+        return 1024, "engine.max_num_seqs is null, so vLLM runs up to 1024 requests at once on a large GPU"
+
     def _check_spec_against_model(self) -> None:
         spec, model = self.spec, self.model
         if spec.method in CHECKPOINT_METHODS and spec.model is None:
@@ -315,6 +331,10 @@ class JobConfig:
                 "figures this job records only for n=1. Use sampling.n=1 (repeat the run with another "
                 "sampling.seed for more samples) or spec=none."
             )
+        schedule = spec.schedule
+        if schedule is not None:
+            batch, why = self.largest_batch()
+            schedule_must_cover(schedule, batch, why)
         draft_tp, target_tp = spec.draft_tensor_parallel_size, model.tensor_parallel_size
         if draft_tp is not None:
             allowed = [target_tp] if METHODS[spec.method].draft_tp_follows_target else sorted({1, target_tp})

@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from specbatch.config.declarations import ABSENT_WHEN_NULL
 from specbatch.config.errors import ConfigError, require
-from specbatch.config.methods import METHODS, SpecMethod, methods_owning, spec_label
+from specbatch.config.methods import METHODS, SpecMethod, methods_owning, spec_caption, spec_label
 
 
 class DraftSampleMethod(enum.StrEnum):
@@ -26,7 +27,9 @@ class DraftSampleMethod(enum.StrEnum):
 # vLLM accepts larger k, but beyond this every method spends more on rejected drafts than it saves.
 MAX_SPECULATIVE_TOKENS = 16
 # Fields of every method (k means nothing to the baseline, which the k check says itself); the others are knobs.
-_SHARED_FIELDS = ("method", "num_speculative_tokens")
+_SHARED_FIELDS = ("method", "num_speculative_tokens", "k_schedule")
+# How a k schedule is written, for messages.
+SCHEDULE_EXAMPLE = "spec.k_schedule=[[1,4,5],[5,16,3],[17,256,0]]"
 
 
 @dataclass
@@ -57,8 +60,15 @@ class SpecConfig:
     suffix_decoding_max_cached_requests: int | None = None
     suffix_decoding_max_spec_factor: float | None = None
     suffix_decoding_min_token_prob: float | None = None
+    # A k per batch size instead of one k: [[first batch size, last batch size, k], ...], ranges contiguous from 1,
+    # k=0 where speculation should stop; vLLM's num_speculative_tokens_per_batch_size. Sets num_speculative_tokens
+    # to its largest k (vLLM caps every k of a schedule at it). Typed loosely so the checks below word the errors.
+    # Left out of the digests while null, so runs written before it keep their folders.
+    k_schedule: list[Any] | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
 
     def __post_init__(self) -> None:
+        if self.k_schedule is not None:
+            self._take_k_from_schedule()
         k = self.num_speculative_tokens
         if self.method is SpecMethod.none:
             require(
@@ -98,11 +108,47 @@ class SpecConfig:
         if self.model is not None:
             require(bool(self.model.strip()), "spec.model is empty: set it to a folder or hub id, or to null")
 
+    def _take_k_from_schedule(self) -> None:
+        """Check spec.k_schedule on its own (coverage of engine.max_num_seqs is JobConfig's) and derive k from it."""
+        method = self.method
+        require(
+            method is not SpecMethod.none,
+            "spec.k_schedule is set but spec.method=none drafts nothing: drop spec.k_schedule or choose a method "
+            "that follows it, e.g. spec=ngram",
+        )
+        refusal = METHODS[method].k_schedule_refusal
+        if refusal is not None:
+            followers = ", ".join(
+                m.value for m, e in METHODS.items() if m is not SpecMethod.none and not e.k_schedule_refusal
+            )
+            raise ConfigError(
+                f"spec.k_schedule is not followed for spec.method={method.value}: {refusal}. Drop spec.k_schedule "
+                f"and set one spec.num_speculative_tokens, or use a method that follows schedules ({followers})"
+            )
+        schedule = parse_k_schedule(self.k_schedule)
+        top = max(k for _, _, k in schedule)
+        require(
+            top >= 1,
+            "spec.k_schedule has k=0 at every batch size, which is no speculation at all: use spec=none",
+        )
+        # vLLM caps every k of the schedule at num_speculative_tokens (and sizes its buffers by it): it must be the
+        # schedule's largest k. Derived rather than asked for twice, so the schedule alone says what runs.
+        self.num_speculative_tokens = top
+        self.k_schedule = [list(entry) for entry in schedule]
+
+    @property
+    def schedule(self) -> list[tuple[int, int, int]] | None:
+        """spec.k_schedule as checked triples (None: one k at every batch size)."""
+        return None if self.k_schedule is None else [(a, b, c) for a, b, c in self.k_schedule]
+
     @classmethod
     def knob_applies(cls, method: SpecMethod, knob: str) -> bool:
-        """Whether ``spec.<knob>`` means anything for ``method`` (k means nothing to the baseline)."""
+        """Whether ``spec.<knob>`` means anything for ``method`` (k means nothing to the baseline; a k schedule
+        nothing to a method vLLM does not follow it for)."""
         if knob == "num_speculative_tokens":
             return method is not SpecMethod.none
+        if knob == "k_schedule":
+            return method is not SpecMethod.none and METHODS[method].k_schedule_refusal is None
         owners = knob_owners().get(knob)
         return owners is None or method in owners
 
@@ -123,8 +169,13 @@ class SpecConfig:
 
     @property
     def label(self) -> str:
-        """Readable method label, e.g. ``ngram-k3`` or ``none``."""
-        return spec_label(self.method.value, self.k)
+        """Readable method label, e.g. ``ngram-k3``, ``none`` or ``ngram-sched-1to4k5-5to256k0``."""
+        return spec_label(self.method.value, self.k, self.schedule)
+
+    @property
+    def caption(self) -> str:
+        """The method as tables write it, e.g. ``ngram k=3`` or ``ngram k schedule 1-4:5 5-256:0``."""
+        return spec_caption(self.method.value, self.k, self.schedule)
 
     def to_vllm(self) -> dict[str, Any] | None:
         """The ``speculative_config`` dict for ``vllm.LLM``; None for the baseline."""
@@ -135,7 +186,71 @@ class SpecConfig:
             value = getattr(self, knob)
             if self.method in owners and value is not None:
                 out[knob] = value.value if isinstance(value, enum.Enum) else value
+        if self.k_schedule is not None:
+            # vLLM's scheduler looks the k up by the number of requests in each step (dynamic speculative decoding).
+            out["num_speculative_tokens_per_batch_size"] = [list(entry) for entry in self.k_schedule]
         return out
+
+
+def parse_k_schedule(value: Any) -> list[tuple[int, int, int]]:
+    """spec.k_schedule as ``(first, last, k)`` triples, checked: integers, ranges ascending from batch size 1 with no
+    gap and no overlap, every k in 0..MAX_SPECULATIVE_TOKENS. Raises ConfigError naming the key and the fix."""
+    shape = f"a list of [first batch size, last batch size, k] triples, e.g. {SCHEDULE_EXAMPLE}"
+    if not isinstance(value, list | tuple) or not value:
+        raise ConfigError(f"spec.k_schedule={value!r} is not {shape} (or null for one k at every batch size)")
+    triples: list[tuple[int, int, int]] = []
+    for i, entry in enumerate(value):
+        whole = isinstance(entry, list | tuple) and len(entry) == 3
+        if not whole or not all(isinstance(x, int) and not isinstance(x, bool) for x in entry):
+            raise ConfigError(
+                f"spec.k_schedule[{i}]={entry!r} is not a [first batch size, last batch size, k] triple of integers: "
+                f"write {shape}"
+            )
+        first, last, k = (int(x) for x in entry)
+        where = f"spec.k_schedule[{i}]=[{first},{last},{k}]"
+        require(first >= 1, f"{where}: batch sizes start at 1; write the first range as [1,...]")
+        require(first <= last, f"{where}: batch sizes {first}..{last} is an empty range; write first <= last")
+        require(
+            0 <= k <= MAX_SPECULATIVE_TOKENS,
+            f"{where}: k={k} is out of range: use 0 (no speculation at those batch sizes) to {MAX_SPECULATIVE_TOKENS}",
+        )
+        triples.append((first, last, k))
+    if triples != sorted(triples):
+        ordered = ",".join(f"[{a},{b},{c}]" for a, b, c in sorted(triples))
+        raise ConfigError(f"spec.k_schedule's ranges are not in ascending order: sort them, e.g. [{ordered}]")
+    out: list[tuple[int, int, int]] = []
+    for i, (first, last, k) in enumerate(triples):
+        where = f"spec.k_schedule[{i}]=[{first},{last},{k}]"
+        expected = out[-1][1] + 1 if out else 1
+        if first < expected:
+            raise ConfigError(
+                f"{where} overlaps spec.k_schedule[{i - 1}]={list(out[-1])}: ranges must not overlap; start it at "
+                f"{expected} (e.g. [{expected},{max(last, expected)},{k}])"
+            )
+        if first > expected:
+            rule = (
+                "the first range starts at 1 (vLLM needs a k for every batch size)"
+                if not out
+                else f"each range starts right after the one before (spec.k_schedule[{i - 1}] ends at {expected - 1})"
+            )
+            raise ConfigError(
+                f"{where} leaves batch sizes {expected}..{first - 1} without a k: {rule}; "
+                f"write [{expected},{last},{k}]"
+            )
+        out.append((first, last, k))
+    return out
+
+
+def schedule_must_cover(schedule: list[tuple[int, int, int]], batch: int, why: str) -> None:
+    """The schedule reaches ``batch`` (the largest batch size the engine can run; ``why`` says where it comes from),
+    so no batch size falls back to vLLM's silent carry-forward of the last k."""
+    last = schedule[-1][1]
+    if last < batch:
+        a, _, k = schedule[-1]
+        raise ConfigError(
+            f"spec.k_schedule ends at batch size {last} but {why}: extend its last range to {batch} "
+            f"([{a},{batch},{k}], or add [{last + 1},{batch},<k>]) or set engine.max_num_seqs={last}"
+        )
 
 
 @functools.cache

@@ -201,6 +201,11 @@ def sglang_argv(job: JobConfig) -> list[str]:
             f"{model.tensor_parallel_size} GPU(s) (model.tensor_parallel_size) and has no separate draft "
             "tensor-parallel size; set spec.draft_tensor_parallel_size=null to compare with SGLang"
         )
+    if spec.k_schedule is not None:
+        raise ConfigError(
+            "spec.k_schedule: SGLang takes one number of draft tokens, not a k per batch size; drop spec.k_schedule "
+            "and set spec.num_speculative_tokens to compare with SGLang"
+        )
     k = spec.num_speculative_tokens
     assert k is not None  # every method but none has one (SpecConfig checks it)
     argv += ["--speculative-algorithm", _SGLANG_ALGORITHMS[spec.method]]

@@ -139,7 +139,8 @@ def log_merged(root: Path, summary: Summary) -> None:
     tracking = recorded_tracking(config["tracking"])
     if not tracking.enabled:
         return
-    name = f"{config['model']['name']}/{spec_label(summary.method, summary.num_speculative_tokens)}"
+    label = spec_label(summary.method, summary.num_speculative_tokens, config["spec"].get("k_schedule"))
+    name = f"{config['model']['name']}/{label}"
     tags = {
         "method": summary.method,
         "k": str(summary.num_speculative_tokens or "none"),

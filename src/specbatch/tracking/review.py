@@ -44,8 +44,8 @@ class RunIdentity:
 def run_identity(config: dict[str, Any], folder: RunFolder, rows: int | None = None) -> RunIdentity:
     """Name, description and tags of a shard's run, from the run's (masked) plain config."""
     spec = config["spec"]
-    k = spec.get("num_speculative_tokens")
-    label = spec_label(spec["method"], k)
+    k, schedule = spec.get("num_speculative_tokens"), spec.get("k_schedule")
+    label = spec_label(spec["method"], k, schedule)
     model, dataset = config["model"]["name"], config["dataset"]["name"]
     shard = f"{folder.shard_index}/{folder.shard_count}"
     name = f"{model}/{label}/{dataset}"
@@ -68,6 +68,7 @@ def run_identity(config: dict[str, Any], folder: RunFolder, rows: int | None = N
         )
     tags = {
         "method": spec["method"],
+        # A schedule's k is its largest; the k_schedule tag says it varies with the batch size.
         "k": str(k) if k is not None else "none",
         "model": model,
         "dataset": dataset,
@@ -77,6 +78,8 @@ def run_identity(config: dict[str, Any], folder: RunFolder, rows: int | None = N
         "run_folder": str(folder.root),
         "engine": backend,
     }
+    if schedule:
+        tags["k_schedule"] = spec_caption(spec["method"], k, schedule).removeprefix(f"{spec['method']} k schedule ")
     if config["model"].get("trust_remote_code"):
         tags["trust_remote_code"] = "true"
     return RunIdentity(name, description, tags)
