@@ -67,6 +67,9 @@ class ShardSteps(Protocol):
         """The shard summary, from all of its parts."""
         ...
 
+    def release(self) -> None:
+        """Wait for what generate() left running in the background (the engine's shutdown); raise its error."""
+
 
 class ShardExecutor:
     """Runs (or finishes, or finds finished) this task's shard of ``job`` with ``steps``, watched by ``observer``."""
@@ -131,12 +134,26 @@ class ShardExecutor:
             summary = self.steps.summarize(folder, parts)
             folder.write_summary(summary)
             self.observer.on_finish(summary, parts)
+            # The engine's processes are gone before the shard counts as done (and a failed shutdown leaves it
+            # not done, as when the engine was closed inside generate).
+            self.steps.release()
             folder.mark_done()
         except BaseException as exc:
+            _release_after(self.steps, exc)
             self.observer.on_end(exc)
             raise
         self.observer.on_end(None)
         return summary
+
+
+def _release_after(steps: ShardSteps, error: BaseException) -> None:
+    """On the way out with ``error``, still wait for the engine's shutdown; its own failure is only logged."""
+    try:
+        steps.release()
+    except Exception as exc:  # noqa: BLE001 - ``error`` is what the caller must see
+        log.warning(
+            "the engine's shutdown failed too (%s: %s) after %s", type(exc).__name__, exc, type(error).__name__
+        )
 
 
 def _finished_result(folder: RunFolder) -> JobResult:

@@ -10,6 +10,7 @@ chunks through one engine, each written as it finishes (specbatch.run.chunks).
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,8 @@ class ShardGeneration:
         self._source: RowSource | None = None
         self._chunks: list[range] = []
         self._tokenizer: Any = None
+        # The engine's shutdown, left running by generate() while the summary is written and logged.
+        self._closing: Future[None] | None = None
 
     def check(self) -> None:
         if self.engine is not None and self.engine.fingerprint != engine_fingerprint(self.job):
@@ -89,9 +92,21 @@ class ShardGeneration:
             self.engine = start_engine(self.job)
         try:
             self._stream(self.engine, folder, config, todo)
-        finally:
+        except BaseException:
             if own_engine:
                 self.engine.close()
+            raise
+        if own_engine:
+            # Stopping vLLM's processes is seconds of waiting on them: the executor writes and logs the summary
+            # meanwhile (it needs only the parts and the start-up figures), and release() waits for it.
+            closer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-close")
+            self._closing = closer.submit(self.engine.close)
+            closer.shutdown(wait=False)
+
+    def release(self) -> None:
+        closing, self._closing = self._closing, None
+        if closing is not None:
+            closing.result()
 
     def summarize(self, folder: RunFolder, parts: list[Path]) -> Summary:
         return summarize_shard(folder, self.job, parts, self.engine)
