@@ -39,7 +39,8 @@ class Steps:
     def chunk_digests(self) -> list[str]:
         return [f"digest-{n}" for n in range(self.chunks)]
 
-    def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
+    def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int], starting) -> None:
+        starting()
         self.calls.append(("generate", todo))
         self.folder = folder
         if self.fail is not None:

@@ -145,6 +145,11 @@ class VllmEngine(Engine):
         self._refusals: tuple[type[BaseException], ...] = (ValueError, TypeError, VLLMClientError)
 
     @classmethod
+    def load(cls) -> None:
+        # Seconds of Python (torch, transformers, vLLM), all holding the interpreter lock.
+        import vllm  # noqa: F401
+
+    @classmethod
     def start(cls, job: JobConfig) -> VllmEngine:
         for name, value in vllm_environment(job).items():
             os.environ.setdefault(name, value)

@@ -10,6 +10,7 @@ bookkeeping, only where their chunks go.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -60,8 +61,11 @@ class ShardSteps(Protocol):
         """A digest of each chunk's source rows, to refuse resuming over changed data."""
         ...
 
-    def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
-        """Generate chunks ``todo``, each written into ``folder`` as it finishes."""
+    def generate(
+        self, folder: RunFolder, config: dict[str, Any], todo: list[int], starting: Callable[[], None]
+    ) -> None:
+        """Generate chunks ``todo``, each written into ``folder`` as it finishes; call ``starting`` once, when the
+        engine is about to be built (or before generating when there is none to build)."""
 
     def summarize(self, folder: RunFolder, parts: list[Path]) -> Summary:
         """The shard summary, from all of its parts."""
@@ -128,9 +132,18 @@ class ShardExecutor:
     def _generate(self, start: RunStart, todo: list[int], parts: list[Path]) -> Summary:
         """The chunks not written yet, then the shard summary and the done marker; observed from start to end."""
         folder = start.folder
+        started = False
+
+        def starting() -> None:
+            # The observer's on_start work (MLflow: seconds) runs on its own thread beside the engine's build.
+            nonlocal started
+            if not started:
+                started = True
+                self.observer.on_start(start)
+
         try:
-            self.observer.on_start(start)
-            self.steps.generate(folder, start.config, todo)
+            self.steps.generate(folder, start.config, todo, starting)
+            starting()  # steps that had nothing to build may not have called it
             summary = self.steps.summarize(folder, parts)
             folder.write_summary(summary)
             self.observer.on_finish(summary, parts)

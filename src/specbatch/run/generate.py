@@ -10,6 +10,7 @@ chunks through one engine, each written as it finishes (specbatch.run.chunks).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,9 @@ class ShardGeneration:
     def chunk_digests(self) -> list[str]:
         return [rows_digest(self._rows(number)) for number in range(len(self._chunks))]
 
-    def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
+    def generate(
+        self, folder: RunFolder, config: dict[str, Any], todo: list[int], starting: Callable[[], None]
+    ) -> None:
         if self.job.model.trust_remote_code:
             log.warning(
                 "model.trust_remote_code=true: code from %s's repository runs in this process; only use it for "
@@ -86,10 +89,14 @@ class ShardGeneration:
                 self.job.model.path,
             )
         if not todo:
+            starting()
             return
         own_engine = self.engine is None
         if self.engine is None:
-            self.engine = start_engine(self.job)
+            # The run's own start-up work (``starting``: MLflow) goes beside the engine's build, after its imports.
+            self.engine = start_engine(self.job, starting)
+        else:
+            starting()
         try:
             self._stream(self.engine, folder, config, todo)
         except BaseException:
