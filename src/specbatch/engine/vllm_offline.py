@@ -146,8 +146,9 @@ class VllmEngine(Engine):
 
     @classmethod
     def load(cls) -> None:
-        # Seconds of Python (torch, transformers, vLLM), all holding the interpreter lock.
-        import vllm  # noqa: F401
+        # Seconds of Python (torch, transformers, vLLM's engine), all holding the interpreter lock. ``import vllm``
+        # alone is not enough: the package loads LLM lazily, on first access.
+        from vllm import LLM  # noqa: F401
 
     @classmethod
     def start(cls, job: JobConfig) -> VllmEngine:
