@@ -20,11 +20,14 @@ from specbatch.run.summary import RowTotals, Summary, summarize
 
 
 class Steps:
-    """Writes an empty part per chunk; ``fail`` raises from generate()."""
+    """Writes an empty part per chunk; ``fail`` raises from generate(), ``fail_release`` from release()."""
 
-    def __init__(self, chunks: int = 2, fail: BaseException | None = None) -> None:
-        self.chunks, self.fail = chunks, fail
+    def __init__(
+        self, chunks: int = 2, fail: BaseException | None = None, fail_release: BaseException | None = None
+    ) -> None:
+        self.chunks, self.fail, self.fail_release = chunks, fail, fail_release
         self.calls: list[Any] = []
+        self.folder: RunFolder | None = None
 
     def check(self) -> None:
         self.calls.append("check")
@@ -36,8 +39,10 @@ class Steps:
     def chunk_digests(self) -> list[str]:
         return [f"digest-{n}" for n in range(self.chunks)]
 
-    def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
+    def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int], starting) -> None:
+        starting()
         self.calls.append(("generate", todo))
+        self.folder = folder
         if self.fail is not None:
             raise self.fail
         for number in todo:
@@ -53,6 +58,13 @@ class Steps:
             engine_startup_seconds=0.0,
             warmup_seconds=0.0,
         )
+
+    def release(self) -> None:
+        # What the executor has written when the engine's shutdown is waited for.
+        assert self.folder is not None
+        self.calls.append(("release", self.folder.stats_path.exists(), self.folder.is_done()))
+        if self.fail_release is not None:
+            raise self.fail_release
 
 
 class Recorder:
@@ -83,7 +95,8 @@ def test_a_run_is_observed_from_lock_to_end_and_marked_done_last(job_factory) ->
     steps, observer = Steps(), Recorder()
     result = ShardExecutor(job, steps, observer).run()
     assert observer.events == ["locked", "start", "finish 2 parts", "end None"]
-    assert steps.calls == ["check", "prepare", ("generate", [0, 1])]
+    # The engine's shutdown (left running by generate) is waited for after the summary, before the done marker.
+    assert steps.calls == ["check", "prepare", ("generate", [0, 1]), ("release", True, False)]
     folder = RunFolder.for_job(job)
     assert result.folder == folder and result.generated and folder.is_done()
     assert result.parquet_files == [folder.part_path(0), folder.part_path(1)] == folder.parts()
@@ -107,6 +120,20 @@ def test_a_failed_run_ends_with_its_error_and_without_the_done_marker(job_factor
     assert not folder.is_done() and not folder.stats_path.exists()
 
 
+def test_a_failed_engine_shutdown_leaves_the_shard_not_done(job_factory) -> None:
+    job = job_factory("spec=none")
+    observer = Recorder()
+    with pytest.raises(OSError, match="engine would not stop"):
+        ShardExecutor(job, Steps(fail_release=OSError("engine would not stop")), observer).run()
+    assert observer.events == ["locked", "start", "finish 2 parts", "end OSError"]
+    folder = RunFolder.for_job(job)
+    assert not folder.is_done() and folder.stats_path.exists()
+    # A rerun finds every part written and only finishes the bookkeeping.
+    steps = Steps()
+    ShardExecutor(job, steps, Recorder()).run()
+    assert ("generate", []) in steps.calls and folder.is_done()
+
+
 def test_stale_temporaries_go_and_only_missing_chunks_are_generated(job_factory) -> None:
     job = job_factory("spec=none")
     folder = RunFolder.for_job(job)
@@ -118,7 +145,7 @@ def test_stale_temporaries_go_and_only_missing_chunks_are_generated(job_factory)
         path.write_text("half a file")
     steps = Steps()
     ShardExecutor(job, steps, Recorder()).run()
-    assert steps.calls[-1] == ("generate", [1]) and not any(p.exists() for p in stale)
+    assert steps.calls[-2] == ("generate", [1]) and not any(p.exists() for p in stale)
 
 
 def test_another_shard_count_is_refused_before_the_data_is_read(job_factory) -> None:

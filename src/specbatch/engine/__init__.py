@@ -7,6 +7,7 @@ is imported when it is started, so choosing ``dummy`` never loads vLLM.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 
 from specbatch.config import JobConfig
 from specbatch.engine.base import (
@@ -37,9 +38,17 @@ def check_engine(job: JobConfig) -> None:
     _backend(job).check(job)
 
 
-def start_engine(job: JobConfig) -> Engine:
-    """Start the engine ``engine.backend`` names (warm-up included); the caller closes it."""
-    return _backend(job).start(job)  # type: ignore[attr-defined]
+def start_engine(job: JobConfig, starting: Callable[[], None] | None = None) -> Engine:
+    """Start the engine ``engine.backend`` names (warm-up included); the caller closes it.
+
+    ``starting`` is called once the backend's imports are done, just before the engine is built: work it starts
+    in another thread then overlaps the build (vLLM's is mostly waiting on its engine process), not the imports.
+    """
+    backend = _backend(job)
+    backend.load()
+    if starting is not None:
+        starting()
+    return backend.start(job)  # type: ignore[attr-defined]
 
 
 __all__ = [

@@ -102,6 +102,12 @@ class Engine(ABC):
         raises ConfigError naming the key to change. Nothing, unless a backend says otherwise."""
         return None
 
+    @classmethod
+    def load(cls) -> None:  # noqa: B027 (most backends have nothing heavy to import)
+        """Import what ``start`` needs, so that work a caller runs beside ``start`` runs beside the engine's build
+        rather than competing with an import for the interpreter. Nothing, unless a backend says otherwise."""
+        return None
+
     def counters(self) -> Counters | None:
         """Cumulative engine counters, an optional capability: None when the backend has none (then the figures
         come from the per-request ones). Only differences of two snapshots mean anything."""

@@ -145,6 +145,12 @@ class VllmEngine(Engine):
         self._refusals: tuple[type[BaseException], ...] = (ValueError, TypeError, VLLMClientError)
 
     @classmethod
+    def load(cls) -> None:
+        # Seconds of Python (torch, transformers, vLLM's engine), all holding the interpreter lock. ``import vllm``
+        # alone is not enough: the package loads LLM lazily, on first access.
+        from vllm import LLM  # noqa: F401
+
+    @classmethod
     def start(cls, job: JobConfig) -> VllmEngine:
         for name, value in vllm_environment(job).items():
             os.environ.setdefault(name, value)

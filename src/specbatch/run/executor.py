@@ -10,6 +10,7 @@ bookkeeping, only where their chunks go.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -60,12 +61,18 @@ class ShardSteps(Protocol):
         """A digest of each chunk's source rows, to refuse resuming over changed data."""
         ...
 
-    def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
-        """Generate chunks ``todo``, each written into ``folder`` as it finishes."""
+    def generate(
+        self, folder: RunFolder, config: dict[str, Any], todo: list[int], starting: Callable[[], None]
+    ) -> None:
+        """Generate chunks ``todo``, each written into ``folder`` as it finishes; call ``starting`` once, when the
+        engine is about to be built (or before generating when there is none to build)."""
 
     def summarize(self, folder: RunFolder, parts: list[Path]) -> Summary:
         """The shard summary, from all of its parts."""
         ...
+
+    def release(self) -> None:
+        """Wait for what generate() left running in the background (the engine's shutdown); raise its error."""
 
 
 class ShardExecutor:
@@ -125,18 +132,41 @@ class ShardExecutor:
     def _generate(self, start: RunStart, todo: list[int], parts: list[Path]) -> Summary:
         """The chunks not written yet, then the shard summary and the done marker; observed from start to end."""
         folder = start.folder
+        started = False
+
+        def starting() -> None:
+            # The observer's on_start work (MLflow: seconds) runs on its own thread beside the engine's build.
+            nonlocal started
+            if not started:
+                started = True
+                self.observer.on_start(start)
+
         try:
-            self.observer.on_start(start)
-            self.steps.generate(folder, start.config, todo)
+            self.steps.generate(folder, start.config, todo, starting)
+            starting()  # steps that had nothing to build may not have called it
             summary = self.steps.summarize(folder, parts)
             folder.write_summary(summary)
             self.observer.on_finish(summary, parts)
+            # The engine's processes are gone before the shard counts as done (and a failed shutdown leaves it
+            # not done, as when the engine was closed inside generate).
+            self.steps.release()
             folder.mark_done()
         except BaseException as exc:
+            _release_after(self.steps, exc)
             self.observer.on_end(exc)
             raise
         self.observer.on_end(None)
         return summary
+
+
+def _release_after(steps: ShardSteps, error: BaseException) -> None:
+    """On the way out with ``error``, still wait for the engine's shutdown; its own failure is only logged."""
+    try:
+        steps.release()
+    except Exception as exc:  # noqa: BLE001 - ``error`` is what the caller must see
+        log.warning(
+            "the engine's shutdown failed too (%s: %s) after %s", type(exc).__name__, exc, type(error).__name__
+        )
 
 
 def _finished_result(folder: RunFolder) -> JobResult:

@@ -10,6 +10,8 @@ chunks through one engine, each written as it finishes (specbatch.run.chunks).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,8 @@ class ShardGeneration:
         self._source: RowSource | None = None
         self._chunks: list[range] = []
         self._tokenizer: Any = None
+        # The engine's shutdown, left running by generate() while the summary is written and logged.
+        self._closing: Future[None] | None = None
 
     def check(self) -> None:
         if self.engine is not None and self.engine.fingerprint != engine_fingerprint(self.job):
@@ -75,7 +79,9 @@ class ShardGeneration:
     def chunk_digests(self) -> list[str]:
         return [rows_digest(self._rows(number)) for number in range(len(self._chunks))]
 
-    def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
+    def generate(
+        self, folder: RunFolder, config: dict[str, Any], todo: list[int], starting: Callable[[], None]
+    ) -> None:
         if self.job.model.trust_remote_code:
             log.warning(
                 "model.trust_remote_code=true: code from %s's repository runs in this process; only use it for "
@@ -83,15 +89,31 @@ class ShardGeneration:
                 self.job.model.path,
             )
         if not todo:
+            starting()
             return
         own_engine = self.engine is None
         if self.engine is None:
-            self.engine = start_engine(self.job)
+            # The run's own start-up work (``starting``: MLflow) goes beside the engine's build, after its imports.
+            self.engine = start_engine(self.job, starting)
+        else:
+            starting()
         try:
             self._stream(self.engine, folder, config, todo)
-        finally:
+        except BaseException:
             if own_engine:
                 self.engine.close()
+            raise
+        if own_engine:
+            # Stopping vLLM's processes is seconds of waiting on them: the executor writes and logs the summary
+            # meanwhile (it needs only the parts and the start-up figures), and release() waits for it.
+            closer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-close")
+            self._closing = closer.submit(self.engine.close)
+            closer.shutdown(wait=False)
+
+    def release(self) -> None:
+        closing, self._closing = self._closing, None
+        if closing is not None:
+            closing.result()
 
     def summarize(self, folder: RunFolder, parts: list[Path]) -> Summary:
         return summarize_shard(folder, self.job, parts, self.engine)

@@ -5,13 +5,21 @@ stopped it. Tracking never stops the job (logger.RunLogger turns inert on the fi
 A killed process cannot end its MLflow run, so while the run is open its id stays in the run folder
 (``mlflow_active``) and the next launch of the shard ends that run KILLED. When MLflow failed, a pending note
 (``mlflow_pending``) tells jobs/log_run.py what to log later.
+
+Creating the run costs seconds (importing mlflow, opening or creating the store), none of which the engine needs:
+it runs on a worker thread while the engine starts, and every later MLflow call of the run goes to the same thread
+in event order (one thread uses the client, as before). The executor still sees each event finished when it
+returns, except on_start: on_finish and on_end wait for it first and raise what it raised.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 from specbatch.common.files import atomic_write_json
 from specbatch.common.masking import mask_uri
@@ -24,6 +32,8 @@ from specbatch.tracking.logger import RunLogger, mark_run_killed, mlflow_run
 from specbatch.tracking.review import RunIdentity, log_params, log_shard_results, run_identity
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class TrackingObserver:
@@ -39,6 +49,9 @@ class TrackingObserver:
         self._identity: RunIdentity | None = None
         # True once the run's id is in the run folder, so on_end knows to remove it.
         self._recorded_run = False
+        # The thread every MLflow call of the run goes to, from on_start to on_end, and on_start's pending work.
+        self._worker: ThreadPoolExecutor | None = None
+        self._starting: Future[None] | None = None
 
     def on_locked(self, folder: RunFolder) -> None:
         """An MLflow run left RUNNING by a killed launch of this shard is ended KILLED (it can never finish)."""
@@ -50,6 +63,43 @@ class TrackingObserver:
         folder.mlflow_active_path.unlink(missing_ok=True)
 
     def on_start(self, start: RunStart) -> None:
+        """Opens the run on the worker thread and returns at once: the engine starts meanwhile."""
+        if not self.tracking.enabled:
+            self._start(start)  # nothing to wait for: no client, no store
+            return
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow")
+        self._starting = self._worker.submit(self._start, start)
+
+    def on_finish(self, summary: Summary, parts: list[Path]) -> None:
+        self._on_worker(self._finish, summary, parts)
+
+    def on_end(self, error: BaseException | None) -> None:
+        worker, self._worker = self._worker, None
+        try:
+            if worker is None:
+                self._end(error)
+            else:
+                # A failed on_start leaves nothing to end but its record; the executor is raising already.
+                with contextlib.suppress(Exception):
+                    self._wait_started()
+                worker.submit(self._end, error).result()
+        finally:
+            if worker is not None:
+                worker.shutdown()
+
+    def _on_worker(self, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)`` on the run's worker thread once on_start's work is done; its result or its error."""
+        if self._worker is None:
+            return call(*args)
+        self._wait_started()
+        return self._worker.submit(call, *args).result()
+
+    def _wait_started(self) -> None:
+        starting, self._starting = self._starting, None
+        if starting is not None:
+            starting.result()
+
+    def _start(self, start: RunStart) -> None:
         folder = self._folder = start.folder
         identity = self._identity = run_identity(start.config, folder, start.source_rows)
         tags = {**identity.tags, "mlflow.source.git.commit": start.runtime["git_commit"], **start.runtime}
@@ -65,14 +115,14 @@ class TrackingObserver:
         if run:
             log_params(run, start.config)
 
-    def on_finish(self, summary: Summary, parts: list[Path]) -> None:
+    def _finish(self, summary: Summary, parts: list[Path]) -> None:
         run, folder = self._run, self._folder
         if run is None or folder is None:
             return
         log_shard_results(run, folder, summary, folder.read_config_yaml(), parts)
         self._note_pending(run, folder)
 
-    def on_end(self, error: BaseException | None) -> None:
+    def _end(self, error: BaseException | None) -> None:
         try:
             if error is None:
                 self._open.close()
