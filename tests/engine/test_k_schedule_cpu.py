@@ -16,9 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import compose_job, run_generate
-from specbatch.analysis.report import find_runs, run_compare, serve_commands
+from specbatch.analysis.report import find_runs, recorded_job, run_compare, serve_commands
 from specbatch.analysis.tables import format_comparison
-from specbatch.run.folder import RunFolder
+from specbatch.engine.serve_commands import vllm_serve_command
+from specbatch.run.folder import RunFolder, read_run
 
 pytestmark = pytest.mark.slow
 
@@ -82,9 +83,10 @@ def test_compare_reads_the_run_back_as_a_schedule(runs: dict[str, Path], tmp_pat
     assert "| ngram | schedule 1-1:2 2-256:4 |" in format_comparison(result.comparison)
     written = json.loads((tmp_path / "comparison.json").read_text())
     assert [r["k_schedule"] for r in written["rows"]] == [None, [[1, 1, 2], [2, 256, 4]]]
-    (recommendation,) = result.comparison.recommendations
-    if recommendation.method == "ngram":
-        assert recommendation.k_schedule == [[1, 1, 2], [2, 256, 4]]
-        # The serve command of the winner carries the schedule to vLLM's server.
-        (line,) = serve_commands(result.comparison)
-        assert '"num_speculative_tokens_per_batch_size": [[1, 1, 2], [2, 256, 4]]' in line
+    # A schedule is never the pick for one batch size (compare writes schedules from fixed-k picks): with no fixed k
+    # measured there is nothing to recommend.
+    assert result.comparison.recommendations == [] and serve_commands(result.comparison) == []
+    # Serving the scheduled run's recorded config carries the schedule to vLLM's server.
+    job = recorded_job(read_run(Path(scheduled.run_folders[0]))["config"])
+    line = vllm_serve_command(job, module=True)
+    assert '"num_speculative_tokens_per_batch_size": [[1, 1, 2], [2, 256, 4]]' in line
