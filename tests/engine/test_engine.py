@@ -94,3 +94,27 @@ def test_the_dummy_obeys_vllm_invariants_and_is_deterministic() -> None:
             assert sum(figures.acceptance_histogram) == figures.spec_steps
             assert len(s.token_ids) == figures.spec_steps + figures.accepted_tokens <= 50
     assert runs[0] == runs[1]
+
+
+class FailingWarmUp(DummyEngine):
+    """A backend whose warm-up request fails (e.g. a server that refuses it)."""
+
+    closed = 0
+
+    def warmup(self) -> None:
+        raise RuntimeError("warm-up refused")
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_a_failed_warm_up_closes_the_engine_before_it_propagates() -> None:
+    engine = FailingWarmUp("fingerprint")
+    with pytest.raises(RuntimeError, match="warm-up refused"):
+        engine.warm_up()
+    # Nothing the failed start made is left behind: its processes or connection were closed once.
+    assert engine.closed == 1
+    # A backend without one-off costs warms up as a no-op, and stays open.
+    plain = DummyEngine("fingerprint")
+    plain.warm_up()
+    assert plain.unfinished == 0

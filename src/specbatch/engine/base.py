@@ -108,6 +108,19 @@ class Engine(ABC):
         rather than competing with an import for the interpreter. Nothing, unless a backend says otherwise."""
         return None
 
+    def warmup(self) -> None:  # noqa: B027 (a backend without one-off costs keeps this)
+        """One short request, so one-off costs stay out of the timings. Nothing, unless a backend says otherwise."""
+        return None
+
+    def warm_up(self) -> None:
+        """``warmup``, ending the engine (its processes, its server connection) if it fails, so a start that fails
+        at its last step leaves nothing behind."""
+        try:
+            self.warmup()
+        except BaseException:
+            self.close()
+            raise
+
     def counters(self) -> Counters | None:
         """Cumulative engine counters, an optional capability: None when the backend has none (then the figures
         come from the per-request ones). Only differences of two snapshots mean anything."""

@@ -204,11 +204,7 @@ class ServerEngine(Engine):
             engine.concurrency,
         )
         if job.engine.warmup:
-            try:
-                engine.warmup()
-            except BaseException:
-                engine.close()
-                raise
+            engine.warm_up()
         return engine
 
     def warmup(self) -> None:

@@ -172,11 +172,7 @@ class VllmEngine(Engine):
         engine.startup_seconds = time.perf_counter() - began
         log.info("engine ready in %.1f s (runs up to %s requests at once)", engine.startup_seconds, engine.concurrency)
         if job.engine.warmup:
-            try:
-                engine.warmup()
-            except BaseException:
-                engine.close()
-                raise
+            engine.warm_up()
         return engine
 
     def warmup(self) -> None:
