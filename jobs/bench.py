@@ -2,6 +2,8 @@
 
     .venv/bin/python jobs/bench.py [--max-samples 16] [--output-root outputs/bench] [--skip-overhead]
     .venv/bin/python jobs/bench.py --streaming [--rows 128] [--two-turn-rows 64] [--report before.md]
+    .venv/bin/python jobs/bench.py --schedule [--batch-sizes 1,4,16,64] [--ks 1,2,3,5,8] [--repeats 3]
+        [--schedule-prompts 64] [--schedule-max-tokens 32] [--schedule-dir DIR] [--skip-overhead]
 
 (a) Overhead: ``jobs/generate.py`` (default config: SmolLM2 + ngram k=3, bfloat16, 16 prompts, full batch) and
     ``jobs/bench_bare.py`` (a bare ``vllm.LLM`` script given the exact same ``LLM`` arguments and prompt token ids)
@@ -17,6 +19,10 @@
     the job with one chunk, and the bare script with every prompt of a turn in one generate call. Output tok/s =
     output tokens ÷ generation seconds (start-up and warm-up excluded), read from the run folder's shard summary.
     Goals: chunk_size=8 ÷ one chunk ≥ 0.97 and job ÷ bare ≥ 0.97. The report is printed and written to a file.
+(d) k schedules (issue 15; ``--schedule`` runs (a) and this): ngram at every k and spec=none at every batch size,
+    repeated; compare's analysis writes the schedule from the picks; the schedule runs at the same batch sizes and is
+    put beside the best fixed k per batch size (goal: within 3 %) and every single k overall (goal: ahead).
+    See specbatch.bench.schedule. ~85 engines: about an hour on 2 cores. Rerun with the same --schedule-dir to resume.
 
 One run per measurement on a shared, noisy 2-core machine: quote the ratios of one invocation together.
 """
@@ -27,12 +33,24 @@ import sys
 import time
 from pathlib import Path
 
+from specbatch.bench.overhead import measure_overhead, overhead_lines
+from specbatch.bench.schedule import SweepPlan, schedule_bench
 from specbatch.bench.speedup import speedup_bench
 from specbatch.bench.streaming import streaming_bench
 from specbatch.config import register_configs
 
 log = logging.getLogger("bench")
 PROJECT = Path(__file__).resolve().parents[1]
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = sorted({int(x) for x in text.split(",")})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected numbers separated by commas, e.g. 1,4,16") from None
+    if not values or values[0] < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every value must be 1 or more")
+    return values
 
 
 def main() -> int:
@@ -44,6 +62,13 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=128, help="(c): humaneval_edit rows")
     parser.add_argument("--two-turn-rows", type=int, default=64, help="(c): rows of the two-turn data set")
     parser.add_argument("--report", type=Path, help="(c): also write the report here (default: in --output-root)")
+    parser.add_argument("--schedule", action="store_true", help="run (a) and (d), the k schedule")
+    parser.add_argument("--batch-sizes", type=_ints, default=[1, 4, 16, 64], help="(d): e.g. 1,4,16,64")
+    parser.add_argument("--ks", type=_ints, default=[1, 2, 3, 5, 8], help="(d): ngram's k, e.g. 1,2,3,5,8")
+    parser.add_argument("--repeats", type=int, default=3, help="(d): repeats of every set-up (3 or more)")
+    parser.add_argument("--schedule-prompts", type=int, default=64, help="(d): prompts (at least the largest batch)")
+    parser.add_argument("--schedule-max-tokens", type=int, default=32, help="(d): new tokens per prompt")
+    parser.add_argument("--schedule-dir", type=Path, help="(d): output root of its runs (reuse one to resume)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     register_configs()
@@ -53,6 +78,22 @@ def main() -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     if args.streaming:
         report, path = streaming_bench(args.rows, args.two_turn_rows, root, stamp, args.report)
+        print(report)
+        log.info("report written to %s", path)
+        return 0
+    if args.schedule:
+        if args.schedule_prompts < max(args.batch_sizes):
+            parser.error(f"--schedule-prompts {args.schedule_prompts} cannot fill batch size {max(args.batch_sizes)}")
+        common = [f"max_samples={args.max_samples}", "tracking.experiment=bench", f"output_root={root}"]
+        lines = [f"# jobs/bench.py --schedule, {time.strftime('%Y-%m-%d %H:%M')}", ""]
+        if not args.skip_overhead:
+            lines += overhead_lines(measure_overhead(common, root, stamp))
+            print("\n".join(lines), flush=True)  # an hour before (d) ends: show (a) now
+        plan = SweepPlan(args.batch_sizes, args.ks, args.repeats, args.schedule_prompts, args.schedule_max_tokens)
+        lines.append(schedule_bench(plan, (args.schedule_dir or root / f"schedule-{stamp}").resolve()))
+        report = "\n".join(lines)
+        path = root / f"schedule-report-{stamp}.md"
+        path.write_text(report + "\n")
         print(report)
         log.info("report written to %s", path)
         return 0

@@ -70,3 +70,22 @@ def test_mlflow_names_and_tags_say_schedule(job_factory) -> None:
     assert identity.tags["k_schedule"] == "1-1:5 2-256:1" and identity.tags["k"] == "5"
     fixed = job_factory("spec.num_speculative_tokens=5")
     assert "k_schedule" not in run_identity(to_plain_dict(fixed), RunFolder.for_job(fixed)).tags
+
+
+def test_a_schedule_run_is_left_out_of_the_repeats_a_pick_stands_on(job_factory) -> None:
+    from specbatch.analysis.report import Sources, repeat_command
+
+    folders = [
+        write_run(job_factory, SAME, 100.0, "spec=none"),
+        write_run(job_factory, SAME, 150.0, "spec.num_speculative_tokens=5"),
+        write_run(job_factory, SAME, 180.0, SCHEDULE),
+    ]
+    runs = [load_run(p) for p in folders]
+    result = compare(runs)
+    (rec,) = result.recommendations
+    # Too few repeats of the baseline and the fixed k; the schedule is not listed as one more "ngram k=5".
+    assert not rec.enough_repeats
+    assert rec.reason.count("ngram k=5") == 1 and "(none: 1, ngram k=5: 1;" in rec.reason, rec.reason
+    command = repeat_command(Sources(folders), result, runs)
+    # Sweeping the schedule onto every run would run spec=none and k=5 with it (and make k=5 a schedule).
+    assert command is not None and "k_schedule" not in command and "repeat=0,1,2" in command

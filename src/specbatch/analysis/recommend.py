@@ -136,6 +136,8 @@ def recommend(rows: list[CompareRow]) -> list[Recommendation]:
         methods = sorted({c.method for c in candidates})
         own = {m: pick([c for c in candidates if c.method == m], None)[0] for m in methods}
         against_none = {m: pick([c for c in candidates if c.method == m], baseline)[0].k_or_zero for m in methods}
+        # What the pick stands on: the baseline and the fixed k's (a schedule's repeats do not make a pick surer).
+        members = base_rows + spec_rows
         repeats = min(r.repeats for r in members)
         top = max(candidates, key=lambda m: (m.median, -m.k_or_zero))
         reason = _reason(chosen, best, baseline, top)

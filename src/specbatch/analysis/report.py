@@ -123,7 +123,10 @@ def repeat_command(sources: Sources, comparison: Comparison, runs: list[RunData]
         command = sweep_repeat_command(sources.sweep_dir)
         if command:
             return command
-    return config_repeat_command(r.config for r in runs if (r.workload, r.batch_size) in short)
+    # A schedule run is not a set-up the picks stand on, and its spec.k_schedule would be swept onto every run.
+    return config_repeat_command(
+        r.config for r in runs if (r.workload, r.batch_size) in short and r.k_schedule is None
+    )
 
 
 def _default_out_dir(sources: Sources) -> Path:
