@@ -50,7 +50,10 @@ JOB = textwrap.dedent(
         assert child.stdout.readline() == "open\\n"
         child_pid = child.pid
     time.sleep(1.5)  # the reaper records every 0.5 s
-    if mode == "stop":
+    if mode == "stop-after-exit":  # the engine's process exits the normal way, without unlinking its semaphore
+        child.terminate()
+        child.wait()
+    if mode.startswith("stop"):
         reaper.stop()
     print(child_pid, reaper.process.pid, flush=True)
     time.sleep(600)
@@ -153,6 +156,24 @@ def test_stopped_reaper_ends_nothing(tmp_path: Path, shm_files: tuple[Path, Path
         time.sleep(2)
         assert _alive(job.child_pid) and newer.exists()
         assert (SHM / f"sem.loky-{job.child_pid}-specbatchtest").exists()
+    finally:
+        job.kill_all()
+        if job.child_pid:
+            (SHM / f"sem.loky-{job.child_pid}-specbatchtest").unlink(missing_ok=True)
+
+
+def test_a_normal_stop_removes_only_the_semaphores_of_exited_engine_processes(
+    tmp_path: Path, shm_files: tuple[Path, Path]
+) -> None:
+    """vLLM's worker leaves its loky semaphore behind on a normal shutdown; the reaper tidies it once that process
+    has exited, and touches nothing else (the newer file here is no semaphore: only a kill clears such files)."""
+    older, newer = shm_files
+    job = Job(tmp_path, older, newer, "stop-after-exit")
+    try:
+        job.wait_started()
+        assert not _alive(job.child_pid) and not _alive(job.reaper_pid)
+        assert not (SHM / f"sem.loky-{job.child_pid}-specbatchtest").exists()
+        assert older.exists() and newer.exists()
     finally:
         job.kill_all()
         if job.child_pid:

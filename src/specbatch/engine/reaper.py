@@ -13,8 +13,9 @@ descendants (pid and creation time, through psutil) and the /dev/shm files they 
 reaches EOF (or, if a forked child holds the write end, the reaper's parent changes): the reaper then ends the
 recorded processes that still are the same processes, and their children (SIGTERM, SIGKILL after a grace period),
 removes the /dev/shm entries they used that appeared after it started and are still the same files, and exits.
-``Reaper.stop()`` (from ``Engine.close``, after vLLM's own shutdown) writes a stop byte first: the reaper then exits
-without touching anything.
+``Reaper.stop()`` (from ``Engine.close``, after vLLM's own shutdown) writes a stop byte first: the reaper then ends
+nothing, removes only the loky semaphores of engine processes that have exited (vLLM leaves one per engine), and
+exits.
 
 It never signals a process that is not a descendant of the job, and never removes a file that existed before it
 started, belongs to another user, or was replaced since.
@@ -49,6 +50,9 @@ READY = "ready"
 # How long the job waits for the reaper to start or to exit.
 STARTUP_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 10.0
+# After a normal stop, how long the reaper waits for the engine's processes to exit before tidying their semaphores
+# (well inside STOP_TIMEOUT_SECONDS, which the job waits for the reaper).
+TIDY_WAIT_SECONDS = 3.0
 
 ShmEntry = tuple[str, int]  # path, inode
 
@@ -153,6 +157,27 @@ class Watch:
         # A parent change means the job died even when a forked engine process still holds the pipe open.
         return os.getppid() == self.job_pid
 
+    def tidy(self) -> None:
+        """After a normal stop: remove the loky semaphores the engine's processes made and did not unlink.
+
+        vLLM's worker makes one (``sem.loky-<pid>-*``) and exits without unlinking it, so every engine left 32 bytes
+        in /dev/shm. Only entries that appeared after the reaper started, are still the same file, and were made by
+        one of the job's descendants that has exited (waited for up to TIDY_WAIT_SECONDS) are removed; the job's
+        own, and those of processes still running, stay."""
+        others = {p for p in self.processes if p.pid != self.job_pid}
+        deadline = time.monotonic() + TIDY_WAIT_SECONDS
+        while not all(_gone(p) for p in others) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        dead = {p.pid for p in others if _gone(p)}
+        for path, inode in sorted(_shm_entries() - self.shm_before):
+            if _creator_pid(path) not in dead:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                stat = os.stat(path)
+                if stat.st_ino == inode and stat.st_uid == os.getuid():
+                    os.unlink(path)
+                    log.debug("removed %s left by the engine's process %s", path, _creator_pid(path))
+
     def reap(self) -> None:
         """End what the dead job left running, then remove its /dev/shm entries."""
         survivors: set[psutil.Process] = set()
@@ -190,6 +215,13 @@ class Watch:
                 if stat.st_ino == inode and stat.st_uid == os.getuid():
                     os.unlink(path)
                     log.warning("removed %s left by job %d", path, self.job_pid)
+
+
+def _gone(process: psutil.Process) -> bool:
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 # loky's named semaphores (vLLM's EngineCore makes one) carry their creator's pid in the name. They are mapped, never
@@ -246,7 +278,9 @@ def main(argv: list[str]) -> None:
         return
     print(READY, flush=True)
     sys.stdout.close()
-    if not _wait_for_job(reader, watch):
+    if _wait_for_job(reader, watch):
+        watch.tidy()
+    else:
         watch.reap()
 
 
