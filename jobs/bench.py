@@ -33,24 +33,13 @@ import sys
 import time
 from pathlib import Path
 
-from specbatch.bench.overhead import measure_overhead, overhead_lines
-from specbatch.bench.schedule import SweepPlan, schedule_bench
+from specbatch.bench.schedule import SweepPlan, int_list, schedule_report
 from specbatch.bench.speedup import speedup_bench
 from specbatch.bench.streaming import streaming_bench
 from specbatch.config import register_configs
 
 log = logging.getLogger("bench")
 PROJECT = Path(__file__).resolve().parents[1]
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        values = sorted({int(x) for x in text.split(",")})
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected numbers separated by commas, e.g. 1,4,16") from None
-    if not values or values[0] < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: every value must be 1 or more")
-    return values
 
 
 def main() -> int:
@@ -63,8 +52,8 @@ def main() -> int:
     parser.add_argument("--two-turn-rows", type=int, default=64, help="(c): rows of the two-turn data set")
     parser.add_argument("--report", type=Path, help="(c): also write the report here (default: in --output-root)")
     parser.add_argument("--schedule", action="store_true", help="run (a) and (d), the k schedule")
-    parser.add_argument("--batch-sizes", type=_ints, default=[1, 4, 16, 64], help="(d): e.g. 1,4,16,64")
-    parser.add_argument("--ks", type=_ints, default=[1, 2, 3, 5, 8], help="(d): ngram's k, e.g. 1,2,3,5,8")
+    parser.add_argument("--batch-sizes", type=int_list, default=[1, 4, 16, 64], help="(d): e.g. 1,4,16,64")
+    parser.add_argument("--ks", type=int_list, default=[1, 2, 3, 5, 8], help="(d): ngram's k, e.g. 1,2,3,5,8")
     parser.add_argument("--repeats", type=int, default=3, help="(d): repeats of every set-up (3 or more)")
     parser.add_argument("--schedule-prompts", type=int, default=64, help="(d): prompts (at least the largest batch)")
     parser.add_argument("--schedule-max-tokens", type=int, default=32, help="(d): new tokens per prompt")
@@ -84,16 +73,9 @@ def main() -> int:
     if args.schedule:
         if args.schedule_prompts < max(args.batch_sizes):
             parser.error(f"--schedule-prompts {args.schedule_prompts} cannot fill batch size {max(args.batch_sizes)}")
-        common = [f"max_samples={args.max_samples}", "tracking.experiment=bench", f"output_root={root}"]
-        lines = [f"# jobs/bench.py --schedule, {time.strftime('%Y-%m-%d %H:%M')}", ""]
-        if not args.skip_overhead:
-            lines += overhead_lines(measure_overhead(common, root, stamp))
-            print("\n".join(lines), flush=True)  # an hour before (d) ends: show (a) now
         plan = SweepPlan(args.batch_sizes, args.ks, args.repeats, args.schedule_prompts, args.schedule_max_tokens)
-        lines.append(schedule_bench(plan, (args.schedule_dir or root / f"schedule-{stamp}").resolve()))
-        report = "\n".join(lines)
-        path = root / f"schedule-report-{stamp}.md"
-        path.write_text(report + "\n")
+        schedule_dir = (args.schedule_dir or root / f"schedule-{stamp}").resolve()
+        report, path = schedule_report(plan, root, stamp, schedule_dir, args.max_samples, args.skip_overhead)
         print(report)
         log.info("report written to %s", path)
         return 0

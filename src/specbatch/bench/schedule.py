@@ -17,6 +17,7 @@ An interrupted bench resumes when started again with the same ``--schedule-dir``
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 import time
@@ -27,6 +28,7 @@ from specbatch.analysis.compare import CompareRow, Comparison
 from specbatch.analysis.report import Sources, run_compare
 from specbatch.analysis.schedule import KSchedule
 from specbatch.analysis.tables import format_comparison
+from specbatch.bench.overhead import measure_overhead, overhead_lines
 from specbatch.bench.processes import compose_job
 from specbatch.pipeline import run_job
 
@@ -193,3 +195,31 @@ def schedule_bench(plan: SweepPlan, root: Path) -> str:
         f"comparison files and plots: {result.out_dir}",
     ]
     return "\n".join(lines)
+
+
+def schedule_report(
+    plan: SweepPlan, root: Path, stamp: str, schedule_dir: Path, overhead_samples: int, skip_overhead: bool
+) -> tuple[str, Path]:
+    """``jobs/bench.py --schedule``: (a) the overhead on the default run unless skipped, then (d); the report and
+    the file it was written to (``<root>/schedule-report-<stamp>.md``)."""
+    lines = [f"# jobs/bench.py --schedule, {time.strftime('%Y-%m-%d %H:%M')}", ""]
+    if not skip_overhead:
+        common = [f"max_samples={overhead_samples}", "tracking.experiment=bench", f"output_root={root}"]
+        lines += overhead_lines(measure_overhead(common, root, stamp))
+        print("\n".join(lines), flush=True)  # (d) takes an hour: show (a) now
+    lines.append(schedule_bench(plan, schedule_dir))
+    report = "\n".join(lines)
+    path = root / f"schedule-report-{stamp}.md"
+    path.write_text(report + "\n")
+    return report, path
+
+
+def int_list(text: str) -> list[int]:
+    """An argparse type: ``1,4,16`` → [1, 4, 16] (sorted, no repeats, each at least 1)."""
+    try:
+        values = sorted({int(x) for x in text.split(",")})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected numbers separated by commas, e.g. 1,4,16") from None
+    if not values or values[0] < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every value must be 1 or more")
+    return values
