@@ -85,8 +85,26 @@ def test_compare_on_the_sweep_folder(sweep: dict) -> None:
     client = MlflowClient(sweep["uri"])
     parent_id = json.loads((sweep["dir"] / "sweep.json").read_text())["parent_run_id"]
     parent = client.get_run(parent_id)
-    assert parent.data.metrics["compare/bs3/ngram-k3/speedup"] == pytest.approx(rows["ngram"]["speedup"])
+    # A handful of metrics on the parent: the recommended speedup stepped by batch size, and the runs compared.
+    assert set(parent.data.metrics) == {"best_speedup", "runs_compared"} and parent.data.metrics["runs_compared"] == 2
+    [best] = client.get_metric_history(parent_id, "best_speedup")
+    assert best.step == 3
     assert parent.data.tags["recommended.bs3"] in ("ngram k=3", "none")
+    # The per-run figures sit on each child under the same names, so MLflow's charts draw one bar per run.
+    children = {
+        c.data.tags["method"]: c
+        for c in client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'")
+    }
+    ngram, none = children["ngram"], children["none"]
+    assert ngram.data.metrics["against_none/speedup"] == pytest.approx(rows["ngram"]["speedup"])
+    assert ngram.data.metrics["against_none/identical_share"] == 1.0
+    assert "against_none/identical_share" not in none.data.metrics
+    assert none.data.metrics["against_none/speedup"] == pytest.approx(1.0)
+    assert ngram.data.tags["baseline_run_id"] == none.info.run_id == none.data.tags["baseline_run_id"]
+    assert ngram.data.tags["baseline_run_folder"] == rows["none"]["run_folders"][0]
+    # Names lead with what differs; the parent says what was swept.
+    assert ngram.info.run_name == "ngram-k3 · bs3 · smollm2-135m-instruct"
+    assert parent.info.run_name == "sweep spec=none,ngram"
     logged = {Path(a.path).name for a in client.list_artifacts(parent_id, "comparison")}
     assert {"comparison.json", "speedup_vs_k.png", "acceptance_by_position.png"} <= logged
 

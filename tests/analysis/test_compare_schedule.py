@@ -66,7 +66,7 @@ def test_mlflow_names_and_tags_say_schedule(job_factory) -> None:
 
     job = job_factory(SCHEDULE)
     identity = run_identity(to_plain_dict(job), RunFolder.for_job(job))
-    assert identity.name == "smollm2-135m-instruct/ngram-sched-1to1k5-2to256k1/humaneval_edit"
+    assert identity.name == "ngram-sched-1to1k5-2to256k1 · full batch · smollm2-135m-instruct"
     assert identity.tags["k_schedule"] == "1-1:5 2-256:1" and identity.tags["k"] == "5"
     fixed = job_factory("spec.num_speculative_tokens=5")
     assert "k_schedule" not in run_identity(to_plain_dict(fixed), RunFolder.for_job(fixed)).tags

@@ -131,7 +131,7 @@ def test_mlflow_run_has_params_metrics_tags_artifacts(runs: dict[str, dict], roo
     run = found["ngram"]
     summary = runs["ngram"]["summary"]
     assert run.info.status == "FINISHED"
-    assert run.info.run_name == "smollm2-135m-instruct/ngram-k3/humaneval_edit"
+    assert run.info.run_name == "ngram-k3 · bs4 · smollm2-135m-instruct"
     params = run.data.params
     assert params["spec.method"] == "ngram" and params["spec.num_speculative_tokens"] == "3"
     assert params["model.dtype"] == "float32" and params["sampling.max_tokens"] == str(MAX_TOKENS)

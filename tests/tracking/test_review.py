@@ -53,14 +53,16 @@ def test_the_run_page_has_a_name_description_dataset_table_and_grouped_experimen
     client, run = only_run(job.tracking.uri, "specbatch/local")
     # Typed as model development, so MLflow's UI opens its runs table rather than the GenAI view.
     assert client.get_experiment_by_name("specbatch/local").tags["mlflow.experimentKind"] == "custom_model_development"
-    assert run.info.run_name == "smollm2-135m-instruct/none/local/rep2"
+    # The test engine runs one request at a time (concurrency=1): the name takes the batch the engine reported.
+    assert run.info.run_name == "none · bs1 · rep2 · smollm2-135m-instruct"
     assert (
         "**none** on" in run.data.tags["mlflow.note.content"]
         and str(result.folder.root) in (run.data.tags["mlflow.note.content"])
     )
     assert run.data.tags["repeat"] == "2" and run.data.tags["dtype"] == "bfloat16"
     [dataset_input] = run.inputs.dataset_inputs
-    assert dataset_input.dataset.name.endswith("/shard-00000-of-00001")
+    # Named by its data set (the runs table's Dataset column), not by the run folder.
+    assert dataset_input.dataset.name == "local"
     assert str(result.folder.data_dir) in dataset_input.dataset.source
     assert {t.key: t.value for t in dataset_input.tags}["mlflow.data.context"] == "output"
     artifacts = artifact_texts(client, run.info.run_id, tmp_path)

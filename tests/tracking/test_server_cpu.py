@@ -27,14 +27,14 @@ def test_a_run_on_a_tracking_server_shows_everything(mlflow_server, tmp_path: Pa
     client = MlflowClient(mlflow_server.uri)
     experiment = client.get_experiment_by_name("specbatch/humaneval_edit")
     [run] = client.search_runs([experiment.experiment_id])
-    assert run.info.run_name == "smollm2-135m-instruct/ngram-k3/humaneval_edit" and run.info.status == "FINISHED"
+    assert run.info.run_name == "ngram-k3 · bs3 · smollm2-135m-instruct" and run.info.status == "FINISHED"
     assert "**ngram-k3** on" in run.data.tags["mlflow.note.content"]
     assert run.data.params["spec.method"] == "ngram" and run.data.tags["k"] == "3"
     assert run.data.metrics["mean_acceptance_length"] > 1.0
     history = client.get_metric_history(run.info.run_id, "acceptance_rate_per_position")
     assert sorted(m.step for m in history) == [0, 1, 2]
     [dataset_input] = run.inputs.dataset_inputs
-    assert dataset_input.dataset.name.endswith("shard-00000-of-00001")
+    assert dataset_input.dataset.name == "humaneval_edit"  # named by its data set, not the run folder
     names = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "summary.json", "completions_sample.json", "acceptance_by_position.png"} <= names
     png = Path(client.download_artifacts(run.info.run_id, "acceptance_by_position.png", str(tmp_path)))
@@ -58,7 +58,7 @@ def test_server_killed_mid_run_then_logged_later(tmp_path: Path) -> None:
     with start_mlflow_server(store) as server:
         uri = server.uri
         job = LiveJob.generate([*args, f"tracking.uri={uri}"])
-        job.wait_for("MLflow run smollm2", timeout=600)  # the run exists on the server, generation is next
+        job.wait_for("MLflow run ngram-k3", timeout=600)  # the run exists on the server, generation is next
         server.kill()
         code = job.wait(timeout=900)
     assert code == 0, job.output[-3000:]

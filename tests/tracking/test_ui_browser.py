@@ -28,7 +28,7 @@ from mlflow_server import MlflowServer, start_mlflow_server
 pytestmark = pytest.mark.slow
 
 EXPERIMENT = "ui-check"
-RUN_NAME = "smollm2-135m-instruct/ngram-k3/humaneval_edit"
+RUN_NAME = "ngram-k3 · bs2 · smollm2-135m-instruct"
 ARTIFACTS = PROJECT_ROOT / "outputs" / "test-artifacts"
 # Virtual time (ms) the page may use after the network goes idle; chromium skips ahead through it, so a generous
 # budget costs little wall time but lets the app's delayed renders (data fetches chained on timers) finish.

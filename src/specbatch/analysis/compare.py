@@ -101,12 +101,26 @@ class CompareRow:
     first_differences: list[str]
     run_folders: list[str] = field(default_factory=list)
     # What the recommendation reads (analysis/recommend.py): each repeat's tok/s over the baseline's MEDIAN tok/s,
-    # summed up as their median and their spread (max − min); the baseline's own row has median 1.0.
+    # summed up as their median and their spread (1.4826 × MAD); the baseline's own row has median 1.0.
     output_tokens_per_second_median: float | None = None
     speedup_median: float | None = None
     speedup_spread: float | None = None
     # A k per batch size (spec.k_schedule; k is then its largest k): a set-up of its own, apart from fixed k's.
     k_schedule: list[list[int]] | None = None
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """One compared run folder against its baseline: what compare logs onto the run's own MLflow run, under the
+    same names on every run, so MLflow's chart view draws one bar per run."""
+
+    run_folder: str
+    # Its tok/s over the baseline's median tok/s (the per-repeat speedup the recommendation reads).
+    speedup: float
+    # Share of rows identical to the baseline's first repeat (None for that repeat itself).
+    identical_share: float | None
+    # The baseline's first repeat (the reference of identical_share).
+    baseline_folder: str
 
 
 @dataclass(frozen=True)
@@ -130,6 +144,8 @@ class Comparison:
     notes: list[str]
     # Per workload and method measured at several batch sizes: its k at each (analysis/schedule.py).
     schedules: list[KSchedule] = field(default_factory=list)
+    # Per compared run folder that has a baseline.
+    run_figures: list[RunFigures] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -138,6 +154,7 @@ class Comparison:
             "baseline_consistency": [asdict(b) for b in self.baseline_consistency],
             "notes": self.notes,
             "schedules": [asdict(s) | {"override": s.override} for s in self.schedules],
+            "run_figures": [asdict(f) for f in self.run_figures],
         }
 
 
@@ -161,7 +178,7 @@ def compare(runs: Iterable[RunData]) -> Comparison:
             "none of the runs is a spec=none baseline, so there is nothing to measure speedup against: "
             "add spec=none to the sweep (e.g. -m spec=none,ngram,suffix) with the same model, data set and batch size"
         )
-    rows, notes = [], []
+    rows, notes, figures = [], [], []
     for (workload, batch, *_), members in sorted(groups.items(), key=_group_order):
         base = baselines.get((workload, batch))
         if base is None:
@@ -169,7 +186,9 @@ def compare(runs: Iterable[RunData]) -> Comparison:
                 f"{members[0].root}: no spec=none run with the same prompts, model, dtype, sampling and engine at "
                 f"batch size {batch}; its speedup is not computed (run spec=none with the same settings)"
             )
-        rows.append(_row(members, base))
+        row, checks = _row(members, base)
+        rows.append(row)
+        figures += _run_figures(members, base, checks)
     consistency = _baseline_consistency(baselines)
     dtypes = sorted({r.dtype for r in rows})
     notes.append(f"greedy equality compared in {', '.join(dtypes)}")
@@ -186,7 +205,25 @@ def compare(runs: Iterable[RunData]) -> Comparison:
             f"needs at least {MIN_REPEATS} (-m {REPEATS_OVERRIDE}); the picks there are provisional"
         )
     all_runs = [run for members in groups.values() for run in members]
-    return Comparison(rows, recommendations, consistency, notes, build_schedules(recommendations, all_runs))
+    schedules = build_schedules(recommendations, all_runs)
+    return Comparison(rows, recommendations, consistency, notes, schedules, figures)
+
+
+def _run_figures(members: list[RunData], base: list[RunData] | None, checks: dict[str, Equality]) -> list[RunFigures]:
+    if not base:
+        return []
+    base_median = statistics.median(b.summary.output_tokens_per_second for b in base)
+    if base_median <= 0:
+        return []
+    return [
+        RunFigures(
+            run_folder=str(m.root),
+            speedup=m.summary.output_tokens_per_second / base_median,
+            identical_share=checks[str(m.root)].share if str(m.root) in checks else None,
+            baseline_folder=str(base[0].root),
+        )
+        for m in members
+    ]
 
 
 def _group_order(item: tuple[tuple[str, int, str, int | None, Any], list[RunData]]) -> tuple[Any, ...]:
@@ -195,7 +232,8 @@ def _group_order(item: tuple[tuple[str, int, str, int | None, Any], list[RunData
     return (workload, batch, method != "none", method, schedule is not None, schedule or (), k or 0)
 
 
-def _row(members: list[RunData], base: list[RunData] | None) -> CompareRow:
+def _row(members: list[RunData], base: list[RunData] | None) -> tuple[CompareRow, dict[str, Equality]]:
+    """The set-up's row, and each member's equality with its reference by run folder."""
     first = members[0]
     rates = [m.summary.output_tokens_per_second for m in members]
     mean, std = _mean_std(rates)
@@ -212,12 +250,13 @@ def _row(members: list[RunData], base: list[RunData] | None) -> CompareRow:
     pooled = merge_summaries([m.summary for m in members])
     if first.method == "none":
         # The baseline against its own first repeat: shows run-to-run determinism when there are repeats.
-        checks = [equality(m.tokens, members[0].tokens) for m in members[1:]]
+        by_folder = {str(m.root): equality(m.tokens, members[0].tokens) for m in members[1:]}
     else:
-        checks = [equality(m.tokens, base[0].tokens) for m in members] if base else []
+        by_folder = {str(m.root): equality(m.tokens, base[0].tokens) for m in members} if base else {}
+    checks = list(by_folder.values())
     compared = sum(c.rows_compared for c in checks)
     identical = sum(c.identical for c in checks)
-    return CompareRow(
+    row = CompareRow(
         model=first.config["model"]["name"],
         dataset=first.config["dataset"]["name"],
         dtype=first.dtype,
@@ -246,6 +285,7 @@ def _row(members: list[RunData], base: list[RunData] | None) -> CompareRow:
         speedup_spread=robust[1],
         k_schedule=first.k_schedule,
     )
+    return row, by_folder
 
 
 def _baseline_consistency(baselines: dict[tuple[str, int], list[RunData]]) -> list[BaselineConsistency]:

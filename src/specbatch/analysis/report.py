@@ -24,12 +24,12 @@ from specbatch.analysis.run_data import RunData, load_run
 from specbatch.analysis.schedule import write_schedules
 from specbatch.analysis.tables import format_comparison, write_comparison
 from specbatch.common.masking import mask_uri
-from specbatch.config import ConfigError, JobConfig, check_known_keys, spec_caption, spec_label, to_job_config
+from specbatch.config import ConfigError, JobConfig, check_known_keys, spec_caption, to_job_config
 from specbatch.engine.serve_commands import vllm_console_script_broken, vllm_serve_command
 from specbatch.run.folder import is_run_folder, read_run, run_folders_below
 from specbatch.run.sweep import SWEEP_FILE, read_sweep, sweep_run_folders
-from specbatch.tracking.logger import RunLogger, mlflow_run
-from specbatch.tracking.parents import attach_to_run, nested_runs
+from specbatch.tracking.logger import RunLogger, metric_safe, mlflow_run
+from specbatch.tracking.parents import attach_to_run, compared_runs_link, log_run_figures, nested_runs
 from specbatch.tracking.store import TrackingUnreachable, recorded_tracking
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ def run_compare(sources: Sources, out_dir: Path | None = None, log_to_mlflow: bo
     schedules = write_schedules(comparison.schedules, out_dir)
     files = write_comparison(comparison, out_dir) + plot_all(comparison, out_dir) + schedules
     log.info("compared %d runs; written: %s", len(runs), ", ".join(str(f) for f in files))
-    run_id = _log(comparison, files, sources) if log_to_mlflow else None
+    run_id = _log(comparison, files, sources, out_dir) if log_to_mlflow else None
     return CompareResult(comparison, out_dir, files, run_id)
 
 
@@ -137,23 +137,63 @@ def _default_out_dir(sources: Sources) -> Path:
     return output_root / "comparisons" / time.strftime("%Y-%m-%d_%H-%M-%S")
 
 
-def _log(comparison: Comparison, files: list[Path], sources: Sources) -> str | None:
-    metrics: dict[str, float] = {}
-    for row in comparison.rows:
-        name = spec_label(row.method, row.k, row.k_schedule)
-        prefix = f"compare/bs{row.batch_size}/{name}"
-        metrics[f"{prefix}/output_tokens_per_second"] = row.output_tokens_per_second
-        if row.speedup is not None:
-            metrics[f"{prefix}/speedup"] = row.speedup
-        if row.identical_share is not None:
-            metrics[f"{prefix}/identical_share"] = row.identical_share
+def summary_metrics(comparison: Comparison) -> list[tuple[str, float, int]]:
+    """The compare (or sweep parent) run's few metrics, as (name, value, step): the recommended speedup stepped by
+    batch size (one chart over batch size) and how many runs were compared. Per-run figures go onto the compared
+    runs themselves (:func:`run_figures`), where MLflow's charts compare runs."""
+    workloads = sorted({(r.model, r.dataset, r.dtype) for r in comparison.recommendations})
+    metrics = [("runs_compared", float(sum(r.repeats for r in comparison.rows)), 0)]
     for rec in comparison.recommendations:
-        metrics[f"compare/bs{rec.batch_size}/best_speedup"] = rec.speedup
+        # One name per workload when several were compared at once (the steps would collide).
+        name = "best_speedup" if len(workloads) == 1 else f"best_speedup/{rec.model}/{rec.dataset}/{rec.dtype}"
+        metrics.append((metric_safe(name), rec.speedup, rec.batch_size))
+    return metrics
+
+
+# The prefix of compare's figures on each compared run. MLflow 3's chart view puts metrics with a "<prefix>/" in a
+# section of that name and shows those sections, sorted by name, before its "Model metrics": "against_none" sorts
+# before the job's own "category/..." sections, so speedup is among the first charts a person sees.
+RUN_FIGURES_PREFIX = "against_none"
+
+
+def run_figures(comparison: Comparison) -> list[tuple[Path, dict[str, float], Path]]:
+    """What goes onto each compared run: ``against_none/speedup`` (its tok/s over its baseline's median) and
+    ``against_none/identical_share`` (rows identical to the baseline's first repeat)."""
+    out = []
+    for figure in comparison.run_figures:
+        metrics = {f"{RUN_FIGURES_PREFIX}/speedup": figure.speedup}
+        if figure.identical_share is not None:
+            metrics[f"{RUN_FIGURES_PREFIX}/identical_share"] = figure.identical_share
+        out.append((Path(figure.run_folder), metrics, Path(figure.baseline_folder)))
+    return out
+
+
+def _log_run_figures(comparison: Comparison, out_dir: Path) -> None:
+    try:
+        places = log_run_figures(run_figures(comparison), str(out_dir))
+    except TrackingUnreachable as exc:  # the comparison's files and its own run are written already
+        log.warning("the compared runs' own MLflow runs did not get %s/ figures: %s", RUN_FIGURES_PREFIX, exc)
+        return
+    if "'" in str(out_dir):
+        return  # no filter can name it
+    sort_metric = f"{RUN_FIGURES_PREFIX}/speedup"
+    for uri, experiment_id in places:
+        log.info(
+            "MLflow: the compared runs, best %s first: %s (charts: %s)",
+            sort_metric,
+            compared_runs_link(uri, experiment_id, str(out_dir), sort_metric),
+            compared_runs_link(uri, experiment_id, str(out_dir), sort_metric, charts=True),
+        )
+
+
+def _log(comparison: Comparison, files: list[Path], sources: Sources, out_dir: Path) -> str | None:
+    metrics = summary_metrics(comparison)
     tags = {f"recommended.bs{r.batch_size}": spec_caption(r.method, r.k) for r in comparison.recommendations}
     tags |= {f"k_schedule.{Path(s.preset).stem}": s.override for s in comparison.schedules if s.preset}
+    _log_run_figures(comparison, out_dir)
 
     def fill(run: RunLogger) -> None:
-        run.log_metrics(metrics)
+        run.log_stepped_metrics(metrics)
         run.log_text(format_comparison(comparison), "comparison/comparison.md")
         for path in files:
             run.log_artifact(path, "comparison")

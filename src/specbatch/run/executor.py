@@ -102,7 +102,7 @@ class ShardExecutor:
         self.steps.check()
         _check_run_record(folder)
         plan = self.steps.prepare(shard)
-        start = RunStart(folder, public_config(self.job), runtime_info(), plan.source_rows)
+        start = RunStart(folder, public_config(self.job), runtime_info(), plan.source_rows, len(plan.span))
         _claim_run_record(start, self.job)
 
         with shard_lock(folder.lock_path, str(shard)):

@@ -22,6 +22,8 @@ class RunStart:
     runtime: dict[str, str]
     # Rows of the whole data set (every shard).
     source_rows: int
+    # Rows of this shard (None where unknown).
+    shard_rows: int | None = None
 
 
 class RunObserver(Protocol):

@@ -115,6 +115,13 @@ class RunLogger:
         now = int(time.time() * 1000)
         self._log_metric_list([Metric(k, float(v), now, 0) for k, v in sorted(metrics.items())])
 
+    def log_stepped_metrics(self, metrics: list[tuple[str, float, int]]) -> None:
+        """(name, value, step) triples: one name over several steps draws one line in the UI."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self._log_metric_list([Metric(k, float(v), now, step) for k, v, step in metrics])
+
     def _log_metric_list(self, metrics: list[Any]) -> None:
         for start in range(0, len(metrics), METRICS_PER_BATCH):
             self._call("logging metrics", "log_batch", metrics=metrics[start : start + METRICS_PER_BATCH])

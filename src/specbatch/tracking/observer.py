@@ -47,6 +47,7 @@ class TrackingObserver:
         self._run: RunLogger | None = None
         self._folder: RunFolder | None = None
         self._identity: RunIdentity | None = None
+        self._config: dict[str, Any] = {}
         # True once the run's id is in the run folder, so on_end knows to remove it.
         self._recorded_run = False
         # The thread every MLflow call of the run goes to, from on_start to on_end, and on_start's pending work.
@@ -101,7 +102,8 @@ class TrackingObserver:
 
     def _start(self, start: RunStart) -> None:
         folder = self._folder = start.folder
-        identity = self._identity = run_identity(start.config, folder, start.source_rows)
+        self._config = start.config
+        identity = self._identity = run_identity(start.config, folder, start.source_rows, start.shard_rows)
         tags = {**identity.tags, "mlflow.source.git.commit": start.runtime["git_commit"], **start.runtime}
         tags.update(self.sweep.tags() if self.sweep else {})
         later = f"python jobs/log_run.py {folder.root}"
@@ -119,7 +121,7 @@ class TrackingObserver:
         run, folder = self._run, self._folder
         if run is None or folder is None:
             return
-        log_shard_results(run, folder, summary, folder.read_config_yaml(), parts)
+        log_shard_results(run, folder, summary, folder.read_config_yaml(), parts, self._config)
         self._note_pending(run, folder)
 
     def _end(self, error: BaseException | None) -> None:

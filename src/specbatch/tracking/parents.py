@@ -11,14 +11,17 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 from specbatch.common.masking import mask_uri
-from specbatch.config import TrackingConfig, spec_label
+from specbatch.config import TrackingConfig
 from specbatch.run.folder import read_run
 from specbatch.run.summary import Summary
 from specbatch.tracking.logger import RunLogger, mlflow_run
+from specbatch.tracking.review import run_name
 from specbatch.tracking.store import (
     children_of,
     error_line,
@@ -30,6 +33,59 @@ from specbatch.tracking.store import (
 
 log = logging.getLogger(__name__)
 
+# The tag compare sets on each compared run: where the comparison was written (a filter for its runs in the UI).
+COMPARISON_TAG = "comparison"
+
+
+# Hydra's sweep syntax for a swept value besides a comma list (https://hydra.cc/docs/advanced/override_grammar).
+_SWEEP_FUNCTIONS = ("range(", "choice(", "glob(", "interval(", "shuffle(", "sort(", "tag(")
+
+
+def sweep_run_name(overrides: str) -> str:
+    """``sweep spec=none,ngram × engine.max_num_seqs=1,4 × repeat=0,1,2``: the swept overrides (a value list or one
+    of Hydra's sweep functions), so a parent run in the runs table says what its children vary; fixed overrides stay
+    in the sweep.overrides tag. ``sweep <time>`` when nothing is swept."""
+    swept = []
+    for override in _words(overrides):
+        _, sep, value = override.partition("=")
+        if sep and (_top_level_comma(value) or value.startswith(_SWEEP_FUNCTIONS)):
+            swept.append(override.lstrip("+~"))
+    return "sweep " + (" × ".join(swept) if swept else time.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def _top_level_comma(value: str) -> bool:
+    """A comma outside brackets and quotes: Hydra's sweep list (``1,4``), not a list value (``[[1,4,3]]``)."""
+    depth, quote = 0, ""
+    for char in value:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "[{(":
+            depth += 1
+        elif char in "]})":
+            depth -= 1
+        elif char == "," and depth == 0:
+            return True
+    return False
+
+
+def _words(text: str) -> list[str]:
+    """The overrides of a sweep's line, split at spaces outside quotes; the quotes stay (they are Hydra's)."""
+    words, word, quote = [], "", ""
+    for char in text:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char.isspace():
+            if word:
+                words.append(word)
+            word = ""
+            continue
+        word += char
+    return [*words, word] if word else words
+
 
 def start_sweep_run(tracking: TrackingConfig, sweep_dir: Path, swept: str) -> dict[str, Any]:
     """Create a sweep's parent run; returns what sweep.json records about it, or {} when the store is unreachable.
@@ -40,7 +96,7 @@ def start_sweep_run(tracking: TrackingConfig, sweep_dir: Path, swept: str) -> di
         client, experiment_id = open_client(tracking)
         run = client.create_run(
             experiment_id,
-            run_name=f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')}",
+            run_name=sweep_run_name(swept),
             tags={
                 "specbatch.kind": "sweep",
                 "sweep_dir": str(sweep_dir),
@@ -139,8 +195,6 @@ def log_merged(root: Path, summary: Summary) -> None:
     tracking = recorded_tracking(config["tracking"])
     if not tracking.enabled:
         return
-    label = spec_label(summary.method, summary.num_speculative_tokens, config["spec"].get("k_schedule"))
-    name = f"{config['model']['name']}/{label}"
     tags = {
         "method": summary.method,
         "k": str(summary.num_speculative_tokens or "none"),
@@ -149,4 +203,93 @@ def log_merged(root: Path, summary: Summary) -> None:
         "run_folder": str(root),
         "merged": "true",
     }
-    log_merged_run(tracking, f"{name}/{config['dataset']['name']}/merged", tags, root, summary)
+    name = run_name(config, None, concurrency=summary.concurrency, part="merged")
+    log_merged_run(tracking, name, tags, root, summary)
+
+
+@dataclass(frozen=True)
+class FolderRuns:
+    """A run folder's MLflow runs: a client on the store it recorded, where they are, and their ids."""
+
+    client: Any
+    uri: str
+    experiment_id: str
+    run_ids: list[str]
+
+
+def folder_run_ids(folders: list[Path]) -> dict[Path, FolderRuns]:
+    """Each run folder's MLflow runs in the store it recorded: its merged run when there is one (it stands for the
+    whole folder), else its shard runs. Folders with tracking off, or not found in their store, are left out.
+    Raises TrackingUnreachable when a store cannot be read."""
+    found: dict[Path, FolderRuns] = {}
+    clients: dict[tuple[str, str], tuple[Any, str | None]] = {}
+    for folder in folders:
+        tracking = recorded_tracking(read_run(folder)["config"]["tracking"])
+        if not tracking.enabled or "'" in str(folder):  # a quote cannot be written in MLflow's filter syntax
+            continue
+        key = (tracking.uri, tracking.experiment)
+        try:
+            if key not in clients:
+                client = new_client(tracking)
+                experiment = client.get_experiment_by_name(tracking.experiment)
+                clients[key] = (client, experiment.experiment_id if experiment else None)
+            client, experiment_id = clients[key]
+            if experiment_id is None:
+                continue
+            runs = client.search_runs([experiment_id], filter_string=f"tags.run_folder = '{folder}'")
+        except Exception as exc:  # noqa: BLE001 - one masked line for the caller's message
+            raise unreachable(exc) from exc
+        merged = [r.info.run_id for r in runs if r.data.tags.get("merged") == "true"]
+        shards = sorted(
+            (r for r in runs if r.data.tags.get("merged") != "true"), key=lambda r: r.data.tags.get("shard", "")
+        )
+        ids = merged[:1] or [r.info.run_id for r in shards]
+        if ids:
+            found[folder] = FolderRuns(client, tracking.uri, experiment_id, ids)
+    return found
+
+
+def log_run_figures(figures: list[tuple[Path, dict[str, float], Path]], comparison: str) -> list[tuple[str, str]]:
+    """Log compare's per-run figures onto each compared run's own MLflow run(s): ``(run folder, metrics, baseline
+    folder)``; the baseline's run id and folder, and ``comparison`` (where the comparison was written) become tags.
+    The same metric names on every run are what lets MLflow's chart view draw one bar per run. Returns the (tracking
+    URI, experiment id) pairs the runs are in; raises TrackingUnreachable."""
+    from mlflow.entities import Metric, RunTag
+
+    runs = folder_run_ids(sorted({p for f, _, b in figures for p in (f, b)}))
+    now = int(time.time() * 1000)
+    places: dict[tuple[str, str], None] = {}
+    for folder, metrics, baseline in figures:
+        if folder not in runs:
+            continue
+        found = runs[folder]
+        tags = [RunTag("baseline_run_folder", str(baseline)), RunTag(COMPARISON_TAG, comparison)]
+        if baseline in runs:
+            tags.append(RunTag("baseline_run_id", runs[baseline].run_ids[0]))
+        batch = [Metric(name, float(value), now, 0) for name, value in sorted(metrics.items())]
+        try:
+            for run_id in found.run_ids:
+                found.client.log_batch(run_id, metrics=batch, tags=tags)
+        except Exception as exc:  # noqa: BLE001 - one masked line for the caller's message
+            raise unreachable(exc) from exc
+        places[(found.uri, found.experiment_id)] = None
+    return list(places)
+
+
+def compared_runs_link(uri: str, experiment_id: str, comparison: str, sort_metric: str, charts: bool = False) -> str:
+    """A link to MLflow's runs table (or chart view) showing one comparison's runs, flat and best first.
+
+    MLflow's table folds a sweep's children under its parent until a filter or a metric sort is set; with both, the
+    compared runs are listed on their own and each chart has one bar per run. A store that is not an HTTP server
+    (sqlite) is reached through ``mlflow ui`` on its default address."""
+    base = uri if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+    parts = urlsplit(base)
+    base = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])).rstrip("/")  # never a credential
+    query = {
+        "searchFilter": f"tags.{COMPARISON_TAG} = '{comparison}'",
+        "orderByKey": f"metrics.`{sort_metric}`",
+        "orderByAsc": "false",
+    }
+    if charts:
+        query["compareRunsMode"] = "CHART"
+    return f"{base}/#/experiments/{experiment_id}/runs?{urlencode(query, quote_via=quote)}"

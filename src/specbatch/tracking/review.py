@@ -1,8 +1,10 @@
 """What a shard's MLflow run shows, built from the run folder alone: the job logs it live, jobs/log_run.py later.
 
-A readable name (model / method-k / dataset [/ rep] [/ shard]), a description, tags to filter on, the resolved
-config as params, the summary as metrics (per-position acceptance stepped by position), the output Parquet as the
-run's dataset input, a sample of completions as a table, and the acceptance plot for speculative runs.
+A readable name that leads with what differs inside an experiment (``ngram-k3 · bs16 [· rep1] [· shard 3/8] ·
+<model>``; the batch size is settled from the engine's own figure when the shard finishes), a description, tags to
+filter on, the resolved config as params, the summary as metrics (per-position acceptance stepped by position), the
+output Parquet as the run's dataset input (named by its data set), a sample of completions as a table, and the
+acceptance plot for speculative runs.
 """
 
 from __future__ import annotations
@@ -41,21 +43,53 @@ class RunIdentity:
     tags: dict[str, str]
 
 
-def run_identity(config: dict[str, Any], folder: RunFolder, rows: int | None = None) -> RunIdentity:
-    """Name, description and tags of a shard's run, from the run's (masked) plain config."""
+def batch_caption(config: dict[str, Any], prompts: int | None = None, concurrency: int | None = None) -> str:
+    """``bs<n>``: the requests the engine ran at once, as jobs/compare.py counts the batch size (the engine's
+    concurrency, or fewer when the shard has fewer prompts). ``concurrency`` is what the engine reported (in the
+    summary); before it is known, ``engine.max_num_seqs`` stands in. ``full batch`` when neither is known."""
+    sizes = [s for s in (concurrency or config["engine"].get("max_num_seqs"), prompts) if s]
+    return f"bs{min(sizes)}" if sizes else "full batch"
+
+
+def run_name(
+    config: dict[str, Any],
+    folder: RunFolder | None,
+    prompts: int | None = None,
+    concurrency: int | None = None,
+    part: str | None = None,
+) -> str:
+    """What differs between the runs of one experiment comes first, so the runs table can tell them apart when
+    it cuts names short: ``ngram-k3 · bs16 [· rep1] [· shard 3/8] · <model>``. The data set is the experiment's
+    (specbatch/<data set>); the model closes the name because one experiment may hold several. ``part`` replaces the
+    shard (e.g. ``merged``)."""
+    spec = config["spec"]
+    parts = [spec_label(spec["method"], spec.get("num_speculative_tokens"), spec.get("k_schedule"))]
+    parts.append(batch_caption(config, prompts, concurrency))
+    if config.get("repeat"):
+        parts.append(f"rep{config['repeat']}")
+    if part:
+        parts.append(part)
+    elif folder is not None and folder.shard_count > 1:
+        parts.append(f"shard {folder.shard_index}/{folder.shard_count}")
+    parts.append(config["model"]["name"])
+    return " · ".join(parts)
+
+
+def run_identity(
+    config: dict[str, Any], folder: RunFolder, rows: int | None = None, shard_rows: int | None = None
+) -> RunIdentity:
+    """Name, description and tags of a shard's run, from the run's (masked) plain config; ``rows`` are the data
+    set's rows (every shard), ``shard_rows`` this shard's (they cap its batch size in the name)."""
     spec = config["spec"]
     k, schedule = spec.get("num_speculative_tokens"), spec.get("k_schedule")
     label = spec_label(spec["method"], k, schedule)
     model, dataset = config["model"]["name"], config["dataset"]["name"]
     shard = f"{folder.shard_index}/{folder.shard_count}"
-    name = f"{model}/{label}/{dataset}"
-    if config.get("repeat"):
-        name += f"/rep{config['repeat']}"
-    if folder.shard_count > 1:
-        name += f"/shard-{folder.shard_index}-of-{folder.shard_count}"
+    name = run_name(config, folder, shard_rows)
     of_rows = f" of {rows} rows" if rows is not None else ""
     description = (
-        f"**{label}** on `{config['model']['path']}` ({config['model']['dtype']}), shard {shard}{of_rows} of "
+        f"**{label}** on `{config['model']['path']}` ({config['model']['dtype']}, model `{model}`), "
+        f"{batch_caption(config, shard_rows)}, shard {shard}{of_rows} of "
         f"data set `{dataset}`, {config['sampling']['max_tokens']} max new tokens, "
         f"temperature {config['sampling']['temperature']}.\n\nOutputs: `{folder.root}`"
     )
@@ -85,17 +119,34 @@ def run_identity(config: dict[str, Any], folder: RunFolder, rows: int | None = N
     return RunIdentity(name, description, tags)
 
 
+def first_turn_prompts(parts: list[Path]) -> int:
+    """The shard's prompts: its rows of turn 1, sample 0 (each row of the data set has exactly one)."""
+    count = 0
+    for part in parts:
+        table = pq.read_table(part, columns=["turn", "sample_index"]).to_pydict()
+        count += sum(t == 1 and s == 0 for t, s in zip(table["turn"], table["sample_index"], strict=True))
+    return count
+
+
 def log_shard_results(
-    run: RunLogger, folder: RunFolder, summary: Summary, config_yaml: str, parts: list[Path]
+    run: RunLogger,
+    folder: RunFolder,
+    summary: Summary,
+    config_yaml: str,
+    parts: list[Path],
+    config: dict[str, Any],
 ) -> None:
-    """Everything of a finished shard except params (logged when the run starts)."""
+    """Everything of a finished shard except params (logged when the run starts). The run's name is settled with
+    the batch size the engine reported (the start could only name the configured one)."""
+    if summary.concurrency:
+        run.set_tag("mlflow.runName", run_name(config, folder, first_turn_prompts(parts), summary.concurrency))
     run.log_summary(summary)
     if summary.counters_scope:
         # "server": drafts and acceptance are the server's, every client's (SERVER_WIDE_NOTE).
         run.set_tag("counters_scope", summary.counters_scope)
     run.log_text(config_yaml, "config.yaml")
     run.log_text(json.dumps(summary.to_dict(), indent=2), "summary.json")
-    run.log_dataset(parquet_dataset(folder, parts), context="output")
+    run.log_dataset(parquet_dataset(folder, parts, config["dataset"]["name"]), context="output")
     run.log_table(completion_sample(parts), "completions_sample.json")
     if summary.acceptance_rate_per_position:
         with tempfile.TemporaryDirectory() as tmp:
@@ -124,14 +175,15 @@ def log_params(run: RunLogger, config: dict[str, Any]) -> None:
     run.log_params(flatten(config))
 
 
-def parquet_dataset(folder: RunFolder, parts: list[Path]) -> Any:
+def parquet_dataset(folder: RunFolder, parts: list[Path], dataset: str) -> Any:
     """The shard's Parquet folder as an MLflow dataset (metadata only: MLflow never copies the rows)."""
     from mlflow.data.dataset_source_registry import resolve_dataset_source
     from mlflow.data.meta_dataset import MetaDataset
 
     # Digest of the parts' names and sizes: cheap, and changes whenever the data does.
     digest = hashlib.sha256("".join(f"{p.name}:{p.stat().st_size};" for p in parts).encode()).hexdigest()[:16]
-    name = f"{folder.root.name}/{folder.shard_tag}"
+    # Named by the data set it holds the completions of (the runs table's Dataset column), not by the folder.
+    name = dataset if folder.shard_count == 1 else f"{dataset} shard {folder.shard_index}/{folder.shard_count}"
     with warnings.catch_warnings():
         # MLflow registers its local-file source twice and warns that a path matches both (they are the same).
         warnings.simplefilter("ignore", UserWarning)
@@ -184,7 +236,7 @@ def log_pending(root: Path, uri: str | None = None, every_shard: bool = False) -
         summary = folder.read_summary()
         parts = folder.parts()
         log_params(run, config)
-        log_shard_results(run, folder, summary, folder.read_config_yaml(), parts)
+        log_shard_results(run, folder, summary, folder.read_config_yaml(), parts, config)
         run.terminate("FINISHED")
         if run.failure:
             raise RuntimeError(f"logging shard {folder.shard_tag} of {root} failed: {run.failure}")
