@@ -224,11 +224,12 @@ def folder_run_ids(folders: list[Path]) -> dict[Path, FolderRuns]:
     found: dict[Path, FolderRuns] = {}
     clients: dict[tuple[str, str], tuple[Any, str | None]] = {}
     for folder in folders:
-        tracking = recorded_tracking(read_run(folder)["config"]["tracking"])
-        if not tracking.enabled or "'" in str(folder):  # a quote cannot be written in MLflow's filter syntax
-            continue
-        key = (tracking.uri, tracking.experiment)
         try:
+            # Raises for a recorded URI whose password was masked and is not in the environment.
+            tracking = recorded_tracking(read_run(folder)["config"]["tracking"])
+            if not tracking.enabled or "'" in str(folder):  # a quote cannot be written in MLflow's filter syntax
+                continue
+            key = (tracking.uri, tracking.experiment)
             if key not in clients:
                 client = new_client(tracking)
                 experiment = client.get_experiment_by_name(tracking.experiment)
