@@ -50,9 +50,9 @@ READY = "ready"
 # How long the job waits for the reaper to start or to exit.
 STARTUP_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 10.0
-# After a normal stop, how long the reaper waits for the engine's processes to exit before tidying their semaphores
-# (well inside STOP_TIMEOUT_SECONDS, which the job waits for the reaper).
-TIDY_WAIT_SECONDS = 3.0
+# After a normal stop, how long the reaper waits for the makers of leftover semaphores to exit (the job waits for the
+# reaper, so this is time on the job's clock; well inside STOP_TIMEOUT_SECONDS).
+TIDY_WAIT_SECONDS = 1.0
 
 ShmEntry = tuple[str, int]  # path, inode
 
@@ -160,17 +160,23 @@ class Watch:
     def tidy(self) -> None:
         """After a normal stop: remove the loky semaphores the engine's processes made and did not unlink.
 
-        vLLM's worker makes one (``sem.loky-<pid>-*``) and exits without unlinking it, so every engine left 32 bytes
-        in /dev/shm. Only entries that appeared after the reaper started, are still the same file, and were made by
-        one of the job's descendants that has exited (waited for up to TIDY_WAIT_SECONDS) are removed; the job's
-        own, and those of processes still running, stay."""
-        others = {p for p in self.processes if p.pid != self.job_pid}
+        vLLM's worker makes one (``sem.loky-<pid>-*``) and may exit without unlinking it, so an engine could leave
+        32 bytes in /dev/shm. Only entries that appeared after the reaper started, are still the same file, and were
+        made by one of the job's descendants (not the job) that has exited are removed; the job's own, and those of
+        processes still running, stay. Only the makers of such entries are waited for (the worker is normally gone
+        when vLLM's shutdown returns), for at most TIDY_WAIT_SECONDS: the job waits for this."""
+        candidates = [
+            (path, inode)
+            for path, inode in sorted(_shm_entries() - self.shm_before)
+            if _creator_pid(path) in self.pids and _creator_pid(path) != self.job_pid
+        ]
+        makers = {p for p in self.processes if p.pid in {_creator_pid(path) for path, _ in candidates}}
         deadline = time.monotonic() + TIDY_WAIT_SECONDS
-        while not all(_gone(p) for p in others) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        dead = {p.pid for p in others if _gone(p)}
-        for path, inode in sorted(_shm_entries() - self.shm_before):
-            if _creator_pid(path) not in dead:
+        while not all(_gone(p) for p in makers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        running = {p.pid for p in makers if not _gone(p)}
+        for path, inode in candidates:
+            if _creator_pid(path) in running:
                 continue
             with contextlib.suppress(FileNotFoundError):
                 stat = os.stat(path)
