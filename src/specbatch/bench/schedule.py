@@ -6,7 +6,9 @@ Every run goes through the job's own code (``run_job``, one engine each: the bat
 the same prompts, so compare pools the batch sizes into one workload. Repeats are interleaved (repeat r of every
 set-up at a batch size before repeat r+1) so a slow spell of the machine is shared, not pinned on one set-up. The
 schedule runs come after the sweep (they need its result); each is compared with the sweep's runs at its batch
-size by median tok/s over its repeats.
+size by median tok/s over its repeats. As those are an hour apart on a shared machine, a paired phase follows: at
+each batch size the sweep's best fixed set-up and the schedule run back to back, and their ratio is taken pair by
+pair (folders ``-rep100`` and up, never pooled with the sweep).
 
 Overall, the four batch sizes count alike: a set-up's overall figure is the geometric mean over batch sizes of its
 median tok/s divided by spec=none's median tok/s there (a mean speedup). Total seconds would let the slowest batch
@@ -81,6 +83,87 @@ def run_schedule(plan: SweepPlan, root: Path, schedule: KSchedule) -> list[Path]
             overrides = [*plan.common(root), *own, f"engine.max_num_seqs={batch}", f"repeat={repeat}"]
             folders.append(_run(overrides))
     return folders
+
+
+# Repeat numbers of the paired phase: folders of their own, never pooled with the sweep's repeats.
+PAIRED_REPEAT_BASE = 100
+
+
+def best_fixed(comparison: Comparison, batch_sizes: list[int]) -> dict[int, CompareRow]:
+    """Per batch size, the fixed set-up (a k of METHOD, or none) with the highest median tok/s in the sweep."""
+    return {
+        batch: max(
+            (r for r in comparison.rows if r.batch_size == batch and r.k_schedule is None),
+            key=_median,
+        )
+        for batch in batch_sizes
+    }
+
+
+def run_pairs(
+    plan: SweepPlan, root: Path, schedule: KSchedule, best: dict[int, CompareRow]
+) -> dict[int, list[tuple[float, float]]]:
+    """At each batch size, the sweep's best fixed set-up and the schedule back to back, ``plan.repeats`` times; per
+    batch size the (fixed, schedule) tok/s of each pair. Measured minutes apart instead of an hour apart, so a
+    machine that got slower or faster in between cancels out of their ratio."""
+    own = [o for o in schedule.overrides() if not o.startswith("engine.max_num_seqs=")]
+    pairs: dict[int, list[tuple[float, float]]] = {}
+    for batch in plan.batch_sizes:
+        row = best[batch]
+        fixed = (
+            ["spec=none"] if row.method == "none" else [f"spec={row.method}", f"spec.num_speculative_tokens={row.k}"]
+        )
+        pairs[batch] = []
+        for repeat in range(PAIRED_REPEAT_BASE, PAIRED_REPEAT_BASE + plan.repeats):
+            common = [*plan.common(root), f"engine.max_num_seqs={batch}", f"repeat={repeat}"]
+            rates = [
+                run_job(compose_job([*common, *setup])).summary.output_tokens_per_second for setup in (fixed, own)
+            ]
+            pairs[batch].append((rates[0], rates[1]))
+    return pairs
+
+
+def pairs_table(
+    pairs: dict[int, list[tuple[float, float]]], best: dict[int, CompareRow], comparison: Comparison
+) -> tuple[list[str], dict[str, bool]]:
+    """The paired verification (Markdown lines) and whether each goal was met."""
+    lines = [
+        "### paired: the schedule and the best fixed set-up back to back at each batch size",
+        "",
+        "| batch size | best fixed set-up (sweep) | pairs | fixed tok/s (median) | schedule tok/s (median) | "
+        f"schedule ÷ fixed (median of pairs) | goal ≥ {PER_BATCH_GOAL:.2f} |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    ratios: dict[int, float] = {}
+    for batch, measured in sorted(pairs.items()):
+        ratios[batch] = statistics.median(s / f for f, s in measured)
+        lines.append(
+            f"| {batch} | {_caption(best[batch])} | {len(measured)} | "
+            f"{statistics.median(f for f, _ in measured):.1f} | {statistics.median(s for _, s in measured):.1f} | "
+            f"{ratios[batch]:.3f} | {'met' if ratios[batch] >= PER_BATCH_GOAL else 'MISSED'} |"
+        )
+    # Overall, paired: the best fixed set-up's speedup over none in the sweep, times the paired ratio, per batch size.
+    none = {r.batch_size: _median(r) for r in comparison.rows if r.method == "none"}
+    schedule_overall = math.exp(
+        statistics.fmean(math.log(_median(best[b]) / none[b] * ratios[b]) for b in sorted(pairs))
+    )
+    fixed_overall: dict[str, float] = {}
+    for caption in {_caption(r) for r in comparison.rows if r.k_schedule is None}:
+        rows = {r.batch_size: r for r in comparison.rows if _caption(r) == caption and r.k_schedule is None}
+        if set(pairs) <= set(rows):
+            fixed_overall[caption] = math.exp(statistics.fmean(math.log(_median(rows[b]) / none[b]) for b in pairs))
+    best_single = max(fixed_overall, key=lambda c: fixed_overall[c])
+    per_batch = all(r >= PER_BATCH_GOAL for r in ratios.values())
+    ahead = all(schedule_overall > v for v in fixed_overall.values())
+    lines += [
+        "",
+        f"within {1 - PER_BATCH_GOAL:.0%} of the best fixed set-up at every batch size (paired): "
+        f"{'met' if per_batch else 'MISSED'}",
+        f"overall (paired estimate: the best fixed set-up's speedup in the sweep × the paired ratio): schedule "
+        f"{schedule_overall:.3f}, best single {best_single} {fixed_overall[best_single]:.3f}: "
+        f"{'ahead of every single fixed set-up' if ahead else 'NOT ahead of every single fixed set-up'}",
+    ]
+    return lines, {"per_batch": per_batch, "overall": ahead}
 
 
 def _median(row: CompareRow) -> float:
@@ -185,13 +268,17 @@ def schedule_bench(plan: SweepPlan, root: Path) -> str:
     result = run_compare(Sources(sweep + scheduled), out_dir=root / "comparison")
     table, _ = schedule_table(result.comparison, plan.batch_sizes)
     lines += table
+    best = best_fixed(swept.comparison, plan.batch_sizes)
+    paired, _ = pairs_table(run_pairs(plan, root, schedule, best), best, swept.comparison)
+    lines += ["", *paired]
     lines += [
         "",
         "### the full comparison (speedup: mean tok/s over spec=none's mean; picks use medians)",
         "",
         format_comparison(result.comparison),
         "",
-        f"{len(sweep) + len(scheduled)} runs in {(time.perf_counter() - began) / 60:.1f} min; "
+        f"{len(sweep) + len(scheduled) + 2 * len(plan.batch_sizes) * plan.repeats} runs in "
+        f"{(time.perf_counter() - began) / 60:.1f} min; "
         f"comparison files and plots: {result.out_dir}",
     ]
     return "\n".join(lines)
