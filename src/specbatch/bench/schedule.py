@@ -72,11 +72,15 @@ def run_sweep(plan: SweepPlan, root: Path) -> list[Path]:
     return folders
 
 
+def _schedule_overrides(schedule: KSchedule) -> list[str]:
+    """The schedule's own overrides without the batch cap: each batch size of the sweep gets its own engine (a
+    schedule reaching beyond engine.max_num_seqs is valid: the job only needs 1..max_num_seqs covered)."""
+    return [o for o in schedule.overrides() if not o.startswith("engine.max_num_seqs=")]
+
+
 def run_schedule(plan: SweepPlan, root: Path, schedule: KSchedule) -> list[Path]:
     """The schedule at every batch size of the sweep, ``plan.repeats`` times; the run folders."""
-    # The schedule's own overrides cap the batch where it ends; here each batch size of the sweep gets its own
-    # engine (a schedule reaching beyond engine.max_num_seqs is valid: the job only needs 1..max_num_seqs covered).
-    own = [o for o in schedule.overrides() if not o.startswith("engine.max_num_seqs=")]
+    own = _schedule_overrides(schedule)
     folders = []
     for batch in plan.batch_sizes:
         for repeat in range(plan.repeats):
@@ -106,7 +110,7 @@ def run_pairs(
     """At each batch size, the sweep's best fixed set-up and the schedule back to back, ``plan.repeats`` times; per
     batch size the (fixed, schedule) tok/s of each pair. Measured minutes apart instead of an hour apart, so a
     machine that got slower or faster in between cancels out of their ratio."""
-    own = [o for o in schedule.overrides() if not o.startswith("engine.max_num_seqs=")]
+    own = _schedule_overrides(schedule)
     pairs: dict[int, list[tuple[float, float]]] = {}
     for batch in plan.batch_sizes:
         row = best[batch]

@@ -176,13 +176,8 @@ class Watch:
             time.sleep(0.05)
         running = {p.pid for p in makers if not _gone(p)}
         for path, inode in candidates:
-            if _creator_pid(path) in running:
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                stat = os.stat(path)
-                if stat.st_ino == inode and stat.st_uid == os.getuid():
-                    os.unlink(path)
-                    log.debug("removed %s left by the engine's process %s", path, _creator_pid(path))
+            if _creator_pid(path) not in running and _remove_if_unchanged(path, inode):
+                log.debug("removed %s left by the engine's process %s", path, _creator_pid(path))
 
     def reap(self) -> None:
         """End what the dead job left running, then remove its /dev/shm entries."""
@@ -216,11 +211,18 @@ class Watch:
             if path in self.shm_paths or _creator_pid(path) in self.pids
         }
         for path, inode in sorted(owned):
-            with contextlib.suppress(FileNotFoundError):
-                stat = os.stat(path)
-                if stat.st_ino == inode and stat.st_uid == os.getuid():
-                    os.unlink(path)
-                    log.warning("removed %s left by job %d", path, self.job_pid)
+            if _remove_if_unchanged(path, inode):
+                log.warning("removed %s left by job %d", path, self.job_pid)
+
+
+def _remove_if_unchanged(path: str, inode: int) -> bool:
+    """Unlink ``path`` if it is still the file recorded (same inode) and ours; whether it was removed."""
+    with contextlib.suppress(FileNotFoundError):
+        stat = os.stat(path)
+        if stat.st_ino == inode and stat.st_uid == os.getuid():
+            os.unlink(path)
+            return True
+    return False
 
 
 def _gone(process: psutil.Process) -> bool:
