@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import signal
 import subprocess
@@ -178,3 +179,24 @@ def test_a_normal_stop_removes_only_the_semaphores_of_exited_engine_processes(
         job.kill_all()
         if job.child_pid:
             (SHM / f"sem.loky-{job.child_pid}-specbatchtest").unlink(missing_ok=True)
+
+
+def test_mapped_files_reads_this_process_maps_and_leaves_removed_files_out(tmp_path: Path) -> None:
+    from specbatch.engine.reaper import _mapped_files
+
+    kept, removed = tmp_path / "kept file", tmp_path / "removed"
+    maps = []
+    for path in (kept, removed):
+        path.write_bytes(b"\0" * 4096)
+        with path.open("r+b") as handle:
+            maps.append(mmap.mmap(handle.fileno(), 4096))
+    removed.unlink()
+    try:
+        paths = _mapped_files(os.getpid())
+        assert str(kept) in paths, "a path with a space is read whole"
+        assert not any(p.startswith(str(removed)) for p in paths)
+    finally:
+        for mapped in maps:
+            mapped.close()
+    with pytest.raises(psutil.NoSuchProcess):
+        _mapped_files(2**22 + 1)

@@ -258,6 +258,10 @@ class VllmServer:
             return
         self._stopped = True
         group = self.process.pid
+        # Frozen first, at once: reading a busy process's memory maps can take seconds, and a server that keeps
+        # answering meanwhile is not the crash at this moment that the caller asked for.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGSTOP)
         held: set[str] = set()
         for member in _group_members(group):
             with contextlib.suppress(psutil.Error):
