@@ -15,8 +15,9 @@ from hydra.errors import HydraException
 
 from specbatch.config import ConfigError, JobConfig, register_configs, to_job_config
 from specbatch.config.overrides import check_overrides
+from specbatch.engine.child_server import ServerStartError
 from specbatch.engine.serve_commands import batch_command, curl_example, serving_commands, vllm_console_script_broken
-from specbatch.engine.vllm_server import ServerStartError, VllmServer
+from specbatch.engine.vllm_server import VllmServer
 
 log = logging.getLogger("specbatch")
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"

@@ -21,9 +21,10 @@ import pytest
 
 from conftest import PROJECT_ROOT, LiveJob, compose_job
 from specbatch.config import ConfigError
-from specbatch.engine import reaper, vllm_server
+from specbatch.engine import child_server, reaper, vllm_server
+from specbatch.engine.child_server import ServerStartError
 from specbatch.engine.serve_commands import SAKURA_MAX_TOKENS, SAKURA_PROMPT
-from specbatch.engine.vllm_server import ServerStartError, VllmServer
+from specbatch.engine.vllm_server import VllmServer
 
 SERVE = PROJECT_ROOT / "jobs" / "serve.py"
 # Sessions on this machine share its two cores: whoever starts a vLLM engine holds this lock (flock).
@@ -59,7 +60,7 @@ def free_port() -> int:
 
 
 def group_alive(group: int) -> list[psutil.Process]:
-    return vllm_server._group_members(group)
+    return child_server._group_members(group)
 
 
 def wait_gone(group: int, timeout: float) -> list[psutil.Process]:
