@@ -8,23 +8,14 @@ set -euo pipefail
 
 say() { echo "[browser] $*" >&2; }
 
+# shellcheck source=jobs/debian.sh
+source "$(dirname "$0")/debian.sh"
+
 install() {
   if command -v chromium >/dev/null; then
     return 0
   fi
-  local sudo=()
-  if [[ $(id -u) -ne 0 ]]; then
-    if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-      sudo=(sudo -n)
-    else
-      say "chromium is missing and installing it needs root: apt-get install chromium"
-      exit 2
-    fi
-  fi
-  say "installing chromium (once per machine)"
-  "${sudo[@]}" apt-get update -qq
-  # sudo drops the caller's environment, so DEBIAN_FRONTEND goes inside the command it runs.
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  debian_install "the UI test" chromium
 }
 
 case "${1:-}" in
