@@ -15,11 +15,12 @@ setup:
 run: setup
 	$(PY) jobs/generate.py $(ARGS)
 
-# The Slurm tests run a real single-node cluster and the UI test a headless chromium: their Debian packages
-# are installed here when missing.
+# The Slurm tests run a real single-node cluster, the UI test a headless chromium and the llama.cpp tests
+# llama-server: their Debian packages are installed (and llama-server built, once per machine) when missing.
 test: setup
 	bash jobs/slurm/cluster.sh install
 	bash jobs/browser.sh install
+	bash jobs/llama_cpp.sh install
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup

@@ -32,14 +32,17 @@ OLD_ENGINE_KEYS = ("model", "spec", "engine")
 OLD_NOT_WORKLOAD = ("spec", "tracking", "output_root", "run_name", "shard", "repeat", "chunk_size")
 # Engine keys the server backend added later; only its jobs count them (the old rules predate them).
 SERVER_KEYS = ("url", "api_key_env", "served_model", "api", "max_concurrency", "request_timeout_seconds", "retries")
+# And the llama_cpp backend's.
+LLAMA_CPP_KEYS = ("llama_server",)
 
 
 def plain_before_server_keys(job: JobConfig) -> dict[str, Any]:
     plain = to_plain_dict(job)
     assert job.engine.backend != "server", "the old rules knew no server backend"
-    plain["engine"] = {k: v for k, v in plain["engine"].items() if k not in SERVER_KEYS}
-    # spec.k_schedule came later too; while null (one k, as every older run) it is in no digest.
+    plain["engine"] = {k: v for k, v in plain["engine"].items() if k not in SERVER_KEYS + LLAMA_CPP_KEYS}
+    # spec.k_schedule, model.gguf and spec.draft_gguf came later too; while null they are in no digest.
     assert plain["spec"].pop("k_schedule") is None, "the old rules knew no k schedule"
+    assert plain["model"].pop("gguf") is None and plain["spec"].pop("draft_gguf") is None, "nor GGUF files"
     return plain
 
 
@@ -56,7 +59,11 @@ def old_engine_fingerprint(job: JobConfig) -> str:
 
 def old_workload(config: dict[str, Any]) -> str:
     plain = {k: v for k, v in config.items() if k not in OLD_NOT_WORKLOAD}
-    plain["engine"] = {k: v for k, v in plain["engine"].items() if k != "max_num_seqs" and k not in SERVER_KEYS}
+    plain["engine"] = {
+        k: v for k, v in plain["engine"].items() if k != "max_num_seqs" and k not in SERVER_KEYS + LLAMA_CPP_KEYS
+    }
+    if plain["model"].get("gguf") is None:
+        plain["model"].pop("gguf", None)
     plain["engine"].setdefault("backend", "vllm")
     return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
 

@@ -107,6 +107,12 @@ class CompareRow:
     speedup_spread: float | None = None
     # A k per batch size (spec.k_schedule; k is then its largest k): a set-up of its own, apart from fixed k's.
     k_schedule: list[list[int]] | None = None
+    # engine.backend, and the workload without engine and weights (same prompts, model and sampling).
+    engine: str = "vllm"
+    prompts_key: str = ""
+    # Output tokens per target forward pass, output / (output - accepted): every engine has it, also one that does
+    # not report its drafting steps (llama.cpp, which has no AL). 1.0 without speculation.
+    tokens_per_pass: float | None = None
 
 
 @dataclass(frozen=True)
@@ -192,10 +198,16 @@ def compare(runs: Iterable[RunData]) -> Comparison:
     consistency = _baseline_consistency(baselines)
     dtypes = sorted({r.dtype for r in rows})
     notes.append(f"greedy equality compared in {', '.join(dtypes)}")
-    if any(d != "float32" for d in dtypes):
+    inexact = [d for d in dtypes if d != "float32"]
+    if inexact:
         notes.append(
-            "in bfloat16 near-tied logits can flip with the batch shape even without speculation: read identical "
-            "rows below 1.0 against the baseline-consistency figures, not as a bug by itself"
+            f"in {' and '.join(inexact)} near-tied logits can flip with the batch shape even without speculation: "
+            "read identical rows below 1.0 against the baseline-consistency figures, not as a bug by itself"
+        )
+    if len({r.engine for r in rows}) > 1:
+        notes.append(
+            "completions of different engines and weights (e.g. vLLM's bfloat16 and llama.cpp's quantised GGUF) "
+            "are not compared token by token: each run is checked against the baseline of its own engine"
         )
     recommendations = recommend(rows)
     few = [str(r.batch_size) for r in recommendations if not r.enough_repeats]
@@ -284,8 +296,17 @@ def _row(members: list[RunData], base: list[RunData] | None) -> tuple[CompareRow
         speedup_median=robust[0],
         speedup_spread=robust[1],
         k_schedule=first.k_schedule,
+        engine=first.engine,
+        prompts_key=first.prompts_key,
+        tokens_per_pass=tokens_per_pass(pooled.output_tokens, pooled.accepted_tokens),
     )
     return row, by_folder
+
+
+def tokens_per_pass(output_tokens: int, accepted_tokens: int | None) -> float | None:
+    """Each target pass emits one token plus the drafts it accepted: output / (output - accepted)."""
+    passes = output_tokens - (accepted_tokens or 0)
+    return output_tokens / passes if passes > 0 else None
 
 
 def _baseline_consistency(baselines: dict[tuple[str, int], list[RunData]]) -> list[BaselineConsistency]:

@@ -243,7 +243,8 @@ def recorded_job(config: dict[str, Any]) -> JobConfig:
 
 def serve_commands(comparison: Comparison) -> list[str]:
     """How to serve each recommendation: the vLLM server command of the winning run's recorded config (so exactly
-    its model, speculative_config and batch), one line for all batch sizes when their commands are the same."""
+    its model, speculative_config and batch), or llama-server's for a llama.cpp run, one line for all batch sizes
+    when their commands are the same."""
     by_command: dict[str, list[str]] = {}
     failures = []
     for rec in comparison.recommendations:
@@ -259,7 +260,12 @@ def serve_commands(comparison: Comparison) -> list[str]:
         folder = Path(rows[0].run_folders[0])
         try:
             job = recorded_job(read_run(folder)["config"])
-            command = vllm_serve_command(job, module=vllm_console_script_broken())
+            if job.engine.backend == "llama_cpp":
+                from specbatch.engine.llama_cpp import llama_server_command  # noqa: PLC0415 (imports the HTTP client)
+
+                command = llama_server_command(job)
+            else:
+                command = vllm_serve_command(job, module=vllm_console_script_broken())
         except (ConfigError, OSError) as exc:
             failures.append(f"serve batch size {rec.batch_size}: no command, as the config of {folder} fails: {exc}")
             continue

@@ -61,13 +61,31 @@ class RunData:
         return max(1, min(sizes))
 
     @property
+    def engine(self) -> str:
+        """engine.backend; runs written before it existed ran on vLLM."""
+        return str(self.config["engine"].get("backend", "vllm"))
+
+    @property
     def dtype(self) -> str:
-        return str(self.config["model"]["dtype"])
+        """The weights' type: model.dtype, or "gguf" on llama.cpp, which runs the GGUF as it is stored."""
+        return "gguf" if self.engine == "llama_cpp" else str(self.config["model"]["dtype"])
+
+    @property
+    def prompts_key(self) -> str:
+        """The workload without its engine and weights: runs on different engines with the same key generated the
+        same prompts with the same model and sampling (the cross-engine table lines them up)."""
+        return prompts_digest(self.config)
 
     @property
     def workload(self) -> str:
         """What must match for two runs to be compared: same prompts, model, dtype, sampling and engine."""
         return workload(self.config)
+
+
+def prompts_digest(config: dict[str, Any]) -> str:
+    plain = {key: value for key, value in config.items() if key != "engine"}
+    plain["model"] = {key: value for key, value in config["model"].items() if key not in ("dtype", "gguf")}
+    return workload_digest(plain)
 
 
 def workload(config: dict[str, Any]) -> str:

@@ -60,6 +60,7 @@ def format_comparison(comparison: Comparison) -> str:
         lines.append(f"  run it: {schedule.command()}")
         if schedule.preset:
             lines.append(f"  or its preset: {schedule.preset_command()}")
+    lines += cross_engine_table(comparison)
     for c in comparison.baseline_consistency:
         lines.append(
             f"baseline vs itself ({c.dtype}), batch size {c.batch_sizes[0]} vs {c.batch_sizes[1]}: "
@@ -67,6 +68,40 @@ def format_comparison(comparison: Comparison) -> str:
         )
     lines += [f"note: {n}" for n in comparison.notes]
     return "\n".join(lines)
+
+
+def cross_engine_table(comparison: Comparison) -> list[str]:
+    """Engines side by side on the same prompts (same model, data set and sampling): tok/s, speedup over each
+    engine's own baseline, AL where the engine reports its steps, tokens per target pass and acceptance. Nothing
+    when the runs are all on one engine."""
+    rows = comparison.rows
+    keys = {r.prompts_key for r in rows if len({s.engine for s in rows if s.prompts_key == r.prompts_key}) > 1}
+    if not keys:
+        return []
+
+    def num(value: float | None, digits: int = 2) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    header = (
+        "| model | dataset | batch | method | k | engine | weights | output tok/s | speedup over its own none | AL "
+        "| tokens per target pass | acceptance |"
+    )
+    lines = ["", "engines side by side on the same prompts:", header, "|" + "---|" * header.count(" | ") + "---|"]
+    chosen = sorted(
+        (r for r in rows if r.prompts_key in keys and r.k_schedule is None),
+        key=lambda r: (r.prompts_key, r.batch_size, r.method != "none", r.method, r.k or 0, r.engine),
+    )
+    for r in chosen:
+        lines.append(
+            f"| {r.model} | {r.dataset} | {r.batch_size} | {r.method} | {r.k or '-'} | {r.engine} | {r.dtype} | "
+            f"{r.output_tokens_per_second:.1f} | {num(r.speedup)} | {num(r.mean_acceptance_length)} | "
+            f"{num(r.tokens_per_pass)} | {num(r.draft_acceptance_rate, 3)} |"
+        )
+    lines.append(
+        "AL needs the engine's drafting steps, which llama.cpp does not report; tokens per target pass, "
+        "output / (output - accepted), is every engine's"
+    )
+    return lines
 
 
 def flat_rows(comparison: Comparison) -> list[dict[str, Any]]:

@@ -41,6 +41,12 @@ def identities(*names: Identity) -> dict[str, Any]:
     return {IDENTITY: frozenset(names)}
 
 
-def server_only(*names: Identity) -> dict[str, Any]:
-    """Metadata of an engine field only the server backend reads: ``identities(*names)`` for its jobs, none else."""
-    return {**identities(*names), ONLY_BACKENDS: frozenset({"server"})}
+def server_only(*names: Identity, backends: tuple[str, ...] = ("server",)) -> dict[str, Any]:
+    """Metadata of an engine field only the server backend (or ``backends``) reads: ``identities(*names)`` for their
+    jobs, none else."""
+    return {**identities(*names), ONLY_BACKENDS: frozenset(backends)}
+
+
+def llama_cpp_only(*names: Identity) -> dict[str, Any]:
+    """Metadata of an engine field only the llama_cpp backend reads."""
+    return server_only(*names, backends=("llama_cpp",))

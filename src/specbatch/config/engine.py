@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 from omegaconf import MISSING
 
 from specbatch.common.masking import SECRET_NAME, mask_uri
-from specbatch.config.declarations import OLD_RUNS_DEFAULT, Identity, identities, server_only
+from specbatch.config.declarations import OLD_RUNS_DEFAULT, Identity, identities, llama_cpp_only, server_only
 from specbatch.config.errors import require
 
 _FOLDER, _ENGINE, _WORKLOAD = Identity.run_folder, Identity.engine, Identity.workload
 
 
 # Names of the engine backends (specbatch.engine.REGISTRY maps each to its class).
-BACKENDS = ("vllm", "server", "dummy")
+BACKENDS = ("vllm", "server", "llama_cpp", "dummy")
 # engine.api of the server backend: completions with the prompt's token ids (the offline job's exact prompts), chat
 # (the server applies its own chat template), or auto (completions when the server takes token ids, else chat).
 SERVER_APIS = ("auto", "completions", "chat")
@@ -27,7 +27,8 @@ class EngineConfig:
     # Preset name, recorded with the run (cpu, gpu, ...).
     name: str = MISSING
     # Which engine generates (specbatch.engine): vllm (offline vllm.LLM), server (a running OpenAI-compatible
-    # server at engine.url) or dummy (no model; for tests). Runs written before it existed ran on vLLM.
+    # server at engine.url), llama_cpp (llama.cpp's llama-server, started by the job with model.gguf) or dummy (no
+    # model; for tests). Runs written before it existed ran on vLLM.
     backend: str = field(default="vllm", metadata={OLD_RUNS_DEFAULT: "vllm"})
     # Skip CUDA graphs / torch.compile: same outputs, much faster start-up on CPU.
     enforce_eager: bool = True
@@ -56,9 +57,12 @@ class EngineConfig:
     # max_num_seqs, not in the workload: a comparison sets runs at different batch sizes side by side.
     max_concurrency: int = field(default=16, metadata=server_only(_FOLDER, _ENGINE))
     # Seconds one attempt of one request may take, and attempts after the first on connection errors, timeouts,
-    # 429 and 5xx (with the client's exponential backoff).
-    request_timeout_seconds: float = field(default=600.0, metadata=server_only())
-    retries: int = field(default=3, metadata=server_only())
+    # 429 and 5xx (with the client's exponential backoff). Also llama_cpp's, whose requests go the same way.
+    request_timeout_seconds: float = field(default=600.0, metadata=server_only(backends=("server", "llama_cpp")))
+    retries: int = field(default=3, metadata=server_only(backends=("server", "llama_cpp")))
+    # --- llama_cpp backend (its batch, the parallel slots, is engine.max_num_seqs) ---
+    # The llama-server to start; null: the one `bash jobs/llama_cpp.sh install` built (make test builds it).
+    llama_server: str | None = field(default=None, metadata=llama_cpp_only())
 
     def __post_init__(self) -> None:
         require(

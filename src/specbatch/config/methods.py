@@ -75,7 +75,7 @@ METHODS: dict[SpecMethod, Method] = {
         ),
     ),
     SpecMethod.draft_model: Method(
-        knobs=_CHECKPOINT_KNOBS + _DRAFTER_KNOBS,
+        knobs=(*_CHECKPOINT_KNOBS, *_DRAFTER_KNOBS, "draft_gguf"),
         checkpoint="a draft model",
         preflight=_CHECKPOINT_CHECKS,
         draft_tp_follows_target=True,

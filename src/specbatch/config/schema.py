@@ -19,7 +19,7 @@ from omegaconf import MISSING
 
 from specbatch.assets.cache import embedded_locations
 from specbatch.common.masking import mask_uri
-from specbatch.config.declarations import Identity, identities
+from specbatch.config.declarations import ABSENT_WHEN_NULL, Identity, identities
 from specbatch.config.engine import EngineConfig
 from specbatch.config.errors import ConfigError, require
 from specbatch.config.methods import CHECKPOINT_KIND, CHECKPOINT_METHODS, METHODS, SpecMethod
@@ -86,6 +86,9 @@ class ModelConfig:
     trust_remote_code: bool = False
     # GPUs the target is split over.
     tensor_parallel_size: int = 1
+    # The target as one GGUF file, for engine.backend=llama_cpp; null: the embedded model's own GGUF (smollm2 ships
+    # as one). Left out of the digests while null, so runs written before it keep their folders.
+    gguf: str | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
 
     def __post_init__(self) -> None:
         require(bool(self.name.strip()), "model.name is empty: give the model a short name, e.g. model.name=my-model")

@@ -47,6 +47,9 @@ class SpecConfig:
     model: str | None = None
     # Hub revision of spec.model.
     revision: str | None = None
+    # draft_model on engine.backend=llama_cpp: the draft as one GGUF file (llama-server's -md). Left out of the
+    # digests while null.
+    draft_gguf: str | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
     # Model-based methods: GPUs the draft runs on; vLLM accepts 1 or the target's tensor_parallel_size.
     draft_tensor_parallel_size: int | None = None
     # Model-based methods: greedy or probabilistic proposals (null: vLLM's default, greedy).

@@ -24,6 +24,7 @@ from specbatch.engine.base import (
 REGISTRY = {
     "vllm": "specbatch.engine.vllm_offline:VllmEngine",
     "server": "specbatch.engine.server:ServerEngine",
+    "llama_cpp": "specbatch.engine.llama_cpp:LlamaCppEngine",
     "dummy": "specbatch.engine.dummy:DummyEngine",
 }
 

@@ -337,8 +337,12 @@ class ServerEngine(Engine):
             texts = [
                 (c.message.content or "", c.finish_reason, getattr(c, "token_ids", None)) for c in response.choices
             ]
-        figures = row_figures(response) if len(texts) == 1 else None
+        figures = self.row_figures(response) if len(texts) == 1 else None
         return [Sample(text, self._token_ids(text, ids), reason, figures) for text, reason, ids in texts]
+
+    def row_figures(self, response: Any) -> RowSpecFigures | None:
+        """The response's per-request speculative figures (a backend for another server reads its own fields)."""
+        return row_figures(response)
 
     def _token_ids(self, text: str, ids: list[int] | None) -> list[int]:
         """The server's token ids; a server that returns none gets the text tokenized here (same tokenizer)."""

@@ -52,28 +52,37 @@ def _pad(values: list[int], n: int) -> list[int]:
 
 @dataclass(frozen=True)
 class RowSpecFigures:
-    """Per-request figures of one completion (vLLM's ``RequestSpecDecodeMetrics``)."""
+    """Per-request figures of one completion (vLLM's ``RequestSpecDecodeMetrics``).
 
-    spec_steps: int
+    An engine that reports drafted and accepted tokens but not its drafting steps (llama.cpp) leaves the steps, the
+    acceptance length and the histogram None: then the counters have no drafts, and summaries no AL."""
+
+    spec_steps: int | None
     draft_tokens: int
     accepted_tokens: int
-    acceptance_length: float
+    acceptance_length: float | None
     # histogram[j] = steps in which exactly j draft tokens were accepted, j = 0..k.
-    acceptance_histogram: list[int]
+    acceptance_histogram: list[int] | None
 
     def counters(self) -> Counters:
         """What this completion added to the engine counters (drafts = speculative steps)."""
         return Counters(
-            drafts=self.spec_steps,
+            drafts=self.spec_steps or 0,
             draft_tokens=self.draft_tokens,
             accepted_tokens=self.accepted_tokens,
-            accepted_per_position=tuple(accepted_per_position_from_histogram(self.acceptance_histogram)),
+            accepted_per_position=tuple(accepted_per_position_from_histogram(self.acceptance_histogram or [])),
         )
 
 
 def acceptance_length(accepted: int, drafts: int) -> float:
     """Mean acceptance length AL = 1 + accepted / drafts (tokens per target forward pass); 1.0 with no drafts."""
     return 1.0 + accepted / drafts if drafts else 1.0
+
+
+def steps_unknown(drafts: int, draft_tokens: int) -> bool:
+    """Tokens were drafted in no drafting step: the engine reported its draft tokens but not its steps (llama.cpp),
+    so AL and per-position rates cannot be known."""
+    return draft_tokens > 0 and drafts == 0
 
 
 def accepted_per_position_from_histogram(histogram: list[int]) -> list[int]:

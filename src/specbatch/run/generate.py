@@ -69,7 +69,7 @@ class ShardGeneration:
         if job.engine.backend == "server":
             # The checkpoints and packages are the server's, not this machine's: nothing local to check them by.
             log.info("engine.backend=server: the method's checks against local checkpoints are the server's to do")
-        else:
+        elif job.engine.backend != "llama_cpp":  # its GGUF files and method are checked by its check_engine below
             preflight(job)
         if self.engine is None:
             # E.g. a server answers at engine.url: one clear error before the run folder is written.

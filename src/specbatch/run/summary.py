@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from specbatch.engine.spec_metrics import Counters, acceptance_length
+from specbatch.engine.spec_metrics import Counters, acceptance_length, steps_unknown
 from specbatch.run.records import STATUS_OK
 
 # Raw per-category sums; the derived figures (AL, acceptance rate) are recomputed from them, never averaged.
@@ -147,6 +147,8 @@ def summarize(
     speculative = k is not None
     drafts = delta.drafts
     per_position = _pad_to(delta.accepted_per_position, k)
+    # Steps unknown (llama.cpp): no AL and no per-position figures rather than made-up ones.
+    known = speculative and not steps_unknown(drafts, delta.draft_tokens)
     return Summary(
         method=method,
         num_speculative_tokens=k,
@@ -158,15 +160,15 @@ def summarize(
         output_tokens_per_second=delta.generation_tokens / generation_seconds if generation_seconds > 0 else 0.0,
         engine_startup_seconds=engine_startup_seconds,
         warmup_seconds=warmup_seconds,
-        drafts=drafts if speculative else None,
+        drafts=drafts if known else None,
         draft_tokens=delta.draft_tokens if speculative else None,
         accepted_tokens=delta.accepted_tokens if speculative else None,
-        mean_acceptance_length=acceptance_length(delta.accepted_tokens, drafts) if speculative else None,
+        mean_acceptance_length=acceptance_length(delta.accepted_tokens, drafts) if known else None,
         draft_acceptance_rate=(
             (delta.accepted_tokens / delta.draft_tokens if delta.draft_tokens else 0.0) if speculative else None
         ),
-        acceptance_rate_per_position=[a / drafts if drafts else 0.0 for a in per_position] if speculative else None,
-        accepted_per_position=per_position if speculative else None,
+        acceptance_rate_per_position=[a / drafts if drafts else 0.0 for a in per_position] if known else None,
+        accepted_per_position=per_position if known else None,
         per_category=per_category(totals, speculative) if totals.categories or totals.by_category else None,
         concurrency=concurrency,
         counters_scope=counters_scope,
@@ -209,11 +211,12 @@ def per_category(totals: RowTotals, speculative: bool) -> dict[str, dict[str, An
     for category, sums in sorted(totals.categories.items(), key=lambda item: (item[0] == UNKNOWN_CATEGORY, item[0])):
         figures: dict[str, Any] = {k: sums[k] for k in ("rows", "error_rows", "output_tokens")}
         if speculative:
+            known = not steps_unknown(sums["drafts"], sums["draft_tokens"])
             figures.update(
-                drafts=sums["drafts"],
+                drafts=sums["drafts"] if known else None,
                 draft_tokens=sums["draft_tokens"],
                 accepted_tokens=sums["accepted_tokens"],
-                mean_acceptance_length=acceptance_length(sums["accepted_tokens"], sums["drafts"]),
+                mean_acceptance_length=acceptance_length(sums["accepted_tokens"], sums["drafts"]) if known else None,
                 draft_acceptance_rate=(
                     sums["accepted_tokens"] / sums["draft_tokens"] if sums["draft_tokens"] else 0.0
                 ),
