@@ -67,7 +67,6 @@ def test_every_model_spec_preset_is_selected_by_its_model_and_method(name: str) 
     [
         ("llama31_8b_instruct", "eagle", "yuhuili/EAGLE-LLaMA3.1-Instruct-8B"),
         ("llama31_8b_instruct", "eagle3", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"),
-        ("llama31_8b_instruct", "draft_model", "amd/PARD-Llama-3.2-1B"),
     ],
 )
 def test_gpu_presets_as_a_gpu_user_runs_them(model: str, spec: str, checkpoint: str) -> None:
@@ -148,6 +147,15 @@ def test_model_based_knobs_reach_vllm() -> None:
     }
 
 
+def test_suffix_zero_values_vllm_accepts_reach_it() -> None:
+    # vLLM 0.32: 0 cached requests turns the global suffix tree off; a spec factor of 0 is in its range too.
+    job = compose_job(
+        ["spec=suffix", "spec.suffix_decoding_max_cached_requests=0", "spec.suffix_decoding_max_spec_factor=0"]
+    )
+    config = llm_kwargs(job)["speculative_config"]
+    assert config["suffix_decoding_max_cached_requests"] == 0 and config["suffix_decoding_max_spec_factor"] == 0
+
+
 def test_suffix_knobs_reach_vllm() -> None:
     kwargs = llm_kwargs(compose_job(["spec=suffix", "spec.suffix_decoding_max_tree_depth=16"]))
     assert kwargs["speculative_config"] == {
@@ -175,6 +183,11 @@ def test_suffix_knobs_reach_vllm() -> None:
             "spec.draft_tensor_parallel_size is not an option of spec.method=ngram",
         ),
         (["spec=suffix", "spec.suffix_decoding_min_token_prob=2"], "spec.suffix_decoding_min_token_prob=2.0 must be"),
+        (
+            ["spec=suffix", "spec.suffix_decoding_max_cached_requests=-1"],
+            "spec.suffix_decoding_max_cached_requests=-1 must be 0 or more (0 turns the global tree off)",
+        ),
+        (["spec=suffix", "spec.suffix_decoding_max_spec_factor=-0.5"], "max_spec_factor=-0.5 must be 0 or more"),
         (["spec=mtp", "spec.model=/x"], "mtp drafts with the target's own MTP layers: remove spec.model"),
         (["spec=eagle3"], "spec.model is not set: spec=eagle3 needs an EAGLE3 head trained for model.name=smollm2"),
         (["spec=eagle"], "spec.model is not set: spec=eagle needs an EAGLE head"),

@@ -62,7 +62,9 @@ def test_the_registry_and_the_config_name_the_same_backends() -> None:
 
 
 def test_an_unknown_backend_is_refused_naming_the_key() -> None:
-    with pytest.raises(ConfigError, match=r"engine.backend=vlm is not an engine: use one of vllm, server, llama_cpp, dummy"):
+    with pytest.raises(
+        ConfigError, match=r"engine.backend=vlm is not an engine: use one of vllm, server, llama_cpp, dummy"
+    ):
         compose_job(["engine.backend=vlm"])
 
 

@@ -44,7 +44,8 @@ def test_the_argv_has_one_slot_per_sequence_and_their_context(tmp_path: Path) ->
 
 
 def test_draft_model_takes_a_gguf_draft(tmp_path: Path) -> None:
-    base = [*LLAMA, "model=tiny_llama", "spec=draft_model", "spec.num_speculative_tokens=4"]
+    # The embedded model has no draft_model preset: on llama.cpp spec.model is not needed, the GGUF draft is.
+    base = [*LLAMA, "spec=draft_model", "spec.num_speculative_tokens=4"]
     with pytest.raises(ConfigError, match=r"spec\.draft_gguf=/path/to/draft\.gguf"):
         spec_flags(compose_job(base))
     with pytest.raises(ConfigError, match=r"spec\.draft_gguf=.*missing\.gguf is not a file"):

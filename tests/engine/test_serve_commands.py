@@ -234,7 +234,8 @@ def test_sglang_command_for_the_dynamo_preset() -> None:
     [
         (["model=llama31_8b_instruct", "spec=eagle"], {"--speculative-algorithm": "EAGLE"}),
         (
-            ["model=llama31_8b_instruct", "spec=draft_model"],
+            # PARD as an ordinary draft: SGLang has no parallel drafting (test_gpu_presets: the preset is refused).
+            ["model=llama31_8b_instruct", "spec=draft_model", "spec.parallel_drafting=null"],
             {"--speculative-algorithm": "STANDALONE", "--speculative-draft-model-path": "amd/PARD-Llama-3.2-1B"},
         ),
         # SGLang's own MiMo MTP example: EAGLE on the target's MTP layers, 1 step, topk 1, 2 draft tokens.

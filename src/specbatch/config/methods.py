@@ -51,8 +51,11 @@ class Method:
 _CHECKPOINT_KNOBS = ("model", "revision")
 # How a neural drafter runs (a draft, a head, or the target's own MTP layers).
 _DRAFTER_KNOBS = ("draft_tensor_parallel_size", "draft_sample_method")
-# A checkpoint method: its checkpoint must exist here and share the target's vocabulary.
-_CHECKPOINT_CHECKS = ("draft_source", "draft_vocabulary")
+# A checkpoint method: its checkpoint must exist here and share the target's vocabulary, and a parallel drafter
+# must name its mask token.
+_CHECKPOINT_CHECKS = ("draft_source", "draft_vocabulary", "parallel_drafting_token")
+# Drafters vLLM 0.32 can run in parallel-drafting mode ("Only compatible with EAGLE and draft model methods").
+_PARALLEL = ("parallel_drafting",)
 
 METHODS: dict[SpecMethod, Method] = {
     SpecMethod.none: Method(),
@@ -75,16 +78,18 @@ METHODS: dict[SpecMethod, Method] = {
         ),
     ),
     SpecMethod.draft_model: Method(
-        knobs=(*_CHECKPOINT_KNOBS, *_DRAFTER_KNOBS, "draft_gguf"),
+        knobs=(*_CHECKPOINT_KNOBS, *_DRAFTER_KNOBS, *_PARALLEL, "draft_gguf"),
         checkpoint="a draft model",
         preflight=_CHECKPOINT_CHECKS,
         draft_tp_follows_target=True,
     ),
     SpecMethod.eagle: Method(
-        knobs=_CHECKPOINT_KNOBS + _DRAFTER_KNOBS, checkpoint="an EAGLE head", preflight=_CHECKPOINT_CHECKS
+        knobs=_CHECKPOINT_KNOBS + _DRAFTER_KNOBS + _PARALLEL, checkpoint="an EAGLE head", preflight=_CHECKPOINT_CHECKS
     ),
     SpecMethod.eagle3: Method(
-        knobs=_CHECKPOINT_KNOBS + _DRAFTER_KNOBS, checkpoint="an EAGLE3 head", preflight=_CHECKPOINT_CHECKS
+        knobs=_CHECKPOINT_KNOBS + _DRAFTER_KNOBS + _PARALLEL,
+        checkpoint="an EAGLE3 head",
+        preflight=_CHECKPOINT_CHECKS,
     ),
     SpecMethod.mtp: Method(
         knobs=_DRAFTER_KNOBS,

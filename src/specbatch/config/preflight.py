@@ -95,8 +95,9 @@ def mtp_layer_count(config: dict[str, Any]) -> int:
 def check_suffix_package(job: JobConfig) -> None:
     if importlib.util.find_spec("arctic_inference") is None:
         raise ConfigError(
-            "spec=suffix needs the arctic-inference package, which is not installed: run `make setup` "
-            "(it builds the CPU wheel) or, on a GPU machine, `pip install arctic-inference==0.1.1`"
+            "spec=suffix needs the arctic-inference package, which is not installed: run `make setup`, which builds "
+            "arctic-inference 0.1.1 once per machine on CPUs and GPUs alike (a plain `pip install` of its sdist "
+            "fails); if that build failed, its log says why"
         )
 
 
@@ -121,6 +122,27 @@ def check_draft_vocabulary(job: JobConfig) -> None:
                 f"vocab_size={target_vocab}: {kind} must share the target's tokenizer. Use one trained for "
                 "this target (see conf/model_spec/) or a smaller model of the same family."
             )
+
+
+# config.json keys of the token vLLM 0.32 feeds into the slots a parallel drafter fills
+# (LLMBaseProposer._init_parallel_drafting_params): one must be there.
+PARALLEL_DRAFTING_TOKEN_KEYS = ("mask_token_id", "pard_token", "ptd_token_id")
+
+
+def check_parallel_drafting_token(job: JobConfig) -> None:
+    """A parallel drafter was trained for it: its config.json names the token of the slots it drafts in parallel."""
+    spec = job.spec
+    if not spec.parallel_drafting or not spec.model:
+        return
+    draft = read_model_config(spec.model, spec.revision)
+    if draft is None:
+        return
+    if not any(_get(draft, key) is not None for key in PARALLEL_DRAFTING_TOKEN_KEYS):
+        raise ConfigError(
+            f"spec.parallel_drafting=true but the config.json of spec.model={spec.model} names no parallel-drafting "
+            f"token ({', '.join(PARALLEL_DRAFTING_TOKEN_KEYS)}): only drafters trained for it (PARD drafts, P-EAGLE "
+            "heads) draft in parallel. Drop spec.parallel_drafting or use such a checkpoint"
+        )
 
 
 def check_mtp_layers(job: JobConfig) -> None:
@@ -149,6 +171,7 @@ HOOKS: dict[str, Callable[[JobConfig], None]] = {
     "suffix_package": check_suffix_package,
     "draft_source": check_draft_source,
     "draft_vocabulary": check_draft_vocabulary,
+    "parallel_drafting_token": check_parallel_drafting_token,
     "mtp_layers": check_mtp_layers,
 }
 

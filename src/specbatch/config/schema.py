@@ -320,7 +320,9 @@ class JobConfig:
 
     def _check_spec_against_model(self) -> None:
         spec, model = self.spec, self.model
-        if spec.method in CHECKPOINT_METHODS and spec.model is None:
+        # On llama.cpp a draft model is its GGUF file (spec.draft_gguf, checked with the backend's other options).
+        gguf_draft = self.engine.backend == "llama_cpp" and spec.method is SpecMethod.draft_model
+        if spec.method in CHECKPOINT_METHODS and spec.model is None and not gguf_draft:
             kind = CHECKPOINT_KIND[spec.method]
             raise ConfigError(
                 f"spec.model is not set: spec={spec.method.value} needs {kind} trained for model.name={model.name}, "
@@ -339,6 +341,15 @@ class JobConfig:
             batch, why = self.largest_batch()
             schedule_must_cover(schedule, batch, why)
         draft_tp, target_tp = spec.draft_tensor_parallel_size, model.tensor_parallel_size
+        if spec.parallel_drafting and draft_tp not in (None, target_tp):
+            # vLLM 0.32's newer model runner has no parallel drafting, so it falls back to the older one, whose
+            # drafter runs on exactly the target's GPUs (vllm/config/vllm.py, v1/spec_decode/draft_model.py).
+            raise ConfigError(
+                f"spec.draft_tensor_parallel_size={draft_tp} with spec.parallel_drafting=true and "
+                f"model.tensor_parallel_size={target_tp}: vLLM 0.32 runs parallel drafting on its older model runner, "
+                f"where the drafter runs on as many GPUs as the target: set spec.draft_tensor_parallel_size="
+                f"{target_tp} or drop it"
+            )
         if draft_tp is not None:
             allowed = [target_tp] if METHODS[spec.method].draft_tp_follows_target else sorted({1, target_tp})
             require(

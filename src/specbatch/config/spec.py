@@ -28,6 +28,8 @@ class DraftSampleMethod(enum.StrEnum):
 MAX_SPECULATIVE_TOKENS = 16
 # Fields of every method (k means nothing to the baseline, which the k check says itself); the others are knobs.
 _SHARED_FIELDS = ("method", "num_speculative_tokens", "k_schedule")
+# Knobs of another engine's (llama.cpp's GGUF draft): never in vLLM's speculative_config.
+_NOT_VLLM = ("draft_gguf",)
 # How a k schedule is written, for messages.
 SCHEDULE_EXAMPLE = "spec.k_schedule=[[1,4,5],[5,16,3],[17,256,0]]"
 
@@ -52,6 +54,9 @@ class SpecConfig:
     draft_gguf: str | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
     # Model-based methods: GPUs the draft runs on; vLLM accepts 1 or the target's tensor_parallel_size.
     draft_tensor_parallel_size: int | None = None
+    # draft_model / eagle / eagle3: draft all k tokens in one pass (PARD drafts, P-EAGLE heads: checkpoints trained
+    # for it, whose config.json names the mask token). null: off, as vLLM's default. Left out of digests while null.
+    parallel_drafting: bool | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
     # Model-based methods: greedy or probabilistic proposals (null: vLLM's default, greedy).
     draft_sample_method: DraftSampleMethod | None = None
     # n-gram (prompt lookup): shortest and longest suffix of the context looked up in the prompt.
@@ -98,15 +103,18 @@ class SpecConfig:
                 f"spec.prompt_lookup_max={hi} is below spec.prompt_lookup_min={lo}: "
                 f"set spec.prompt_lookup_max to {lo} or more",
             )
-        for key in (
-            "suffix_decoding_max_tree_depth",
-            "suffix_decoding_max_cached_requests",
-            "draft_tensor_parallel_size",
-        ):
+        for key in ("suffix_decoding_max_tree_depth", "draft_tensor_parallel_size"):
             value = getattr(self, key)
             require(value is None or value >= 1, f"spec.{key}={value} must be 1 or more (or null for vLLM's default)")
-        factor, prob = self.suffix_decoding_max_spec_factor, self.suffix_decoding_min_token_prob
-        require(factor is None or factor > 0, f"spec.suffix_decoding_max_spec_factor={factor} must be above 0")
+        # vLLM 0.32's ranges (SpecConfig._verify_suffix_args): 0 cached requests turns the global tree off (the
+        # prompt's tree still drafts), and a spec factor of 0 is accepted.
+        cached, factor = self.suffix_decoding_max_cached_requests, self.suffix_decoding_max_spec_factor
+        require(
+            cached is None or cached >= 0,
+            f"spec.suffix_decoding_max_cached_requests={cached} must be 0 or more (0 turns the global tree off)",
+        )
+        prob = self.suffix_decoding_min_token_prob
+        require(factor is None or factor >= 0, f"spec.suffix_decoding_max_spec_factor={factor} must be 0 or more")
         require(prob is None or 0 <= prob <= 1, f"spec.suffix_decoding_min_token_prob={prob} must be in [0, 1]")
         if self.model is not None:
             require(bool(self.model.strip()), "spec.model is empty: set it to a folder or hub id, or to null")
@@ -187,7 +195,7 @@ class SpecConfig:
         out: dict[str, Any] = {"method": self.method.value, "num_speculative_tokens": self.k}
         for knob, owners in knob_owners().items():
             value = getattr(self, knob)
-            if self.method in owners and value is not None:
+            if self.method in owners and value is not None and knob not in _NOT_VLLM:
                 out[knob] = value.value if isinstance(value, enum.Enum) else value
         if self.k_schedule is not None:
             # vLLM's scheduler looks the k up by the number of requests in each step (dynamic speculative decoding).

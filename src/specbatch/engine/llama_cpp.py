@@ -105,14 +105,6 @@ def spec_flags(job: JobConfig) -> list[str]:
         # follow the match (common/ngram-map.cpp: copy_max < n_draft_min), so n is capped at k.
         assert spec.prompt_lookup_max is not None and spec.k is not None  # SpecConfig requires both for ngram
         n = min(spec.prompt_lookup_max, spec.k)
-        if n < spec.prompt_lookup_max:
-            log.info(
-                "llama.cpp's ngram-simple drafts only when the draft is at least as long as the looked-up n-gram: "
-                "lookup length %d (spec.prompt_lookup_max=%d capped at k=%d)",
-                n,
-                spec.prompt_lookup_max,
-                spec.k,
-            )
         return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(n), "--spec-ngram-simple-size-m", k]
     if spec.method is SpecMethod.draft_model:
         if spec.draft_gguf is None:
@@ -188,6 +180,14 @@ class LlamaServer(ChildServer):
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"llama-server-{port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         argv = server_argv(job, binary, gguf, flags, port)
+        spec = job.spec
+        if spec.method is SpecMethod.ngram and spec.k is not None and (spec.prompt_lookup_max or 0) > spec.k:
+            log.info(
+                "llama.cpp's ngram-simple drafts only when the draft is at least as long as the looked-up n-gram: "
+                "lookup length %d (spec.prompt_lookup_max=%s capped at k)",
+                spec.k,
+                spec.prompt_lookup_max,
+            )
         return cls.launch(argv, dict(os.environ), f"http://127.0.0.1:{port}/v1", log_path, timeout=timeout)
 
 

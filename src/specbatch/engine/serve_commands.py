@@ -201,6 +201,12 @@ def sglang_argv(job: JobConfig) -> list[str]:
             f"{model.tensor_parallel_size} GPU(s) (model.tensor_parallel_size) and has no separate draft "
             "tensor-parallel size; set spec.draft_tensor_parallel_size=null to compare with SGLang"
         )
+    if spec.parallel_drafting:
+        raise ConfigError(
+            "spec.parallel_drafting=true: SGLang's STANDALONE and EAGLE drafters draft one token per pass and have no "
+            "parallel-drafting mode, so the same drafter would run differently there; drop spec.parallel_drafting "
+            "to compare with SGLang"
+        )
     if spec.k_schedule is not None:
         raise ConfigError(
             "spec.k_schedule: SGLang takes one number of draft tokens, not a k per batch size; drop spec.k_schedule "
