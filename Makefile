@@ -7,7 +7,7 @@ ARGS ?=
 # Extra pytest arguments for `make test`, e.g. make test PYTEST_ARGS="-k config"
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint ui
+.PHONY: setup run test lint ui gpu-check
 
 setup:
 	bash jobs/setup.sh
@@ -30,3 +30,8 @@ lint: setup
 # The MLflow UI on the default store: open http://127.0.0.1:5000
 ui: setup
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///outputs/mlflow.db --host 127.0.0.1 --port 5000
+
+# The first thing to run on a GPU machine: every GPU preset on a few prompts, one table (jobs/gpu_check.py).
+# Pass its flags with ARGS, e.g. make gpu-check ARGS=--force-cpu (CPU stand-ins, to see the table's shape).
+gpu-check: setup
+	$(PY) jobs/gpu_check.py $(ARGS)

