@@ -95,3 +95,11 @@ def test_the_table_has_a_row_per_case_with_its_error_or_its_figures() -> None:
     assert lines[2] == "| llama none | yes | 50.0 | - | - | 17,000 |"
     assert lines[3] == "| llama ngram k3 | yes | 80.0 | 2.50 | 1/2 | - |"
     assert lines[4] == "| llama eagle k3 | no: OSError: yuhuili/EAGLE-LLaMA3.1-Instruct-8B is gated | - | - | - | - |"
+
+
+def test_a_failed_preset_keeps_the_line_that_says_why() -> None:
+    log = "[2026-11-23 00:38:01,001][specbatch.run.executor][INFO] - loading\n"
+    log += "[2026-11-23 00:38:02,002][specbatch][ERROR] - spec.model=x is gated: export HF_TOKEN\n"
+    assert gpu_check._last_error(log + "Traceback ...\n") == "spec.model=x is gated: export HF_TOKEN"
+    assert gpu_check._last_error("") == "exited without output"
+    assert gpu_check._last_error("ERROR " + "y" * 1000).endswith("…")

@@ -24,6 +24,8 @@ from pathlib import Path
 from specbatch.common.environment import PROJECT_ROOT
 
 GENERATE = PROJECT_ROOT / "jobs" / "generate.py"
+# How much of a failed preset's error its row keeps.
+ERROR_CHARS = 400
 # vLLM 0.32.0's CUDA wheels pull torch 2.13's cu13 packages.
 MIN_CUDA = (13, 0)
 # Hub checkpoints of the GPU presets (conf/model/*.yaml, conf/model_spec/*.yaml).
@@ -204,8 +206,8 @@ def _last_error(output: str) -> str:
     """The line that says why a job failed: its last ERROR line, else its last line."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     errors = [line for line in lines if "ERROR" in line or "Error" in line]
-    line = (errors or lines or ["exited without output"])[-1]
-    return line.split("] - ", 1)[-1][:240]
+    line = (errors or lines or ["exited without output"])[-1].split("] - ", 1)[-1]
+    return line if len(line) <= ERROR_CHARS else line[: ERROR_CHARS - 1] + "…"
 
 
 def table(outcomes: list[Outcome]) -> str:
