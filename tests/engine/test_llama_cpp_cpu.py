@@ -114,6 +114,8 @@ def test_compare_puts_the_engines_side_by_side_and_serves_with_llama_server(runs
     table = [line for line in text.splitlines() if line.startswith("| smollm2-135m-instruct | humaneval_edit | 4 |")]
     assert [line.split(" | ")[5] for line in table] == ["dummy", "llama_cpp", "dummy", "llama_cpp"]
     assert "are not compared token by token" in text
+    # Two engines short of repeats at batch size 4: the size is named once.
+    assert "too few repeats to tell at batch size 4:" in text
     # Each engine's baseline is its own: both ngram rows have a speedup.
     for row in (r for r in runs["comparison"]["rows"] if r["method"] == "ngram"):
         assert row["speedup"] is not None

@@ -210,7 +210,8 @@ def compare(runs: Iterable[RunData]) -> Comparison:
             "are not compared token by token: each run is checked against the baseline of its own engine"
         )
     recommendations = recommend(rows)
-    few = [str(r.batch_size) for r in recommendations if not r.enough_repeats]
+    # Each batch size once, also when several workloads (engines, models) are short of repeats there.
+    few = [str(size) for size in sorted({r.batch_size for r in recommendations if not r.enough_repeats})]
     if few:
         notes.append(
             f"too few repeats to tell at batch size {', '.join(few)}: every set-up there, the baseline included, "
