@@ -18,9 +18,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from specbatch.analysis.recommend import REPEATS_OVERRIDE
-from specbatch.common.environment import PROJECT_ROOT
 from specbatch.common.masking import MASK
-from specbatch.config import register_configs, to_job_config, to_plain_dict
+from specbatch.config import compose_job, to_plain_dict
 
 # Hydra writes the sweep's overrides here, in the sweep folder.
 MULTIRUN_FILE = "multirun.yaml"
@@ -68,11 +67,7 @@ def _value(value: Any) -> str:
 
 
 def _composed(method: str) -> dict[str, Any]:
-    from hydra import compose, initialize_config_dir
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        return _leaves(to_plain_dict(to_job_config(compose(config_name="config", overrides=[f"spec={method}"]))))
+    return _leaves(to_plain_dict(compose_job([f"spec={method}"])))
 
 
 def config_repeat_command(configs: Iterable[dict[str, Any]]) -> str:

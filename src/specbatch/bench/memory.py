@@ -17,15 +17,13 @@ from pathlib import Path
 def child(rows: int, chunk_size: int, workdir: Path) -> dict:
     """One size in this process: a JSON Lines file of ``rows`` questions, the job on it, its peak memory."""
     # Imported here: the parent process only starts the children and needs none of the job's code.
-    from specbatch.bench.processes import compose_job
-    from specbatch.config import register_configs
+    from specbatch.config import compose_job
     from specbatch.pipeline import run_job
 
     data = workdir / f"rows-{rows}.jsonl"
     with open(data, "w") as out:
         for i in range(rows):
             out.write(json.dumps({"id": f"q{i}", "q": f"Question number {i}: what comes after {i}?"}) + "\n")
-    register_configs()
     overrides = [
         "spec=none",
         "engine.backend=dummy",

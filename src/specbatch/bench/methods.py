@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from specbatch.bench.processes import compose_job
+from specbatch.config import compose_job
 from specbatch.pipeline import run_job
 from specbatch.run.records import read_rows
 from specbatch.run.summary import Summary

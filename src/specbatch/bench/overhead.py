@@ -8,7 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from specbatch.bench.processes import PROJECT, compose_job, first_turn_prompts, run_bare
+from specbatch.bench.processes import PROJECT, first_turn_prompts, run_bare
+from specbatch.config import compose_job
 from specbatch.pipeline import run_job
 from specbatch.run.records import read_rows
 

@@ -1,5 +1,5 @@
-"""What the benchmarks share: composing the job's config, its first prompts as token ids, and the bare vLLM script
-(jobs/bench_bare.py) run as a fresh process on those prompts."""
+"""What the benchmarks share: a job's first prompts as token ids, and the bare vLLM script (jobs/bench_bare.py) run as
+a fresh process on those prompts. (Composing the job's config is specbatch.config.compose_job.)"""
 
 from __future__ import annotations
 
@@ -9,18 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-
 from specbatch.common.environment import PROJECT_ROOT as PROJECT
-from specbatch.config import JobConfig, to_job_config
+from specbatch.config import JobConfig
 from specbatch.data.prompts import load_tokenizer, render
 from specbatch.data.rows import SourceRow, load_rows
-
-
-def compose_job(overrides: list[str]) -> JobConfig:
-    """The job config composed from the project's conf/ with these overrides (and validated)."""
-    with initialize_config_dir(config_dir=str(PROJECT / "conf"), version_base="1.3"):
-        return to_job_config(compose(config_name="config", overrides=overrides))
 
 
 def first_turn_prompts(job: JobConfig) -> tuple[list[SourceRow], list[list[int]]]:

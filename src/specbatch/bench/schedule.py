@@ -31,7 +31,7 @@ from specbatch.analysis.report import Sources, run_compare
 from specbatch.analysis.schedule import KSchedule
 from specbatch.analysis.tables import format_comparison
 from specbatch.bench.overhead import measure_overhead, overhead_lines
-from specbatch.bench.processes import compose_job
+from specbatch.config import compose_job
 from specbatch.pipeline import run_job
 
 METHOD = "ngram"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from specbatch.bench.processes import compose_job
+from specbatch.config import compose_job
 from specbatch.engine.vllm_server import VllmServer
 from specbatch.pipeline import run_job
 from specbatch.run.records import read_rows

@@ -9,7 +9,7 @@ from pathlib import Path
 from specbatch.analysis.report import Sources, run_compare
 from specbatch.analysis.tables import format_comparison
 from specbatch.bench.overhead import measure_overhead, overhead_lines
-from specbatch.bench.processes import compose_job
+from specbatch.config import compose_job
 from specbatch.pipeline import run_job
 
 GOALS = {"batch 1": 3.0, "full batch": 2.0}

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from specbatch.bench.processes import PROJECT, compose_job, first_turn_prompts, run_bare
+from specbatch.bench.processes import PROJECT, first_turn_prompts, run_bare
 from specbatch.common.environment import git_commit
+from specbatch.config import compose_job
 from specbatch.data.rows import load_rows
 from specbatch.run.folder import run_folders_below, shard_folders
 

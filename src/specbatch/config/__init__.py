@@ -8,6 +8,7 @@ and the key check), ``serialise`` (plain data and YAML) and ``identity`` (run fo
 
 from specbatch.config.compose import (
     check_known_keys,
+    compose_job,
     register_configs,
     schema_keys,
     to_job_config,
@@ -69,6 +70,7 @@ __all__ = [
     "SpecMethod",
     "TrackingConfig",
     "check_known_keys",
+    "compose_job",
     "engine_identity",
     "identity_fields",
     "public_config",

@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import functools
 import typing
+from collections.abc import Sequence
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -18,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from specbatch.assets.cache import register_resolvers as register_asset_resolvers
+from specbatch.common.environment import PROJECT_ROOT
 from specbatch.config.errors import ConfigError
 from specbatch.config.schema import GROUPS, JobConfig
 
@@ -30,6 +32,16 @@ def register_configs() -> None:
     cs.store(name="base_config", node=JobConfig)
     for group, node in GROUPS.items():
         cs.store(group=group, name=f"base_{group}", node=node)
+
+
+def compose_job(overrides: Sequence[str] = ()) -> JobConfig:
+    """The job config composed from the project's conf/ with these overrides and checked, as jobs/generate.py would
+    compose it (for code that runs a job, or reads one's settings, outside Hydra's own entry point)."""
+    from hydra import compose, initialize_config_dir  # noqa: PLC0415 (Hydra's composition API, only needed here)
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+        return to_job_config(compose(config_name="config", overrides=list(overrides)))
 
 
 @functools.cache

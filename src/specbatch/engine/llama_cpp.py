@@ -35,7 +35,8 @@ import httpx
 
 from specbatch.assets.cache import package_file
 from specbatch.assets.embedded import SMOLLM2_GGUF, SMOLLM2_PACKAGE
-from specbatch.config import ConfigError, JobConfig
+from specbatch.common.environment import PROJECT_ROOT
+from specbatch.config import ConfigError, JobConfig, compose_job
 from specbatch.config.methods import SpecMethod
 from specbatch.engine.child_server import ChildServer, ServerStartError
 from specbatch.engine.server import ServerEngine, check_server
@@ -43,7 +44,6 @@ from specbatch.engine.spec_metrics import Counters, RowSpecFigures
 
 log = logging.getLogger(__name__)
 
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = PROJECT_ROOT / "jobs" / "llama_cpp.sh"
 # llama-server's own number of parallel slots when -np is not given.
 DEFAULT_SLOTS = 4
@@ -252,30 +252,28 @@ def timings_figures(timings: Any) -> RowSpecFigures | None:
 
 
 def self_check(binary: Path) -> None:
-    """What set-up proves after the build: the server starts with the embedded GGUF, n-gram drafting on, and answers
-    one greedy request with text and draft figures. Raises ServerStartError or httpx.HTTPError otherwise."""
-    gguf = Path(package_file(SMOLLM2_PACKAGE, SMOLLM2_GGUF))
-    port = _free_port()
-    flags = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "3"]
-    argv = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-np", "1", "-c", "2048", *flags]
-    with tempfile.TemporaryDirectory() as tmp:
-        url = f"http://127.0.0.1:{port}/v1"
-        with LlamaServer.launch(argv, dict(os.environ), url, Path(tmp) / "llama-server.log", timeout=START_TIMEOUT):
-            prompt = "Repeat after me: the quick brown fox jumps over the lazy dog. The quick brown fox"
-            body = {"prompt": prompt, "max_tokens": 24, "temperature": 0}
-            answer = httpx.post(f"{url}/completions", json=body, timeout=120.0, trust_env=False)
-            answer.raise_for_status()
-            reply = answer.json()
-            text, timings = reply["choices"][0]["text"], reply.get("timings", {})
-            if not text:
-                raise ServerStartError(f"llama-server answered with no text: {reply}")
-            log.info(
-                "llama-server answers: %r (%.0f tok/s, %s tokens drafted, %s accepted)",
-                text[:60],
-                timings.get("predicted_per_second", 0.0),
-                timings.get("draft_n", 0),
-                timings.get("draft_n_accepted", 0),
-            )
+    """What set-up proves after the build: the server, started as the job starts it (the default job on llama.cpp:
+    the embedded GGUF, n-gram drafting, one slot), answers one greedy request with text and draft figures. Raises
+    ConfigError, ServerStartError or httpx.HTTPError otherwise."""
+    job = compose_job(
+        ["engine.backend=llama_cpp", "spec=ngram", "engine.max_num_seqs=1", f"engine.llama_server={binary}"]
+    )
+    with tempfile.TemporaryDirectory() as tmp, LlamaServer.start(job, Path(tmp)) as server:
+        prompt = "Repeat after me: the quick brown fox jumps over the lazy dog. The quick brown fox"
+        body = {"prompt": prompt, "max_tokens": 24, "temperature": 0}
+        answer = httpx.post(f"{server.url}/completions", json=body, timeout=120.0, trust_env=False)
+        answer.raise_for_status()
+        reply = answer.json()
+        text, timings = reply["choices"][0]["text"], reply.get("timings", {})
+        if not text:
+            raise ServerStartError(f"llama-server answered with no text: {reply}")
+        log.info(
+            "llama-server answers: %r (%.0f tok/s, %s tokens drafted, %s accepted)",
+            text[:60],
+            timings.get("predicted_per_second", 0.0),
+            timings.get("draft_n", 0),
+            timings.get("draft_n_accepted", 0),
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[llama.cpp] %(message)s")
     try:
         self_check(args.binary)
-    except (ServerStartError, httpx.HTTPError, KeyError) as exc:
+    except (ConfigError, ServerStartError, httpx.HTTPError, KeyError) as exc:
         log.error("the built llama-server does not work: %s: %s", type(exc).__name__, exc)
         return 1
     return 0
