@@ -10,7 +10,6 @@ stand-ins of the same cases (the embedded SmolLM2 and the tiny random family) to
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -105,7 +104,8 @@ class Outcome:
     error: str | None = None
     tokens_per_second: float | None = None
     acceptance_length: float | None = None
-    completions: dict[str, list[int]] | None = None
+    # Token ids by (row id, turn, sample), as compare keys them.
+    completions: dict[tuple[str, int, int], list[int]] | None = None
     peak_gpu_mib: float | None = None
 
 
@@ -188,16 +188,15 @@ def run_case(case: Case, common: tuple[str, ...], workdir: Path, max_samples: in
     peak_gpu = max(peak) - (before or 0.0) if peak else None
     if job.returncode != 0:
         return Outcome(case, error=_last_error(job.stdout + job.stderr), peak_gpu_mib=peak_gpu)
-    folder = next(p.parent for p in (out / "runs").rglob("run.json"))
-    stats = json.loads(next((folder / "stats").glob("shard-*.json")).read_text())
-    import pyarrow.parquet as pq  # noqa: PLC0415 (the refusals above need none of it)
+    # Read as compare reads a finished run (the refusals above need none of it).
+    from specbatch.analysis.run_data import load_run  # noqa: PLC0415
 
-    rows = pq.read_table(sorted((folder / "data").rglob("*.parquet"))).to_pylist()
+    run = load_run(next(p.parent for p in (out / "runs").rglob("run.json")))
     return Outcome(
         case,
-        tokens_per_second=stats["output_tokens_per_second"],
-        acceptance_length=stats.get("mean_acceptance_length"),
-        completions={r["row_id"]: r["completion_token_ids"] for r in rows},
+        tokens_per_second=run.summary.output_tokens_per_second,
+        acceptance_length=run.summary.mean_acceptance_length,
+        completions=run.tokens,
         peak_gpu_mib=peak_gpu,
     )
 
