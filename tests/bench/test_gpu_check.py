@@ -86,8 +86,12 @@ def test_every_gpu_preset_has_a_row_and_a_cpu_stand_in() -> None:
 def test_the_table_has_a_row_per_case_with_its_error_or_its_figures() -> None:
     none, ngram, eagle = GPU_CASES[0], GPU_CASES[1], GPU_CASES[5]
     outcomes = [
-        Outcome(none, tokens_per_second=50.0, completions={("a", 1, 0): [1, 2], ("b", 1, 0): [3]}, peak_gpu_mib=17000.0),
-        Outcome(ngram, tokens_per_second=80.0, acceptance_length=2.5, completions={("a", 1, 0): [1, 2], ("b", 1, 0): [4]}),
+        Outcome(
+            none, tokens_per_second=50.0, completions={("a", 1, 0): [1, 2], ("b", 1, 0): [3]}, peak_gpu_mib=17000.0
+        ),
+        Outcome(
+            ngram, tokens_per_second=80.0, acceptance_length=2.5, completions={("a", 1, 0): [1, 2], ("b", 1, 0): [4]}
+        ),
         Outcome(eagle, error="OSError: yuhuili/EAGLE-LLaMA3.1-Instruct-8B is gated"),
     ]
     lines = table(outcomes).splitlines()
