@@ -39,6 +39,11 @@ def check_engine(job: JobConfig) -> None:
     _backend(job).check(job)
 
 
+def preflight_skipped(job: JobConfig) -> str | None:
+    """Why the method's local checks (config.preflight) do not apply to this job's backend; None when they do."""
+    return _backend(job).preflight_skipped
+
+
 def start_engine(job: JobConfig, starting: Callable[[], None] | None = None) -> Engine:
     """Start the engine ``engine.backend`` names (warm-up included); the caller closes it.
 
@@ -61,6 +66,7 @@ __all__ = [
     "RequestRefused",
     "Sample",
     "check_engine",
+    "preflight_skipped",
     "engine_fingerprint",
     "start_engine",
 ]

@@ -71,6 +71,9 @@ class Engine(ABC):
     # Whose work ``counters`` count: "engine" (this job's engine alone), "server" (a server's, every client's) or
     # "requests" (the job's own tally of its completions).
     counters_scope = "engine"
+    # Why the method's checks against this machine's checkpoints and packages (config.preflight) do not apply to
+    # this backend; None: they run before the engine starts.
+    preflight_skipped: str | None = None
 
     def __init__(self, fingerprint: str, concurrency: int | None = None) -> None:
         self.fingerprint = fingerprint

@@ -195,6 +195,7 @@ class LlamaCppEngine(ServerEngine):
     """The server backend's client on a llama-server of the job's own."""
 
     name = "llama_cpp"
+    preflight_skipped = "its GGUF files and method are checked by the backend's own check instead"
 
     def __init__(self, job: JobConfig, server: LlamaServer) -> None:
         # The client sends to this server, as many requests at once as it has slots.

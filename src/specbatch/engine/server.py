@@ -150,6 +150,8 @@ class ServerEngine(Engine):
     """Requests to a running OpenAI-compatible server (see the module docstring)."""
 
     name = "server"
+    # The checkpoints and packages are the server's, not this machine's: nothing local to check them by.
+    preflight_skipped = "the method's checks against local checkpoints are the server's to do"
 
     def __init__(self, job: JobConfig, target: ServerTarget) -> None:
         super().__init__(engine_fingerprint(job), concurrency=job.engine.max_concurrency)

@@ -22,7 +22,7 @@ from specbatch.config import ConfigError, JobConfig
 from specbatch.config.preflight import preflight
 from specbatch.data.prompts import check_chat_template, load_tokenizer
 from specbatch.data.rows import RowSource, SourceRow, open_rows
-from specbatch.engine import Engine, check_engine, engine_fingerprint, start_engine
+from specbatch.engine import Engine, check_engine, engine_fingerprint, preflight_skipped, start_engine
 from specbatch.run.chunks import ChunkWriter
 from specbatch.run.executor import ShardPlan
 from specbatch.run.folder import RunFolder
@@ -66,11 +66,11 @@ class ShardGeneration:
                 raise ConfigError(str(exc)) from None
         self._tokenizer = load_tokenizer(job.model)
         check_chat_template(job.dataset, self._tokenizer)
-        if job.engine.backend == "server":
-            # The checkpoints and packages are the server's, not this machine's: nothing local to check them by.
-            log.info("engine.backend=server: the method's checks against local checkpoints are the server's to do")
-        elif job.engine.backend != "llama_cpp":  # its GGUF files and method are checked by its check_engine below
+        skipped = preflight_skipped(job)
+        if skipped is None:
             preflight(job)
+        else:
+            log.info("engine.backend=%s: %s", job.engine.backend, skipped)
         if self.engine is None:
             # E.g. a server answers at engine.url: one clear error before the run folder is written.
             check_engine(job)
