@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 
 from specbatch.config import ConfigError, JobConfig, register_configs, to_job_config
+from specbatch.config.dtype import log_dtype_choice
 from specbatch.config.overrides import check_overrides
 from specbatch.engine.child_server import ServerStartError
 from specbatch.engine.serve_commands import batch_command, curl_example, serving_commands, vllm_console_script_broken
@@ -40,6 +41,7 @@ def main() -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per /health poll
     try:
         job = compose_job(args.overrides)
+        log_dtype_choice(job.model.dtype_choice)
         if args.print:
             print(serving_commands(job, module=vllm_console_script_broken()))
             return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specbatch.config import JobConfig
+from specbatch.config.dtype import log_dtype_choice
 from specbatch.engine import Engine
 from specbatch.run.executor import JobResult, ShardExecutor
 from specbatch.run.generate import ShardGeneration
@@ -30,6 +31,7 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
     each chunk is written as its own Parquet part as soon as its rows are finished, so a rerun after a kill redoes
     at most the chunks that were in flight. The done marker is written last.
     """
+    log_dtype_choice(job.model.dtype_choice)
     return ShardExecutor(job, ShardGeneration(job, engine), TrackingObserver(job, sweep)).run()
 
 

@@ -18,6 +18,7 @@ from specbatch.analysis.report import find_runs
 from specbatch.analysis.run_data import load_run
 from specbatch.analysis.tables import format_comparison, write_comparison
 from specbatch.common.files import atomic_write_json, atomic_write_text
+from specbatch.common.machine import Machine
 from specbatch.config import ConfigError, to_plain_dict
 from specbatch.engine.spec_metrics import Counters
 from specbatch.run.folder import RunFolder
@@ -37,6 +38,7 @@ def write_run(
     done: bool = True,
     concurrency: int | None = None,
     legacy: bool = False,
+    machine: Machine | None = None,
 ) -> Path:
     """A finished one-shard run folder: run.json, one part, its summary with the given throughput, done marker.
 
@@ -80,6 +82,7 @@ def write_run(
         engine_startup_seconds=20.0,
         warmup_seconds=1.0,
         concurrency=concurrency,
+        machine=machine.to_dict() if machine else None,
     )
     atomic_write_json(layout.stats_path, summary.to_dict())
     if done:
@@ -100,6 +103,26 @@ def test_speedup_comes_from_stored_timings_and_equal_rows_count(job_factory) -> 
     assert "greedy equality compared in float32" in result.notes
     [rec] = result.recommendations
     assert (rec.method, rec.k, rec.batch_size) == ("ngram", 3, 2)
+
+
+AVX2 = Machine("AMD EPYC", ("avx2",), 2)
+AVX512 = Machine("AMD EPYC 9R14", ("avx2", "avx512f", "avx512_bf16"), 2)
+
+
+def test_runs_side_by_side_from_two_machines_are_flagged(job_factory) -> None:
+    base = write_run(job_factory, SAME, 10.0, "spec=none", machine=AVX2)
+    same = write_run(job_factory, SAME, 25.0, "spec=ngram", machine=AVX2)
+    other = write_run(job_factory, SAME, 50.0, "spec=suffix", machine=AVX512)
+    quiet = compare([load_run(base), load_run(same)])
+    assert not [n for n in quiet.notes if "different machines" in n]
+    assert quiet.rows[1].machine == AVX2.line()
+    loud = compare([load_run(base), load_run(same), load_run(other)])
+    [note] = [n for n in loud.notes if "different machines" in n]
+    assert AVX2.line() in note and AVX512.line() in note and "2 run(s)" in note and "not comparable" in note
+    assert "different machines" in format_comparison(loud)
+    # A run written before machines were recorded is no evidence either way.
+    unrecorded = write_run(job_factory, SAME, 25.0, "spec=ngram", "spec.num_speculative_tokens=5")
+    assert not [n for n in compare([load_run(base), load_run(unrecorded)]).notes if "different machines" in n]
 
 
 def test_repeats_give_mean_and_spread(job_factory) -> None:

@@ -211,7 +211,14 @@ def test_serve_job_answers_dynamos_chat_request_and_sigterm_leaves_nothing(tmp_p
     url = f"http://127.0.0.1:{port}/v1"
     key = "sk-serve-test-" + os.urandom(8).hex()
     job = LiveJob(
-        [sys.executable, str(SERVE), "spec=ngram", f"engine.url={url}", f"output_root={tmp_path}"],
+        [
+            sys.executable,
+            str(SERVE),
+            "spec=ngram",
+            "model.dtype=float32",
+            f"engine.url={url}",
+            f"output_root={tmp_path}",
+        ],
         env={"OPENAI_API_KEY": key},
     )
     group = None

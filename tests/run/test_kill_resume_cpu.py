@@ -19,6 +19,7 @@ def test_killed_shard_resumes_to_exactly_once(tmp_path: Path) -> None:
     args = [
         f"output_root={tmp_path}",
         f"max_samples={N_ROWS}",
+        "model.dtype=float32",
         "chunk_size=3",
         # Two requests at once and four queued: several chunks are in flight, the last ones not yet admitted.
         "engine.max_num_seqs=2",

@@ -30,6 +30,7 @@ def local_args(tmp_path: Path, data: Path, *extra: str) -> list[str]:
         "dataset.template='Repeat after me: {q}'",
         "dataset.id_column=id",
         "sampling.max_tokens=24",
+        "model.dtype=float32",
         *extra,
     ]
 

@@ -38,7 +38,13 @@ def slurm_env() -> Iterator[dict[str, str]]:
 
 
 def job_args(root: Path) -> list[str]:
-    return [f"output_root={root}", f"max_samples={N_ROWS}", "sampling.max_tokens=24", "tracking=off"]
+    return [
+        f"output_root={root}",
+        f"max_samples={N_ROWS}",
+        "sampling.max_tokens=24",
+        "tracking=off",
+        "model.dtype=float32",
+    ]
 
 
 def check_merged(root_args: list[str], shards: int) -> None:

@@ -17,6 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from conftest import PROJECT_ROOT, fake_engine
 from mlflow_server import basic_auth_proxy, free_port
+from specbatch.common.machine import this_machine
 from specbatch.common.masking import mask_data, mask_text
 from specbatch.pipeline import run_job
 from specbatch.run.folder import RunFolder
@@ -59,7 +60,10 @@ def test_the_run_page_has_a_name_description_dataset_table_and_grouped_experimen
         "**none** on" in run.data.tags["mlflow.note.content"]
         and str(result.folder.root) in (run.data.tags["mlflow.note.content"])
     )
-    assert run.data.tags["repeat"] == "2" and run.data.tags["dtype"] == "bfloat16"
+    # The dtype that ran (model.dtype=auto resolved for this machine), never "auto"; and the machine it ran on.
+    assert run.data.tags["repeat"] == "2" and run.data.tags["dtype"] == job.model.dtype.value != "auto"
+    cores = str(len(os.sched_getaffinity(0)))
+    assert run.data.tags["machine"] == this_machine().line() and run.data.tags["cpu_cores"] == cores
     [dataset_input] = run.inputs.dataset_inputs
     # Named by its data set (the runs table's Dataset column), not by the run folder.
     assert dataset_input.dataset.name == "local"

@@ -20,7 +20,13 @@ LOG_RUN = PROJECT_ROOT / "jobs" / "log_run.py"
 
 
 def test_a_run_on_a_tracking_server_shows_everything(mlflow_server, tmp_path: Path) -> None:
-    args = ["tracking=server", "max_samples=3", "sampling.max_tokens=32", f"output_root={tmp_path}"]
+    args = [
+        "tracking=server",
+        "max_samples=3",
+        "sampling.max_tokens=32",
+        "model.dtype=float32",
+        f"output_root={tmp_path}",
+    ]
     # tracking=server takes the URI from MLFLOW_TRACKING_URI, as on a cluster where it is set once for everyone.
     proc = run_generate(args, env={"MLFLOW_TRACKING_URI": mlflow_server.uri})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -49,6 +55,7 @@ def test_server_killed_mid_run_then_logged_later(tmp_path: Path) -> None:
     store = tmp_path / "server"
     args = [
         "max_samples=4",
+        "model.dtype=float32",
         "chunk_size=1",
         "sampling.max_tokens=48",
         f"output_root={tmp_path}",

@@ -86,6 +86,7 @@ def finished_run(server: MlflowServer, tmp_path_factory: pytest.TempPathFactory)
         [
             f"output_root={root}",
             "max_samples=2",
+            "model.dtype=float32",
             "sampling.max_tokens=32",
             f"tracking.uri={server.uri}",
             f"tracking.experiment={EXPERIMENT}",

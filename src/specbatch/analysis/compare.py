@@ -113,6 +113,8 @@ class CompareRow:
     # Output tokens per target forward pass, output / (output - accepted): every engine has it, also one that does
     # not report its drafting steps (llama.cpp, which has no AL). 1.0 without speculation.
     tokens_per_pass: float | None = None
+    # The machine(s) its repeats ran on (specbatch.common.machine lines, "; "-joined); "" when not recorded.
+    machine: str = ""
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,7 @@ def compare(runs: Iterable[RunData]) -> Comparison:
             "completions of different engines and weights (e.g. vLLM's bfloat16 and llama.cpp's quantised GGUF) "
             "are not compared token by token: each run is checked against the baseline of its own engine"
         )
+    notes += machine_notes([run for members in groups.values() for run in members])
     recommendations = recommend(rows)
     # Each batch size once, also when several workloads (engines, models) are short of repeats there.
     few = [str(size) for size in sorted({r.batch_size for r in recommendations if not r.enough_repeats})]
@@ -220,6 +223,31 @@ def compare(runs: Iterable[RunData]) -> Comparison:
     all_runs = [run for members in groups.values() for run in members]
     schedules = build_schedules(recommendations, all_runs)
     return Comparison(rows, recommendations, consistency, notes, schedules, figures)
+
+
+def machine_notes(runs: list[RunData]) -> list[str]:
+    """A warning for each workload whose runs ran on more than one machine: their tok/s ratios mix two CPUs (we have
+    seen 2x between two of our own), so a speedup between them says little."""
+    by_workload: dict[str, dict[str, list[RunData]]] = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        for line in run.machines or ["not recorded"]:
+            by_workload[run.workload][line].append(run)
+    notes = []
+    for machines in by_workload.values():
+        known = [line for line in machines if line != "not recorded"]
+        if len(known) < 2:
+            continue
+        first = next(iter(machines.values()))[0]
+        where = "; ".join(
+            f"{line}: {len(members)} run(s), e.g. {members[0].root.name}" for line, members in sorted(machines.items())
+        )
+        note = (
+            f"runs of {first.config['model']['name']} on {first.config['dataset']['name']} ran on different machines, "
+            f"so the speedups between them are not comparable (re-run them on one machine): {where}"
+        )
+        log.warning("%s", note)
+        notes.append(note)
+    return notes
 
 
 def _run_figures(members: list[RunData], base: list[RunData] | None, checks: dict[str, Equality]) -> list[RunFigures]:
@@ -300,6 +328,7 @@ def _row(members: list[RunData], base: list[RunData] | None) -> tuple[CompareRow
         engine=first.engine,
         prompts_key=first.prompts_key,
         tokens_per_pass=tokens_per_pass(pooled.output_tokens, pooled.accepted_tokens),
+        machine="; ".join(sorted({line for m in members for line in m.machines})),
     )
     return row, by_folder
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from specbatch.common.machine import machine_line
 from specbatch.config import workload_digest
 from specbatch.run.folder import read_run, shard_folders
 from specbatch.run.records import STATUS_OK
@@ -69,6 +70,15 @@ class RunData:
     def dtype(self) -> str:
         """The weights' type: model.dtype, or "gguf" on llama.cpp, which runs the GGUF as it is stored."""
         return "gguf" if self.engine == "llama_cpp" else str(self.config["model"]["dtype"])
+
+    @property
+    def machines(self) -> list[str]:
+        """The line of each machine that generated the run (several when its shards ran on different ones); empty
+        for runs written before machines were recorded."""
+        machine = self.summary.machine
+        if not machine:
+            return []
+        return list(machine.get("mixed") or [machine_line(machine)])
 
     @property
     def prompts_key(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from specbatch.bench import machine_header
 from specbatch.config import compose_job
 from specbatch.pipeline import run_job
 from specbatch.run.records import read_rows
@@ -61,6 +62,8 @@ def run_methods(max_samples: int, max_tokens: int, output_root: str) -> dict[str
 def methods_table(results: dict[str, Measured]) -> str:
     """Each case against its own spec=none, as a Markdown table."""
     lines = [
+        machine_header(),
+        "",
         "| run | output tok/s | vs its none | AL | draft acceptance | acceptance per position | matched none |",
         "|---|---|---|---|---|---|---|",
     ]

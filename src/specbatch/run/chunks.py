@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from specbatch.common.files import atomic_write, atomic_write_json
+from specbatch.common.machine import this_machine
 from specbatch.run.folder import RunFolder
 from specbatch.run.integrity import PartRecord
 from specbatch.run.records import write_parquet_file
@@ -65,5 +66,6 @@ class ChunkWriter:
             "seconds": streamed.seconds,
             "counters": asdict(streamed.counters) if streamed.counters is not None else None,
             "counters_scope": streamed.counters_scope,
+            "machine": this_machine().line(),
         }
         atomic_write_json(self.folder.launch_record_path(self.launch), record)

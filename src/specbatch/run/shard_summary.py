@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from specbatch.common.machine import this_machine
 from specbatch.config import JobConfig
 from specbatch.engine import Engine
 from specbatch.engine.spec_metrics import Counters
@@ -60,4 +61,6 @@ def summarize_shard(folder: RunFolder, job: JobConfig, parts: list[Path], engine
         warmup_seconds=engine.warmup_seconds if engine else 0.0,
         concurrency=concurrency or None,
         counters_scope="+".join(sorted(scopes)) or None,
+        # The machine that finishes the shard; each launch's own is in its launch record.
+        machine=this_machine().to_dict(),
     )

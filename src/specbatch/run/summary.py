@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from specbatch.common.machine import machine_line
 from specbatch.engine.spec_metrics import Counters, acceptance_length, steps_unknown
 from specbatch.run.records import STATUS_OK
 
@@ -94,6 +95,9 @@ class Summary:
     # when the job was its only client), "requests" (the completions' own figures), or several joined by "+".
     # Null for runs written before it existed (their engine's).
     counters_scope: str | None = None
+    # The machine that generated it (specbatch.common.machine.Machine.to_dict); several shards or repeats on
+    # different machines: {"mixed": [their lines]}. Null for runs written before it was recorded.
+    machine: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,6 +111,7 @@ class Summary:
             "accepted_per_position",
             "per_category",
             "counters_scope",
+            "machine",
         }
         return {k: float(v) for k, v in asdict(self).items() if k not in skip and v is not None}
 
@@ -143,6 +148,7 @@ def summarize(
     warmup_seconds: float,
     concurrency: int | None = None,
     counters_scope: str | None = None,
+    machine: dict[str, Any] | None = None,
 ) -> Summary:
     speculative = k is not None
     drafts = delta.drafts
@@ -172,7 +178,23 @@ def summarize(
         per_category=per_category(totals, speculative) if totals.categories or totals.by_category else None,
         concurrency=concurrency,
         counters_scope=counters_scope,
+        machine=machine,
     )
+
+
+def merged_machine(machines: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The machine of several summaries: theirs when they agree, else ``{"mixed": [each machine's line]}``."""
+    lines: dict[str, dict[str, Any]] = {}
+    for machine in machines:
+        if machine is None:
+            continue
+        for line in machine.get("mixed") or [machine_line(machine)]:
+            lines.setdefault(line, machine)
+    if not lines:
+        return None
+    if len(lines) == 1:
+        return next(iter(lines.values()))
+    return {"mixed": sorted(lines)}
 
 
 def merge_summaries(summaries: list[Summary]) -> Summary:
@@ -196,6 +218,7 @@ def merge_summaries(summaries: list[Summary]) -> Summary:
             sorted({p for s in summaries if s.counters_scope for p in s.counters_scope.split("+")})
         )
         or None,
+        machine=merged_machine(s.machine for s in summaries),
     )
 
 
@@ -274,6 +297,8 @@ def format_table(summary: Summary) -> str:
     lines = [f"{labels[key]:<{width}}  {fmt(data[key])}" for key in labels]
     if summary.counters_scope and "server" in summary.counters_scope and summary.num_speculative_tokens is not None:
         lines.append(f"{'':<{width}}  {SERVER_WIDE_NOTE}")
+    if summary.machine:
+        lines.append(f"{'machine':<{width}}  {describe_machine(summary.machine)}")
     if summary.per_category:
         columns = ["rows", "error_rows", "output_tokens", "mean_acceptance_length", "draft_acceptance_rate"]
         name_width = max(len("category"), *(len(c) for c in summary.per_category))
@@ -283,3 +308,12 @@ def format_table(summary: Summary) -> str:
             lines.append(f"{category:<{name_width}}  {cells}")
     rule = "-" * max(len(line) for line in lines)
     return "\n".join([rule, *lines, rule])
+
+
+def describe_machine(machine: dict[str, Any] | None) -> str:
+    """A recorded machine as one line ("mixed: a | b" when shards or repeats ran on several)."""
+    if not machine:
+        return "not recorded (written before runs recorded their machine)"
+    if machine.get("mixed"):
+        return "mixed: " + " | ".join(machine["mixed"])
+    return machine_line(machine) or "unknown"
