@@ -18,6 +18,7 @@ from specbatch.config import (
     JobConfig,
     engine_identity,
     identity_fields,
+    run_folder_config,
     run_folder_digest,
     to_plain_dict,
     workload_config,
@@ -34,6 +35,8 @@ OLD_NOT_WORKLOAD = ("spec", "tracking", "output_root", "run_name", "shard", "rep
 SERVER_KEYS = ("url", "api_key_env", "served_model", "api", "max_concurrency", "request_timeout_seconds", "retries")
 # And the llama_cpp backend's.
 LLAMA_CPP_KEYS = ("llama_server",)
+# And the vllm backend's engine.multiprocessing: absent while null, in the folder and engine digests when set.
+VLLM_KEYS = ("multiprocessing",)
 
 
 def plain_before_server_keys(job: JobConfig) -> dict[str, Any]:
@@ -46,6 +49,8 @@ def plain_before_server_keys(job: JobConfig) -> dict[str, Any]:
     # spec.parallel_drafting too: absent while null, counted like any knob when set (the PARD preset sets it).
     if plain["spec"]["parallel_drafting"] is None:
         del plain["spec"]["parallel_drafting"]
+    if plain["engine"]["multiprocessing"] is None:
+        del plain["engine"]["multiprocessing"]
     return plain
 
 
@@ -63,7 +68,9 @@ def old_engine_fingerprint(job: JobConfig) -> str:
 def old_workload(config: dict[str, Any]) -> str:
     plain = {k: v for k, v in config.items() if k not in OLD_NOT_WORKLOAD}
     plain["engine"] = {
-        k: v for k, v in plain["engine"].items() if k != "max_num_seqs" and k not in SERVER_KEYS + LLAMA_CPP_KEYS
+        k: v
+        for k, v in plain["engine"].items()
+        if k != "max_num_seqs" and k not in SERVER_KEYS + LLAMA_CPP_KEYS + VLLM_KEYS
     }
     if plain["model"].get("gguf") is None:
         plain["model"].pop("gguf", None)
@@ -81,6 +88,7 @@ SETUPS = [
     ["tracking=off", "output_root=/elsewhere", "run_name=mine", "repeat=2", "shard.index=1", "shard.count=3"],
     ["max_samples=3", "chunk_size=7", "engine.max_num_seqs=4", "engine.backend=dummy"],
     ["dataset=mt_bench", "sampling=sampled", "sampling.n=4", "spec=none", "model.dtype=float32"],
+    ["engine.multiprocessing=true"],
 ]
 
 
@@ -177,3 +185,14 @@ def test_server_keys_count_only_for_server_jobs() -> None:
     chat = to_plain_dict(compose_job(["engine.backend=server", "engine.api=chat"]))
     assert workload_digest(chat) != workload_digest(to_plain_dict(server))
     assert "max_concurrency" not in workload_config(chat)["engine"]
+
+
+def test_engine_multiprocessing_counts_only_when_set_and_only_for_vllm() -> None:
+    default = compose_job([])
+    assert run_folder_digest(compose_job(["engine.multiprocessing=true"])) != run_folder_digest(default)
+    assert run_folder_digest(compose_job(["engine.multiprocessing=false"])) != run_folder_digest(default)
+    assert "multiprocessing" not in run_folder_config(default)["engine"]
+    dummy = compose_job(["engine.backend=dummy"])
+    assert run_folder_digest(compose_job(["engine.backend=dummy", "engine.multiprocessing=true"])) == (
+        run_folder_digest(dummy)
+    )

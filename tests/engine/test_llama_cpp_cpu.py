@@ -119,7 +119,11 @@ def test_compare_puts_the_engines_side_by_side_and_serves_with_llama_server(runs
     # Each engine's baseline is its own: both ngram rows have a speedup.
     for row in (r for r in runs["comparison"]["rows"] if r["method"] == "ngram"):
         assert row["speedup"] is not None
-    assert "--spec-type ngram-simple" in text and "llama-server -m" in text
+    # The llama.cpp pick is served by llama-server; whether n-gram beat none at batch 4 depends on the CPU (on an
+    # AVX2-only EPYC it did not), so its drafting flags are asserted only when it is the pick.
+    [pick] = [r for r in runs["comparison"]["recommendations"] if r["dtype"] == "gguf"]
+    assert "llama-server -m" in text
+    assert ("--spec-type ngram-simple" in text) == (pick["method"] == "ngram"), pick
 
 
 def test_a_sigkill_of_the_job_leaves_no_llama_server(tmp_path: Path) -> None:

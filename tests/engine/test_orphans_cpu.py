@@ -70,7 +70,9 @@ def shm_used_by(processes: Iterable[psutil.Process]) -> set[str]:
 def test_sigkill_of_the_job_leaves_no_engine_process_or_shm(tmp_path: Path) -> None:
     tag = uuid.uuid4().hex
     args = [f"output_root={tmp_path}", "max_samples=8", "chunk_size=2", "sampling.max_tokens=48", "tracking=off"]
-    args.append("model.dtype=float32")
+    # Engine core and worker in processes of their own (vLLM's default, and on a GPU ours): the case that can leave
+    # them behind. Without a GPU the job runs them in its own process, which a kill -9 ends with it.
+    args += ["model.dtype=float32", "engine.multiprocessing=true"]
     layout = RunFolder.for_job(compose_job(args))
     shm_before = _shm_entries()
     job_shm: set[str] = set()

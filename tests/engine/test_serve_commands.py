@@ -20,6 +20,7 @@ from specbatch.analysis.compare import CompareRow, Comparison, Recommendation
 from specbatch.analysis.report import serve_commands
 from specbatch.common.files import atomic_write_json
 from specbatch.config import ConfigError, JobConfig, to_plain_dict
+from specbatch.engine import vllm_offline
 from specbatch.engine.serve_commands import (
     SAKURA_MAX_TOKENS,
     SAKURA_PROMPT,
@@ -34,7 +35,7 @@ from specbatch.engine.serve_commands import (
     vllm_serve_argv,
     vllm_serve_command,
 )
-from specbatch.engine.vllm_offline import llm_kwargs, vllm_environment
+from specbatch.engine.vllm_offline import llm_kwargs, offline_environment, vllm_environment
 from specbatch.engine.vllm_server import server_process_environment
 
 SERVE = PROJECT_ROOT / "jobs" / "serve.py"
@@ -317,7 +318,29 @@ def test_the_environment_vllm_needs_is_one_function_for_the_engine_and_the_serve
         "VLLM_CPU_KVCACHE_SPACE=2 ARCTIC_INFERENCE_ENABLED=0 vllm serve "
     )
     source = (PROJECT_ROOT / "src/specbatch/engine/vllm_offline.py").read_text()
-    assert "vllm_environment(job).items()" in source.split("def start(")[1]  # VllmEngine.start sets the same
+    assert "_apply_environment(vllm_environment(job)," in source.split("def start(")[1]  # VllmEngine.start too
+
+
+def test_the_offline_engine_sets_the_shared_environment_and_decides_multiprocessing_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job = compose_job(["spec=suffix"])
+    names = [*vllm_environment(job), *offline_environment(job)]
+    for name in names:  # setenv first, so monkeypatch restores whatever was there before the test
+        monkeypatch.setenv(name, "before")
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(vllm_offline, "_SET_BY_US", {})
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "7")  # the user's own value wins...
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # ...but engine.multiprocessing decides this one
+    vllm_offline._apply_environment(vllm_environment(job), offline_environment(job))
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "7" and os.environ["ARCTIC_INFERENCE_ENABLED"] == "0"
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # no GPU here: in one process
+    assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    # A later engine of the same process with engine.multiprocessing=true takes back what the first one set.
+    again = compose_job(["spec=suffix", "engine.multiprocessing=true"])
+    vllm_offline._apply_environment(vllm_environment(again), offline_environment(again))
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in os.environ
 
 
 def test_the_server_gets_the_key_only_through_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -50,3 +50,8 @@ def server_only(*names: Identity, backends: tuple[str, ...] = ("server",)) -> di
 def llama_cpp_only(*names: Identity) -> dict[str, Any]:
     """Metadata of an engine field only the llama_cpp backend reads."""
     return server_only(*names, backends=("llama_cpp",))
+
+
+def vllm_only(*names: Identity) -> dict[str, Any]:
+    """Metadata of an engine field only the offline vllm backend reads, left out of every identity while null."""
+    return {**server_only(*names, backends=("vllm",)), ABSENT_WHEN_NULL: True}

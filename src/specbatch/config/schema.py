@@ -299,6 +299,12 @@ class JobConfig:
             self.run_name is None or ("/" not in self.run_name and self.run_name.strip() not in ("", ".", "..")),
             f"run_name={self.run_name!r} must be a plain folder name without '/'",
         )
+        require(
+            self.engine.multiprocessing is not False or self.model.tensor_parallel_size == 1,
+            f"engine.multiprocessing=false runs vLLM in the job's process, which holds one worker, but "
+            f"model.tensor_parallel_size={self.model.tensor_parallel_size} needs one per GPU: set "
+            "engine.multiprocessing=true (or null)",
+        )
         self._check_spec_against_model()
 
     def largest_batch(self) -> tuple[int, str]:

@@ -131,7 +131,10 @@ def check_llama_cpp(job: JobConfig) -> tuple[Path, Path, list[str]]:
             f"sampling.n={job.sampling.n}: llama-server returns one completion per request; use sampling.n=1 on "
             "engine.backend=llama_cpp"
         )
-    return server_binary(job), target_gguf(job), flags
+    # The GGUF (a mistake in the config) before the binary (a set-up step on this machine): the config's own
+    # errors read the same on every machine.
+    gguf = target_gguf(job)
+    return server_binary(job), gguf, flags
 
 
 def server_argv(job: JobConfig, binary: Path, gguf: Path, flags: list[str], port: int) -> list[str]:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from specbatch.common.machine import this_machine
 from specbatch.config import METHODS, JobConfig, SamplingConfig
 from specbatch.engine.base import Completion, Engine, Request, RequestRefused, Sample, engine_fingerprint
 from specbatch.engine.reaper import Reaper
@@ -78,6 +79,50 @@ def vllm_environment(job: JobConfig) -> dict[str, str]:
     if job.engine.cpu_kvcache_space_gib is not None:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(job.engine.cpu_kvcache_space_gib)
     return env | METHODS[job.spec.method].environment
+
+
+def runs_in_process(job: JobConfig) -> bool:
+    """Whether vLLM's engine core and worker run inside the job's process (engine.multiprocessing; null: on a machine
+    without a GPU, with one worker)."""
+    choice = job.engine.multiprocessing
+    if choice is None:
+        return not this_machine().gpu_count and job.model.tensor_parallel_size == 1
+    return not choice
+
+
+def offline_environment(job: JobConfig) -> dict[str, str]:
+    """What the offline engine sets beside :func:`vllm_environment` (never the server's, whose API process needs
+    its engine in a process of its own).
+
+    In one process (runs_in_process): measured on 2-core machines (AVX2 and AVX-512 alike), the engine core's and
+    worker's spawned processes cost 20-40 s of re-importing torch and vLLM at every start, and their IPC on two
+    shared cores costs a third of the throughput; one process gives the same tokens. Its OpenMP threads are left
+    unbound there: binding pins the job's own main thread (and every process it starts after) to one core."""
+    if not runs_in_process(job):
+        return {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+
+
+# What _apply_environment set for an earlier engine of this process, so a later engine of another kind undoes it.
+_SET_BY_US: dict[str, str] = {}
+# Variables the offline engine decides per engine, whatever an earlier engine of this process set.
+_PER_ENGINE = ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_THREADS_BIND")
+
+
+def _apply_environment(shared: dict[str, str], offline: dict[str, str]) -> None:
+    """Set this engine's variables in os.environ: a value the user exported wins, except that engine.multiprocessing
+    decides one process or several. vLLM caches its variables once an engine has started in this process
+    (vllm.envs.enable_envs_cache); the cache is dropped so this engine reads them anew."""
+    for name in _PER_ENGINE:
+        if name in _SET_BY_US and os.environ.get(name) == _SET_BY_US.pop(name):
+            del os.environ[name]
+    for name, value in (shared | offline).items():
+        if name == "VLLM_ENABLE_V1_MULTIPROCESSING" or name not in os.environ:
+            os.environ[name] = value
+            _SET_BY_US[name] = value
+    import vllm.envs
+
+    vllm.envs.disable_envs_cache()
 
 
 def sampling_params(cfg: SamplingConfig) -> Any:
@@ -152,15 +197,20 @@ class VllmEngine(Engine):
 
     @classmethod
     def start(cls, job: JobConfig) -> VllmEngine:
-        for name, value in vllm_environment(job).items():
-            os.environ.setdefault(name, value)
+        _apply_environment(vllm_environment(job), offline_environment(job))
         from vllm import LLM
 
         kwargs = llm_kwargs(job)
-        log.info("starting vLLM: model=%s spec=%s", job.model.path, kwargs.get("speculative_config"))
+        log.info(
+            "starting vLLM (%s): model=%s spec=%s",
+            "in this process" if runs_in_process(job) else "engine core and worker processes",
+            job.model.path,
+            kwargs.get("speculative_config"),
+        )
         began = time.perf_counter()
-        # Before the LLM: a kill during the start-up (tens of seconds) would leave its processes as well.
-        reaper = Reaper.start()
+        # Before the LLM: a kill during the start-up (tens of seconds) would leave its processes as well. In one
+        # process there are none to leave: whatever kills the job ends the engine with it.
+        reaper = None if runs_in_process(job) else Reaper.start()
         try:
             llm = LLM(**kwargs)
         except BaseException:
