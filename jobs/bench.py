@@ -5,7 +5,7 @@
     .venv/bin/python jobs/bench.py --schedule [--batch-sizes 1,4,16,64] [--ks 1,2,3,5,8] [--repeats 3]
         [--schedule-prompts 64] [--schedule-max-tokens 32] [--schedule-dir DIR] [--skip-overhead]
 
-(a) Overhead: ``jobs/generate.py`` (default config: SmolLM2 + ngram k=3, bfloat16, 16 prompts, full batch) and
+(a) Overhead: ``jobs/generate.py`` (default config: SmolLM2 + ngram k=3, model.dtype=auto, 16 prompts, full batch) and
     ``jobs/bench_bare.py`` (a bare ``vllm.LLM`` script given the exact same ``LLM`` arguments and prompt token ids)
     each run as a fresh process; wall time minus engine start-up, job ÷ bare. Goal: ≤ 1.03. The bare script also
     runs spec=none, so vLLM's own speedup on the same prompts is printed beside the job's.

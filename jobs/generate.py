@@ -13,7 +13,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from specbatch.common.interrupts import EXIT_STOPPED, StopRequested
+from specbatch.common.interrupts import StopRequested, leave_the_jobs_process_group, stop_signals_raise
 from specbatch.config import ConfigError, register_configs, to_job_config
 from specbatch.config.overrides import check_overrides
 from specbatch.engine import EngineUnavailable
@@ -32,7 +32,8 @@ def main(cfg: DictConfig) -> None:
         sweep = current_sweep_job()
         if sweep:
             cfg = sweep.drop_foreign_knobs(cfg)
-        result = run_job(to_job_config(cfg), sweep=sweep)
+        with stop_signals_raise():
+            result = run_job(to_job_config(cfg), sweep=sweep)
         record_job_run(result.folder.root)
     except ConfigError as exc:
         # A mistake in the config or input: one clear line, no traceback, exit code 2 like a usage error.
@@ -47,9 +48,10 @@ def main(cfg: DictConfig) -> None:
         log.error("%s", exc)
         sys.exit(1)
     except StopRequested as exc:
-        # SIGTERM: the chunks in flight were written; a non-zero exit tells Slurm the shard is not done.
+        # SIGTERM (143) or SIGINT (130): every chunk written is whole; a non-zero exit tells Slurm the shard is not
+        # done.
         log.warning("%s", exc)
-        sys.exit(EXIT_STOPPED)
+        sys.exit(exc.exit_code)
     except OSError as exc:
         # A full disk, a vanished folder: finished chunks are on disk, the half-written one was removed.
         log.error(
@@ -60,7 +62,10 @@ def main(cfg: DictConfig) -> None:
         sys.exit(1)
 
 
-# vLLM starts its workers with spawn, which re-imports this file: only the guarded part may run the job.
+# vLLM starts its engine processes with spawn, which re-imports this file as __mp_main__: only the guarded part
+# may run the job.
+if __name__ == "__mp_main__":
+    leave_the_jobs_process_group()
 if __name__ == "__main__":
     try:
         # Before Hydra composes: its answer to a typo is "use +key=...", which would then be silently dropped.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
@@ -140,6 +142,9 @@ class LiveJob:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            # A process group of its own, as a job started from a shell or by Slurm has: signal_group reaches the
+            # job and whatever stayed in its group, never pytest.
+            start_new_session=True,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -170,6 +175,20 @@ class LiveJob:
                     raise AssertionError(f"never saw {text!r}; output:\n{''.join(self.lines)[-4000:]}")
                 self._changed.wait(timeout=min(left, 1.0))
 
+    def signal_group(self, signum: int) -> None:
+        """As Ctrl-C (SIGINT), ``timeout`` or ``kill -TERM -- -<pgid>`` do: the job's whole process group."""
+        os.killpg(self.process.pid, signum)
+
+    def signal_every_process(self, signum: int) -> list[int]:
+        """As Slurm does at a time limit or ``scancel``: the job and every process it started, whatever their group
+        or session (Slurm finds them through the step's cgroup). Returns the pids signalled."""
+        job = psutil.Process(self.process.pid)
+        processes = [job, *job.children(recursive=True)]
+        for process in processes:
+            with contextlib.suppress(psutil.Error):
+                process.send_signal(signum)
+        return [p.pid for p in processes]
+
     def wait(self, timeout: float) -> int:
         code = self.process.wait(timeout=timeout)
         self._reader.join(timeout=30)
@@ -186,3 +205,29 @@ def mlflow_server(tmp_path: Path) -> Iterator[MlflowServer]:
     """
     with start_mlflow_server(tmp_path / "mlflow-server") as server:
         yield server
+
+
+def assert_one_line_stop(output: str) -> None:
+    """The stop is said once, by the job: no traceback, no Hydra hint, no engine-death error in the job's own output.
+    (vLLM's engine processes, when signalled themselves, log their own shutdown, traceback included: records whose
+    first line is theirs are left out.)"""
+    own = "".join(record for record in log_records(output) if not record.startswith(VLLM_PROCESSES))
+    for noise in ("Traceback", "HYDRA_FULL_ERROR", "EngineDeadError", "died unexpectedly"):
+        assert noise not in own, own[-3000:]
+    assert own.count("stopped by SIG") == 1, own[-3000:]
+
+
+# How vLLM prefixes the log lines of its engine processes.
+VLLM_PROCESSES = ("(EngineCore", "(Worker", "(VllmWorker")
+
+
+def log_records(output: str) -> list[str]:
+    """Log records: a record starts with a line that starts with a log header ('[' or '(' for vLLM's processes);
+    the lines after it (a traceback, a warning's source line) belong to it."""
+    records: list[str] = []
+    for line in output.splitlines(keepends=True):
+        if line.startswith(("[", "(")) or not records:
+            records.append(line)
+        else:
+            records[-1] += line
+    return records

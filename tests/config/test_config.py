@@ -223,6 +223,9 @@ def test_suffix_knobs_reach_vllm() -> None:
         (["engine=gpu", "engine.gpu_memory_utilization=1.5"], "engine.gpu_memory_utilization=1.5 must be in (0, 1]"),
         (["tracking.uri=outputs/mlflow.db"], "tracking.uri='outputs/mlflow.db' is not a URI"),
         (["run_name=a/b"], "run_name='a/b' must be a plain folder name"),
+        # Not a full disk: "File name too long" from the file system was blamed on disk space.
+        ([f"run_name={'r' * 300}"], "run_name is 300 bytes long: at most 200 fit in a folder name"),
+        (["stop_grace_seconds=-1"], "stop_grace_seconds=-1.0 must be 0 or more"),
         (["dataset.chat=false", "dataset.system_prompt=hi"], "dataset.system_prompt is set but dataset.chat=false"),
         (["dataset.hub_id=a/b"], "set exactly one of dataset.path (a local file) and dataset.hub_id"),
         (["dataset=mt_bench", "dataset.template='{x}'"], "dataset.template is set but dataset.prompt_format=turns"),

@@ -18,7 +18,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import PROJECT_ROOT, LiveJob, run_generate
+from conftest import PROJECT_ROOT, LiveJob, assert_one_line_stop, run_generate
 
 pytestmark = pytest.mark.slow
 
@@ -124,6 +124,29 @@ def test_compare_puts_the_engines_side_by_side_and_serves_with_llama_server(runs
     [pick] = [r for r in runs["comparison"]["recommendations"] if r["dtype"] == "gguf"]
     assert "llama-server -m" in text
     assert ("--spec-type ngram-simple" in text) == (pick["method"] == "ngram"), pick
+
+
+def test_sigterm_to_the_job_and_its_llama_server_stops_in_one_line_with_whole_chunks(tmp_path: Path) -> None:
+    # Slurm signals every process of the step, llama-server included: it stops serving, and the job must take that
+    # as the stop it is (not as a server failure), keep only whole chunks and exit 143 within Slurm's KillWait.
+    args = [*COMMON, "spec=ngram", "max_samples=24", "chunk_size=2", "engine.max_num_seqs=2", "tracking=off"]
+    job = LiveJob.generate([*args, f"output_root={tmp_path}"])
+    try:
+        job.wait_for("chunk 0 written", timeout=300)
+        pids = job.signal_every_process(signal.SIGTERM)
+        signalled = time.monotonic()
+        assert job.wait(timeout=60) == 143, job.output[-3000:]
+        assert time.monotonic() - signalled < 30, "Slurm would have sent SIGKILL by now"
+    finally:
+        if job.process.poll() is None:
+            job.process.kill()
+    assert "stopped by SIGTERM" in job.output, job.output[-3000:]
+    assert_one_line_stop(job.output)
+    (folder,) = [p.parent for p in tmp_path.rglob("run.json")]
+    parts = list((folder / "data").rglob("part-*.parquet"))
+    assert parts and all(pq.read_table(p).num_rows == 2 for p in parts), "only whole chunks are written"
+    assert not list((folder / "done").glob("*")), "the shard is not marked done"
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
 def test_a_sigkill_of_the_job_leaves_no_llama_server(tmp_path: Path) -> None:

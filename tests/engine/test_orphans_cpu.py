@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterable
@@ -18,6 +19,7 @@ import psutil
 import pytest
 
 from conftest import GENERATE, PROJECT_ROOT, compose_job, run_generate
+from specbatch.engine.reaper import IPC_PREFIX
 from specbatch.run.folder import RunFolder
 
 pytestmark = pytest.mark.slow
@@ -58,6 +60,10 @@ def _shm_entries() -> set[tuple[str, int]]:
     return {(entry.path, entry.inode()) for entry in os.scandir(SHM)}
 
 
+def _ipc_dirs() -> set[str]:
+    return {str(p) for p in Path(tempfile.gettempdir()).glob(f"{IPC_PREFIX}*")}
+
+
 def shm_used_by(processes: Iterable[psutil.Process]) -> set[str]:
     paths = set()
     for process in processes:
@@ -75,6 +81,7 @@ def test_sigkill_of_the_job_leaves_no_engine_process_or_shm(tmp_path: Path) -> N
     args += ["model.dtype=float32", "engine.multiprocessing=true"]
     layout = RunFolder.for_job(compose_job(args))
     shm_before = _shm_entries()
+    ipc_before = _ipc_dirs()
     job_shm: set[str] = set()
     with (tmp_path / "job.log").open("w") as log_file:
         # Its own session only so the finally below can clean up whatever the fix fails to end.
@@ -113,6 +120,8 @@ def test_sigkill_of_the_job_leaves_no_engine_process_or_shm(tmp_path: Path) -> N
             )
             time.sleep(0.2)
         assert not _tagged(tag), _describe(_tagged(tag))
+        # vLLM's IPC sockets went into a folder of the engine's own, which the reaper removed with it.
+        assert not _ipc_dirs() - ipc_before, sorted(_ipc_dirs() - ipc_before)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -134,3 +143,5 @@ def test_sigkill_of_the_job_leaves_no_engine_process_or_shm(tmp_path: Path) -> N
     while _tagged(tag) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _tagged(tag), _describe(_tagged(tag))
+    assert not _ipc_dirs() - ipc_before, "a normal stop removes the engine's IPC folder"
+    assert "resource_tracker" not in result.stderr, "a normal stop prints no leaked-resource warning"

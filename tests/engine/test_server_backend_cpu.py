@@ -7,6 +7,7 @@ starts it again. The offline job runs once on the same prompts, as the reference
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import LiveJob, compose_job, run_generate
+from conftest import LiveJob, assert_one_line_stop, compose_job, run_generate
 from mlflow_server import free_port
 from specbatch.engine.vllm_server import VllmServer
 
@@ -155,6 +156,25 @@ def test_a_wrong_key_is_one_error_naming_the_variable(server: Server, tmp_path: 
     assert code == 2, output[-3000:]
     assert "refused the API key: set the variable engine.api_key_env names (OPENAI_API_KEY)" in output
     assert not (out / "runs").exists()
+
+
+def test_sigterm_to_the_jobs_process_group_finishes_the_chunks_in_flight(server: Server, tmp_path: Path) -> None:
+    # Ctrl-C, `timeout` and systemd signal the job's group; the server (serving others too) is not in it.
+    out = tmp_path / "outputs"
+    args = [*SETUP, "engine.backend=server", f"engine.url={server.url}", f"output_root={out}", "max_samples=12"]
+    args += ["chunk_size=2", "engine.max_concurrency=2", "tracking=off"]
+    job = LiveJob.generate(args, env={"OPENAI_API_KEY": KEY})
+    job.wait_for("chunk 0 written", timeout=300)
+    job.signal_group(signal.SIGTERM)
+    assert job.wait(timeout=120) == 143, job.output[-3000:]
+    assert "stopped by SIGTERM after" in job.output, job.output[-3000:]
+    assert_one_line_stop(job.output)
+    folder = run_folder(out)
+    parts = list((folder / "data").rglob("*.parquet"))
+    assert all(pq.read_table(p).num_rows == 2 for p in parts) and len(parts) < 6
+    rerun = LiveJob.generate(args, env={"OPENAI_API_KEY": KEY})
+    assert rerun.wait(timeout=600) == 0, rerun.output[-3000:]
+    assert len(rows_by_id(out)) == 12
 
 
 def test_the_server_killed_mid_run_loses_nothing_finished_and_the_rerun_finishes_every_row_once(

@@ -1,6 +1,7 @@
-"""Faults with real processes and a real vLLM engine: a full disk while writing a chunk, and SIGTERM (what Slurm
-sends before a time limit) in the middle of a chunk. Nothing finished is lost, nothing half-written is left, the
-MLflow run says what happened, and rerunning the same command finishes the shard."""
+"""Faults with real processes and a real vLLM engine: a full disk while writing a chunk, and SIGTERM/SIGINT (what
+Slurm, `timeout` and Ctrl-C send) in the middle of a chunk, to the job's process group or to every process it has.
+Nothing finished is lost, nothing half-written is left, the MLflow run says what happened, and rerunning the same
+command finishes the shard."""
 
 from __future__ import annotations
 
@@ -9,18 +10,22 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pyarrow.parquet as pq
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import PROJECT_ROOT, LiveJob, compose_job, run_generate
-from specbatch.common.interrupts import EXIT_STOPPED
+from conftest import PROJECT_ROOT, LiveJob, assert_one_line_stop, compose_job, run_generate
+from specbatch.common.interrupts import EXIT_INTERRUPTED, EXIT_STOPPED
 from specbatch.run.folder import RunFolder
 
 pytestmark = pytest.mark.slow
 INJECT = PROJECT_ROOT / "tests" / "inject_enospc.py"
+# Slurm's default KillWait: SIGKILL follows SIGTERM after this many seconds.
+KILL_WAIT = 30.0
 
 
 def args_for(tmp_path: Path, experiment: str, rows: int, chunk: int) -> list[str]:
@@ -73,16 +78,20 @@ def test_a_full_disk_while_writing_a_chunk(tmp_path: Path) -> None:
     assert mlflow_statuses(tmp_path, "disk-full") == ["FAILED", "FINISHED"]
 
 
-def test_sigterm_stops_after_the_chunks_in_flight(tmp_path: Path) -> None:
-    # Two requests at once, four queued: chunks 0 and 1 are in the engine when the stream starts, chunk 2 is not.
+def test_sigterm_to_the_process_group_stops_after_the_chunks_in_flight(tmp_path: Path) -> None:
+    # `timeout`, systemd and `kill -TERM -- -<pgid>` signal the whole group. Two requests at once, four queued:
+    # chunks 0 and 1 are in the engine when the stream starts, chunk 2 is not.
     args = [*args_for(tmp_path, "sigterm", rows=6, chunk=2), "engine.max_num_seqs=2"]
     layout = RunFolder.for_job(compose_job(args))
     job = LiveJob.generate(args)
     job.wait_for("engine fed: 4 requests from 2 chunks", timeout=600)
-    job.process.send_signal(signal.SIGTERM)
+    job.signal_group(signal.SIGTERM)
+    signalled = time.monotonic()
     assert job.wait(timeout=600) == EXIT_STOPPED, job.output[-3000:]
+    assert time.monotonic() - signalled < KILL_WAIT, "Slurm would have sent SIGKILL by now"
     stopped = re.search(r"stopped by SIGTERM after (\d) of 3 chunks", job.output)
     assert stopped, job.output[-3000:]
+    assert_one_line_stop(job.output)
     written = int(stopped.group(1))
     # The chunks in flight were finished and written; nothing after them was started; no done marker.
     assert written >= 1 and len(list(layout.data_dir.glob("part-*.parquet"))) == written
@@ -94,3 +103,48 @@ def test_sigterm_stops_after_the_chunks_in_flight(tmp_path: Path) -> None:
     assert f"3 chunks, {3 - written} to generate" in again.stdout + again.stderr
     assert sorted(all_row_ids(layout)) == sorted(f"HumanEval/{i}" for i in range(6))
     assert layout.done_marker.exists()
+
+
+def test_ctrl_c_past_the_grace_period_abandons_the_chunks_in_flight(tmp_path: Path) -> None:
+    # SIGINT to the group is Ctrl-C in a terminal. With no grace at all, the chunks in flight are abandoned:
+    # nothing of theirs is written, and the rerun generates them.
+    args = [*args_for(tmp_path, "sigint", rows=4, chunk=2), "engine.max_num_seqs=2", "stop_grace_seconds=0"]
+    layout = RunFolder.for_job(compose_job(args))
+    job = LiveJob.generate(args)
+    job.wait_for("engine fed: 4 requests from 2 chunks", timeout=600)
+    job.signal_group(signal.SIGINT)
+    assert job.wait(timeout=600) == EXIT_INTERRUPTED, job.output[-3000:]
+    assert "stopped by SIGINT (not finished within stop_grace_seconds=0)" in job.output, job.output[-3000:]
+    assert_one_line_stop(job.output)
+    written = len(list(layout.data_dir.glob("part-*.parquet")))
+    assert written < 2 and not list(layout.data_dir.glob(".*tmp*")) and not layout.done_marker.exists()
+    assert mlflow_statuses(tmp_path, "sigint") == ["KILLED"]
+
+    again = run_generate(args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"2 chunks, {2 - written} to generate" in again.stdout + again.stderr
+    assert sorted(all_row_ids(layout)) == sorted(f"HumanEval/{i}" for i in range(4))
+
+
+def test_sigterm_to_every_process_of_a_multiprocess_engine_stops_within_slurms_kill_wait(tmp_path: Path) -> None:
+    # What Slurm does at a time limit: SIGTERM to the job and to vLLM's engine processes alike (they shut down on
+    # it at once). The job stops in one line, keeps only whole chunks, and nothing it started outlives it.
+    args = [*args_for(tmp_path, "slurm-stop", rows=6, chunk=2), "engine.max_num_seqs=2", "engine.multiprocessing=true"]
+    layout = RunFolder.for_job(compose_job(args))
+    job = LiveJob.generate(args)
+    job.wait_for("engine fed: 4 requests from 2 chunks", timeout=600)
+    pids = job.signal_every_process(signal.SIGTERM)
+    assert len(pids) >= 2, "the engine core runs in a process of its own"
+    signalled = time.monotonic()
+    assert job.wait(timeout=600) == EXIT_STOPPED, job.output[-3000:]
+    assert time.monotonic() - signalled < KILL_WAIT, "Slurm would have sent SIGKILL by now"
+    assert re.search(r"stopped by SIGTERM", job.output), job.output[-3000:]
+    assert_one_line_stop(job.output)
+    parts = list(layout.data_dir.glob("part-*.parquet"))
+    assert all(pq.read_table(p).num_rows == 2 for p in parts), "only whole chunks are written"
+    assert not list(layout.data_dir.glob(".*tmp*")) and not layout.done_marker.exists()
+    assert mlflow_statuses(tmp_path, "slurm-stop") == ["KILLED"]
+    deadline = time.monotonic() + 15
+    while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids):
+        assert time.monotonic() < deadline, "a process of the job outlived it"
+        time.sleep(0.2)

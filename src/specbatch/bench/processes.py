@@ -30,12 +30,13 @@ def run_bare(
     ``turns``: the rows' user turns for a multi-turn data set (``prompts`` are then their first turns)."""
     # Imported here: the memory benchmark's child composes its job from this module and measures its own peak
     # memory, so importing this module must not load the vLLM backend.
-    from specbatch.engine.vllm_offline import llm_kwargs
+    from specbatch.engine.vllm_offline import llm_kwargs, offline_environment, vllm_environment
 
     spec_file, out_file = path.with_suffix(".json"), path.with_suffix(".out.json")
     spec = {
         "llm_kwargs": llm_kwargs(job),
-        "env": {"VLLM_CPU_KVCACHE_SPACE": str(job.engine.cpu_kvcache_space_gib or 2)},
+        # The job's own engine environment, one process or several included: the bare script is the same engine.
+        "env": vllm_environment(job) | offline_environment(job),
         "prompts": prompts,
         "max_tokens": job.sampling.max_tokens,
         "batch_size": 0,

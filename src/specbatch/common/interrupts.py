@@ -1,46 +1,141 @@
-"""SIGTERM as a request to stop between chunks.
+"""SIGTERM and SIGINT as requests to stop, never as a death in the middle of a chunk.
 
-Slurm sends SIGTERM before a time limit or a pre-emption (and SIGKILL KillWait seconds later). Dying in the middle
-of a chunk would throw away the rows generated so far; instead the job admits no new chunk, finishes and writes the
-chunks in flight, and stops without the done marker, so a rerun (or Slurm's requeue) generates only what is left.
+Slurm (a time limit, ``scancel``, a pre-emption), ``timeout`` and systemd send SIGTERM, Slurm to every process of
+the step, and follow it with SIGKILL after a grace period (Slurm's KillWait: 30 s by default); Ctrl-C sends SIGINT
+to the terminal's foreground process group. While chunks stream (:func:`stop_signals_deferred`), the first signal
+only stops admission: the chunks in flight are finished and written for at most ``stop_grace_seconds``, then
+abandoned (nothing of theirs is written), and the job stops without the done marker, so a rerun (or Slurm's
+requeue) generates only what is left. A second signal stops at once. Before and after streaming
+(:func:`stop_signals_raise`: reading the data, starting the engine) a signal stops the job at once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # Exit code of a job stopped by SIGTERM: what a shell reports for a process killed by that signal (128 + 15).
-EXIT_STOPPED = 143
+EXIT_STOPPED = 128 + signal.SIGTERM
+# ... and by SIGINT (Ctrl-C): 128 + 2.
+EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 
 class StopRequested(Exception):
-    """The job was asked to stop (SIGTERM) and did, after writing the chunks in flight."""
+    """The job was asked to stop (SIGTERM or SIGINT) and did; every chunk it wrote is whole."""
+
+    def __init__(self, message: str, signum: int = signal.SIGTERM) -> None:
+        super().__init__(message)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def signal_name(signum: int) -> str:
+    return signal.Signals(signum).name
+
+
+@dataclass
+class StopSignal:
+    """The first stop signal received while streaming (None: none yet). Calling it says whether one came."""
+
+    signum: int | None = None
+    # time.monotonic() when it came.
+    at: float = 0.0
+
+    def __call__(self) -> bool:
+        return self.signum is not None
+
+    @property
+    def name(self) -> str:
+        return signal_name(self.signum) if self.signum is not None else ""
+
+
+def _in_main_thread() -> bool:
+    # Signal handlers can only be set (and only run) in the main thread.
+    return threading.current_thread() is threading.main_thread()
 
 
 @contextlib.contextmanager
-def sigterm_deferred() -> Iterator[Callable[[], bool]]:
-    """Inside, SIGTERM only sets a flag; yields the function that reads it. The previous handler comes back after.
+def _handlers(handler: signal.Handlers | object, signums: tuple[int, ...]) -> Iterator[None]:
+    previous = {signum: signal.signal(signum, handler) for signum in signums}  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
-    Outside the main thread (signal handlers can only be set there) nothing changes and the flag stays False.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield lambda: False
+
+@contextlib.contextmanager
+def stop_signals_raise(what: str = "before any chunk was generated") -> Iterator[None]:
+    """Inside, SIGTERM and SIGINT raise StopRequested wherever the main thread is (Python's own Ctrl-C would be a
+    KeyboardInterrupt traceback, and SIGTERM's default a death without a word or an MLflow status)."""
+    if not _in_main_thread():
+        yield
         return
-    received = threading.Event()
 
     def handler(signum: int, frame: object) -> None:
-        if not received.is_set():
-            log.warning("SIGTERM received: finishing the chunks in flight, then stopping without the done marker")
-        received.set()
+        raise StopRequested(f"stopped by {signal_name(signum)} {what}", signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield received.is_set
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with _handlers(handler, STOP_SIGNALS):
+        yield
+
+
+@contextlib.contextmanager
+def stop_signals_deferred(grace_seconds: float) -> Iterator[StopSignal]:
+    """Inside, the first SIGTERM/SIGINT only sets the yielded flag and starts a timer: ``grace_seconds`` later (or at
+    a second signal) StopRequested is raised wherever the main thread is, abandoning what is in flight. The previous
+    handlers come back after. Outside the main thread nothing changes and the flag stays unset."""
+    stop = StopSignal()
+    if not _in_main_thread():
+        yield stop
+        return
+
+    def abandon(why: str) -> None:
+        assert stop.signum is not None
+        raise StopRequested(
+            f"stopped by {stop.name} ({why}): the chunks in flight were abandoned, nothing of theirs was written",
+            stop.signum,
+        )
+
+    def on_stop(signum: int, frame: object) -> None:
+        if stop.signum is not None:
+            abandon(f"sent twice, after {time.monotonic() - stop.at:.0f} s")
+        stop.signum, stop.at = signum, time.monotonic()
+        log.warning(
+            "%s received: finishing the chunks in flight for at most %g s (stop_grace_seconds), then stopping "
+            "without the done marker; send it again to stop at once",
+            stop.name,
+            grace_seconds,
+        )
+        signal.setitimer(signal.ITIMER_REAL, max(grace_seconds, 0.001))
+
+    def on_timer(signum: int, frame: object) -> None:
+        abandon(f"not finished within stop_grace_seconds={grace_seconds:g}")
+
+    with _handlers(on_stop, STOP_SIGNALS), _handlers(on_timer, (signal.SIGALRM,)):
+        try:
+            yield stop
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def leave_the_jobs_process_group() -> None:
+    """Called in processes vLLM spawns for its engine (engine core, workers), which re-import the job's main file:
+    Ctrl-C, ``timeout`` or ``kill -TERM -- -<pgid>`` signal the job's process group, and vLLM's engine processes
+    shut down on SIGTERM/SIGINT at once, so the job could not finish its chunks in flight. In a group of their
+    own, only the job hears those signals and stops its engine itself. (Slurm signals every process of a step
+    whatever its group: the job then abandons the chunks in flight instead, see run.streaming.) A job killed by
+    SIGKILL leaves them to specbatch.engine.reaper, which ends them by pid."""
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)

@@ -27,6 +27,8 @@ from specbatch.config.methods import CHECKPOINT_KIND, CHECKPOINT_METHODS, METHOD
 from specbatch.config.spec import SpecConfig, schedule_must_cover
 
 _FOLDER, _ENGINE, _WORKLOAD = Identity.run_folder, Identity.engine, Identity.workload
+# A run folder's name is run_name, its digest and -rep<n>; file systems take 255 bytes per name.
+MAX_RUN_NAME_BYTES = 200
 
 
 class EmbeddedModel(enum.StrEnum):
@@ -282,6 +284,10 @@ class JobConfig:
     # Repeat number of the same set-up (its own run folder, -rep<n>); jobs/compare.py reports the spread of repeats.
     # In no digest: the folder name carries it, and a comparison pools the repeats of one set-up.
     repeat: int = field(default=0, metadata=identities())
+    # After SIGTERM or SIGINT, how long the chunks in flight may take to finish and be written before they are
+    # abandoned (nothing of theirs written) and the job stops. Below Slurm's KillWait (30 s by default), which
+    # follows SIGTERM with SIGKILL; jobs/slurm/generate.sbatch, warned 300 s ahead, passes 240.
+    stop_grace_seconds: float = field(default=20.0, metadata=identities())
 
     def __post_init__(self) -> None:
         require(
@@ -291,6 +297,11 @@ class JobConfig:
         require(self.chunk_size >= 1, f"chunk_size={self.chunk_size} must be 1 or more, e.g. chunk_size=256")
         require(self.repeat >= 0, f"repeat={self.repeat} must be 0 or more, e.g. -m repeat=0,1,2")
         require(
+            self.stop_grace_seconds >= 0,
+            f"stop_grace_seconds={self.stop_grace_seconds} must be 0 or more (0: abandon the chunks in flight at "
+            "once)",
+        )
+        require(
             self.sampling.max_tokens < self.model.max_model_len,
             f"sampling.max_tokens={self.sampling.max_tokens} leaves no room for the prompt in "
             f"model.max_model_len={self.model.max_model_len}: lower sampling.max_tokens or raise model.max_model_len",
@@ -298,6 +309,11 @@ class JobConfig:
         require(
             self.run_name is None or ("/" not in self.run_name and self.run_name.strip() not in ("", ".", "..")),
             f"run_name={self.run_name!r} must be a plain folder name without '/'",
+        )
+        require(
+            self.run_name is None or len(self.run_name.encode()) <= MAX_RUN_NAME_BYTES,
+            f"run_name is {len((self.run_name or '').encode())} bytes long: at most {MAX_RUN_NAME_BYTES} fit in a "
+            "folder name (with the shard and repeat suffixes); choose a shorter run_name",
         )
         require(
             self.engine.multiprocessing is not False or self.model.tensor_parallel_size == 1,

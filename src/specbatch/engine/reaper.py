@@ -28,9 +28,11 @@ import logging
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -65,14 +67,22 @@ class Reaper:
         self._writer: int | None = writer
 
     @classmethod
-    def start(cls) -> Reaper | None:
-        """Start the reaper for this process; None (with a warning) if it could not start."""
+    def start(cls, ipc_dir: Path | None = None) -> Reaper | None:
+        """Start the reaper for this process; None (with a warning) if it could not start. ``ipc_dir``: the engine's
+        private folder of IPC sockets (see :func:`make_ipc_dir`), removed if the job dies."""
         reader, writer = os.pipe()  # both close-on-exec; pass_fds makes the read end the reaper's only
         package_root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "specbatch.engine.reaper", str(os.getpid()), str(reader)],
+                [
+                    sys.executable,
+                    "-m",
+                    "specbatch.engine.reaper",
+                    str(os.getpid()),
+                    str(reader),
+                    *([str(ipc_dir)] if ipc_dir else []),
+                ],
                 pass_fds=(reader,),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -116,6 +126,22 @@ class Reaper:
             self.process.wait()
 
 
+# vLLM names its engine's IPC sockets by UUID under VLLM_RPC_BASE_PATH (default /tmp) and never removes them: a
+# day of runs left 531 in /tmp. Each multi-process engine gets a folder of its own, removed with the engine.
+IPC_PREFIX = "specbatch-vllm-ipc-"
+
+
+def make_ipc_dir() -> Path:
+    return Path(tempfile.mkdtemp(prefix=IPC_PREFIX))
+
+
+def remove_ipc_dir(path: Path) -> None:
+    """Remove an engine's IPC folder: only one :func:`make_ipc_dir` made (its name, this user's)."""
+    with contextlib.suppress(OSError):
+        if path.name.startswith(IPC_PREFIX) and path.is_dir() and path.stat().st_uid == os.getuid():
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def _shm_entries() -> set[ShmEntry]:
     if not SHM.is_dir():
         return set()
@@ -149,8 +175,9 @@ def _mapped_files(pid: int) -> set[str]:
 class Watch:
     """What the reaper knows of the job: its descendants and the /dev/shm files they used."""
 
-    def __init__(self, job_pid: int) -> None:
+    def __init__(self, job_pid: int, ipc_dir: Path | None = None) -> None:
         self.job_pid = job_pid
+        self.ipc_dir = ipc_dir
         self.job = psutil.Process(job_pid)
         self.shm_before = _shm_entries()
         self.processes: set[psutil.Process] = set()  # hashed by pid and creation time: a reused pid is another
@@ -228,6 +255,9 @@ class Watch:
         for path, inode in sorted(owned):
             if _remove_if_unchanged(path, inode):
                 log.warning("removed %s left by job %d", path, self.job_pid)
+        if self.ipc_dir is not None and self.ipc_dir.exists():
+            remove_ipc_dir(self.ipc_dir)
+            log.warning("removed %s left by job %d", self.ipc_dir, self.job_pid)
 
 
 def _remove_if_unchanged(path: str, inode: int) -> bool:
@@ -289,12 +319,13 @@ def _wait_for_job(reader: int, watch: Watch) -> bool:
 
 def main(argv: list[str]) -> None:
     job_pid, reader = int(argv[0]), int(argv[1])
+    ipc_dir = Path(argv[2]) if len(argv) > 2 else None
     # Only the job's end ends the reaper: a Ctrl-C or a SIGTERM meant for the job must not leave it unguarded.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     try:
-        watch = Watch(job_pid)
+        watch = Watch(job_pid, ipc_dir)
     except psutil.NoSuchProcess:
         return
     if not watch.job_alive():  # the job died while this process started: it has nothing recorded to end

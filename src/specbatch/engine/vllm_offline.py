@@ -17,12 +17,13 @@ import logging
 import os
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from specbatch.common.machine import this_machine
 from specbatch.config import METHODS, JobConfig, SamplingConfig
 from specbatch.engine.base import Completion, Engine, Request, RequestRefused, Sample, engine_fingerprint
-from specbatch.engine.reaper import Reaper
+from specbatch.engine.reaper import Reaper, make_ipc_dir, remove_ipc_dir
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ def offline_environment(job: JobConfig) -> dict[str, str]:
 # What _apply_environment set for an earlier engine of this process, so a later engine of another kind undoes it.
 _SET_BY_US: dict[str, str] = {}
 # Variables the offline engine decides per engine, whatever an earlier engine of this process set.
-_PER_ENGINE = ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_THREADS_BIND")
+_PER_ENGINE = ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_RPC_BASE_PATH")
 
 
 def _apply_environment(shared: dict[str, str], offline: dict[str, str]) -> None:
@@ -123,6 +124,17 @@ def _apply_environment(shared: dict[str, str], offline: dict[str, str]) -> None:
     import vllm.envs
 
     vllm.envs.disable_envs_cache()
+
+
+def _private_ipc_dir() -> Path | None:
+    """A folder of this engine's own for vLLM's IPC sockets (VLLM_RPC_BASE_PATH), so that closing the engine, or the
+    reaper after a kill, removes them; None when the user chose where they go."""
+    if "VLLM_RPC_BASE_PATH" in os.environ and "VLLM_RPC_BASE_PATH" not in _SET_BY_US:
+        return None
+    path = make_ipc_dir()
+    os.environ["VLLM_RPC_BASE_PATH"] = str(path)
+    _SET_BY_US["VLLM_RPC_BASE_PATH"] = str(path)
+    return path
 
 
 def sampling_params(cfg: SamplingConfig) -> Any:
@@ -179,6 +191,8 @@ class VllmEngine(Engine):
         self.llm = llm
         # Ends vLLM's processes if this job dies without close() (kill -9); see specbatch.engine.reaper.
         self.reaper = reaper
+        # The engine's own folder of IPC sockets (multi-process engines only), removed at close; see _private_ipc_dir.
+        self.ipc_dir: Path | None = None
         self._ids = itertools.count()
         # vLLM's request id -> (our request, when it was added, vLLM's internal id for aborts).
         self._running: dict[str, tuple[Request, float, str]] = {}
@@ -210,15 +224,19 @@ class VllmEngine(Engine):
         began = time.perf_counter()
         # Before the LLM: a kill during the start-up (tens of seconds) would leave its processes as well. In one
         # process there are none to leave: whatever kills the job ends the engine with it.
-        reaper = None if runs_in_process(job) else Reaper.start()
+        ipc_dir = None if runs_in_process(job) else _private_ipc_dir()
+        reaper = None if runs_in_process(job) else Reaper.start(ipc_dir)
         try:
             llm = LLM(**kwargs)
         except BaseException:
             # vLLM ends the processes of an engine that failed to start.
             if reaper:
                 reaper.stop()
+            if ipc_dir:
+                remove_ipc_dir(ipc_dir)
             raise
         engine = cls(llm, engine_fingerprint(job), reaper)
+        engine.ipc_dir = ipc_dir
         engine.startup_seconds = time.perf_counter() - began
         log.info("engine ready in %.1f s (runs up to %s requests at once)", engine.startup_seconds, engine.concurrency)
         if job.engine.warmup:
@@ -296,3 +314,6 @@ class VllmEngine(Engine):
         reaper, self.reaper = self.reaper, None
         if reaper:
             reaper.stop()
+        ipc_dir, self.ipc_dir = self.ipc_dir, None
+        if ipc_dir:
+            remove_ipc_dir(ipc_dir)

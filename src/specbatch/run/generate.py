@@ -10,6 +10,7 @@ chunks through one engine, each written as it finishes (specbatch.run.chunks).
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 from specbatch.assets.cache import EmbeddedAssetError
 from specbatch.assets.prepare import ensure_embedded
-from specbatch.common.interrupts import StopRequested, sigterm_deferred
+from specbatch.common.interrupts import StopRequested, stop_signals_deferred
 from specbatch.config import ConfigError, JobConfig
 from specbatch.config.preflight import preflight
 from specbatch.data.prompts import check_chat_template, load_tokenizer
@@ -125,13 +126,13 @@ class ShardGeneration:
     def _stream(self, engine: Engine, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
         """Generate the chunks not done yet, each written as it finishes; then this launch's record of the loop.
 
-        SIGTERM (Slurm's warning before a time limit) stops admitting chunks; the ones in flight are finished and
-        written, then StopRequested ends the job without the done marker.
+        SIGTERM or SIGINT stops admitting chunks; the ones in flight are finished and written (for at most
+        stop_grace_seconds, then abandoned), then StopRequested ends the job without the done marker.
         """
         writer = ChunkWriter(folder, config, engine.concurrency, len(todo))
         # Rows are read when their chunk is admitted, not before: memory stays flat however long the shard.
         chunks = ((number, self._rows(number)) for number in todo)
-        with sigterm_deferred() as stop_requested:
+        with stop_signals_deferred(self.job.stop_grace_seconds) as stop_requested:
             log.info(
                 "streaming %d chunks through the %s engine (up to %s requests at once; launch %s)",
                 len(todo),
@@ -143,6 +144,7 @@ class ShardGeneration:
         writer.write_launch_record(streamed)
         if streamed.stopped:
             raise StopRequested(
-                f"stopped by SIGTERM after {len(writer.written)} of {len(todo)} chunks of shard {folder.shard_tag}; "
-                "finished chunks are kept: rerun the same command to generate the rest"
+                f"stopped by {stop_requested.name} after {len(writer.written)} of {len(todo)} chunks of shard "
+                f"{folder.shard_tag}; finished chunks are kept: rerun the same command to generate the rest",
+                stop_requested.signum or signal.SIGTERM,
             )

@@ -14,12 +14,14 @@ error rows and are never sent; the other rows of their chunk go on.
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from specbatch.common.interrupts import StopRequested, signal_name
 from specbatch.config import JobConfig
 from specbatch.data.prompts import Prompt, length_error, render
 from specbatch.data.rows import SourceRow
@@ -135,9 +137,22 @@ class ChunkStreamer:
                 for completion in self.engine.step():
                     self._answered(completion, finish)
                 self._progress(time.perf_counter() - began, open_chunks)
-        except BaseException:
-            # A shared engine must not hand this job's leftovers to the next one.
-            self.engine.cancel()
+        except BaseException as exc:
+            # A shared engine must not hand this job's leftovers to the next one. An engine that died (below) may
+            # fail to cancel too: the first error is the one to report.
+            try:
+                self.engine.cancel()
+            except Exception:  # noqa: BLE001
+                log.debug("cancelling the unfinished requests failed too", exc_info=True)
+            if stop_requested() and not isinstance(exc, StopRequested):
+                # Slurm signals every process of the step: engine processes (vLLM's engine core, a child server)
+                # may end with the job's SIGTERM before the job stopped them. That is the stop, not a failure.
+                signum = getattr(stop_requested, "signum", None) or signal.SIGTERM
+                raise StopRequested(
+                    f"stopped by {signal_name(signum)}: the engine's own processes ended with the signal, so the "
+                    "chunks in flight were abandoned, nothing of theirs was written",
+                    signum,
+                ) from exc
             raise
         assert not open_chunks and not self._asked, "every admitted chunk is finished when the loop ends"
         result.seconds = time.perf_counter() - began
