@@ -54,8 +54,11 @@ JOB = textwrap.dedent(
     if mode == "stop-after-exit":  # the engine's process exits the normal way, without unlinking its semaphore
         child.terminate()
         child.wait()
+    if mode == "stop-after-crash":  # it dies without any clean-up, as a crashed server does
+        child.kill()
+        child.wait()
     if mode.startswith("stop"):
-        reaper.stop()
+        reaper.stop(crashed=mode == "stop-after-crash")
     print(child_pid, reaper.process.pid, flush=True)
     time.sleep(600)
     """
@@ -175,6 +178,25 @@ def test_a_normal_stop_removes_only_the_semaphores_of_exited_engine_processes(
         assert not _alive(job.child_pid) and not _alive(job.reaper_pid)
         assert not (SHM / f"sem.loky-{job.child_pid}-specbatchtest").exists()
         assert older.exists() and newer.exists()
+    finally:
+        job.kill_all()
+        if job.child_pid:
+            (SHM / f"sem.loky-{job.child_pid}-specbatchtest").unlink(missing_ok=True)
+
+
+def test_a_stop_after_the_engine_crashed_removes_what_it_left_in_shm(
+    tmp_path: Path, shm_files: tuple[Path, Path]
+) -> None:
+    """A server under jobs/serve.py (or the job's llama-server) that crashed: ChildServer.stop tells the reaper, which
+    removes the segments the dead processes made or used, and nothing older."""
+    older, newer = shm_files
+    job = Job(tmp_path, older, newer, "stop-after-crash")
+    try:
+        job.wait_started()
+        assert not _alive(job.child_pid) and not _alive(job.reaper_pid)
+        assert not newer.exists(), "the segment the crashed process made was left"
+        assert not (SHM / f"sem.loky-{job.child_pid}-specbatchtest").exists()
+        assert older.exists(), "a file older than the reaper was removed"
     finally:
         job.kill_all()
         if job.child_pid:

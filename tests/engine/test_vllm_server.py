@@ -30,10 +30,11 @@ SERVE = PROJECT_ROOT / "jobs" / "serve.py"
 # Sessions on this machine share its two cores: whoever starts a vLLM engine holds this lock (flock).
 ENGINE_LOCK = "/tmp/vllm-engine.lock"
 # A stand-in for vLLM's server: answers /health, and starts a child in its group as vLLM's engine process does.
-# argv: port, "ignore" to ignore SIGTERM (it and its child), "fail" to exit at once.
+# argv: port, "ignore" to ignore SIGTERM (it and its child), "fail" to exit at once, "crash" to die 2 s after it
+# started, its child first, leaving the /dev/shm file the child made (as vLLM's engine leaves its ring buffers).
 FAKE_SERVER = textwrap.dedent(
     """
-    import http.server, signal, subprocess, sys
+    import http.server, os, signal, subprocess, sys, threading, time
     port, mode = int(sys.argv[1]), sys.argv[2]
     if mode == "fail":
         print("fake server: cannot load the model", flush=True)
@@ -41,7 +42,16 @@ FAKE_SERVER = textwrap.dedent(
     if mode == "ignore":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     child = "import signal, sys, time\\nif sys.argv[1] == 'ignore': signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
-    subprocess.Popen([sys.executable, "-c", child + "time.sleep(600)", mode])
+    child += f"held = open('/dev/shm/specbatch-test-crash-{port}', 'w')\\n" if mode == "crash" else ""
+    engine = subprocess.Popen([sys.executable, "-c", child + "time.sleep(600)", mode])
+
+    def crash():
+        time.sleep(2)
+        engine.kill()
+        os._exit(1)
+
+    if mode == "crash":
+        threading.Thread(target=crash, daemon=True).start()
 
     class Health(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -115,6 +125,25 @@ def test_start_waits_for_health_and_stop_ends_the_whole_group(fake) -> None:
         assert len(group_alive(group)) == 2  # the server and its "engine" child
     assert group_alive(group) == []
     server.stop()  # idempotent
+
+
+def test_a_server_that_crashed_leaves_nothing_in_dev_shm(fake) -> None:
+    # A vLLM server that crashed left ~400 MB of its engine's ring buffers in /dev/shm: stop() has the reaper clear
+    # what the dead group made.
+    job, start = fake
+    port = job.engine.url.split(":")[-1].split("/")[0]
+    left = Path(f"/dev/shm/specbatch-test-crash-{port}")
+    try:
+        server = start("crash")
+        deadline = time.monotonic() + 30
+        while server.process.poll() is None:
+            assert time.monotonic() < deadline, "the fake server did not crash"
+            time.sleep(0.1)
+        assert left.exists(), "the crashed engine stand-in left its file"
+        server.stop()
+        assert not left.exists()
+    finally:
+        left.unlink(missing_ok=True)
 
 
 def test_a_server_ignoring_sigterm_is_killed_after_the_grace_period(fake) -> None:

@@ -166,17 +166,21 @@ class ChildServer:
             return
         self._stopped = True
         group = self.process.pid  # the leader of its own session, hence of its group
+        # A server that exited by itself (crashed) or had to be killed did not clear its /dev/shm segments: a vLLM
+        # server's are hundreds of MB.
+        crashed = self.process.poll() is not None
         with contextlib.suppress(ProcessLookupError):
             self.process.send_signal(signal.SIGTERM)
         if not self._wait_group_gone(grace, terminate_leftovers=True):
             log.warning("%s did not stop within %.0f s of SIGTERM: killing its process group", self.label, grace)
+            crashed = True
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, signal.SIGKILL)
             self._wait_group_gone(5.0, terminate_leftovers=False)
         self.process.wait()
         # Only once the group is gone: otherwise the reaper still ends what is left when this process exits.
         if self._reaper and not _group_members(group):
-            self._reaper.stop()
+            self._reaper.stop(crashed=crashed)
         log.info("%s stopped (exit code %s)", self.label, self.process.returncode)
 
     def kill(self) -> None:

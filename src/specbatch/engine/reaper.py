@@ -46,8 +46,11 @@ SHM = Path("/dev/shm")
 POLL_SECONDS = 0.5
 # Between SIGTERM (vLLM's processes shut down on it) and SIGKILL.
 GRACE_SECONDS = 3.0
-# Written by the job before it closes the pipe: the engine was shut down the normal way.
+# Written by the job before it closes the pipe: the engine was shut down the normal way ...
 STOP = b"stop"
+# ... or its processes are gone without shutting down the normal way (a server that crashed): what they held in
+# /dev/shm is left to clear. Same length as STOP.
+GONE = b"gone"
 READY = "ready"
 # How long the job waits for the reaper to start or to exit.
 STARTUP_TIMEOUT_SECONDS = 30.0
@@ -110,13 +113,14 @@ class Reaper:
         log.debug("reaper %d watches this job (%d)", process.pid, os.getpid())
         return reaper
 
-    def stop(self) -> None:
-        """The engine was shut down normally: let the reaper exit without ending anything."""
+    def stop(self, crashed: bool = False) -> None:
+        """The engine was shut down normally (or, ``crashed``, its processes are all gone anyway): let the reaper
+        exit without ending anything; after a crash it first removes the /dev/shm entries they left."""
         writer, self._writer = self._writer, None
         if writer is None:
             return
         with contextlib.suppress(OSError):  # a reaper that already exited closed its end
-            os.write(writer, STOP)
+            os.write(writer, GONE if crashed else STOP)
         os.close(writer)
         try:
             self.process.wait(timeout=STOP_TIMEOUT_SECONDS)
@@ -221,6 +225,22 @@ class Watch:
             if _creator_pid(path) not in running and _remove_if_unchanged(path, inode):
                 log.debug("removed %s left by the engine's process %s", path, _creator_pid(path))
 
+    def remove_left_shm(self) -> None:
+        """After the job said its engine's processes are gone (a crash): remove the /dev/shm entries that appeared
+        since the reaper started and that they used or made, unless a process of the job still running uses them
+        (the job's own are never touched)."""
+        running = [p for p in self.processes if not _gone(p)]
+        in_use: set[str] = set()
+        for process in [self.job, *running]:
+            with contextlib.suppress(psutil.Error):
+                in_use |= shm_used_by(process, maps=True)
+        dead_pids = self.pids - {p.pid for p in running} - {self.job_pid}
+        for path, inode in sorted(_shm_entries() - self.shm_before):
+            if path in in_use or not (path in self.shm_paths or _creator_pid(path) in dead_pids):
+                continue
+            if _remove_if_unchanged(path, inode):
+                log.warning("removed %s left by the crashed engine of job %d", path, self.job_pid)
+
     def reap(self) -> None:
         """End what the dead job left running, then remove its /dev/shm entries."""
         survivors: set[psutil.Process] = set()
@@ -302,19 +322,19 @@ def _signal(processes: set[psutil.Process] | list[psutil.Process], signum: signa
                 process.send_signal(signum)
 
 
-def _wait_for_job(reader: int, watch: Watch) -> bool:
-    """Record the job's processes until it stops the reaper (True) or dies (False)."""
+def _wait_for_job(reader: int, watch: Watch) -> bytes | None:
+    """Record the job's processes until it stops the reaper (STOP or GONE) or dies (None)."""
     while True:
         watch.record()
         ready, _, _ = select.select([reader], [], [], POLL_SECONDS)
         if ready:
             data = os.read(reader, len(STOP))
-            if STOP in data:
-                return True
+            if data in (STOP, GONE):
+                return data
             if not data:
-                return False
+                return None
         if not watch.job_alive():
-            return False
+            return None
 
 
 def main(argv: list[str]) -> None:
@@ -332,8 +352,12 @@ def main(argv: list[str]) -> None:
         return
     print(READY, flush=True)
     sys.stdout.close()
-    if _wait_for_job(reader, watch):
+    outcome = _wait_for_job(reader, watch)
+    if outcome == STOP:
         watch.tidy()
+    elif outcome == GONE:
+        watch.tidy()
+        watch.remove_left_shm()
     else:
         watch.reap()
 
