@@ -76,11 +76,20 @@ def test_the_run_page_has_a_name_description_dataset_table_and_grouped_experimen
     assert run.data.metrics["output_tokens"] == 8
 
 
+URL_PASSWORD, URL_KEY = "url-pw-5531", "url-key-7720"
+
+
 def test_secrets_reach_no_param_tag_artifact_or_parquet_metadata(make_job, tmp_path, monkeypatch, caplog) -> None:
     monkeypatch.setenv("HF_TOKEN", HF_SECRET)
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", PASSWORD)
     # A token pasted into the config, and a password in a URI given as a sweep override.
-    job = make_job(f"model.revision={HF_SECRET}", "tracking.experiment=secrets")
+    # And credentials in engine.url (in no identity, but in the config that is written) behind an empty user name
+    # and in the query.
+    job = make_job(
+        f"model.revision={HF_SECRET}",
+        "tracking.experiment=secrets",
+        f"engine.url='http://:{URL_PASSWORD}@127.0.0.1:9/v1?api_key={URL_KEY}'",
+    )
     sweep = SweepJob(tmp_path / "sweep", None, {"dataset.path": f"https://user:{PASSWORD}@data.example/x.jsonl"})
     with caplog.at_level(logging.INFO):
         result = run_job(job, engine=fake_engine(job), sweep=sweep)
@@ -96,6 +105,7 @@ def test_secrets_reach_no_param_tag_artifact_or_parquet_metadata(make_job, tmp_p
     ]
     for text in written:
         assert HF_SECRET not in text and PASSWORD not in text
+        assert URL_PASSWORD not in text and URL_KEY not in text  # in no credential variable: masked by their place
     assert run.data.params["model.revision"] == "***"
     assert run.data.tags["override.dataset.path"] == "https://user:***@data.example/x.jsonl"
 
@@ -104,6 +114,12 @@ def test_masking_rules(monkeypatch) -> None:
     env = {"HF_TOKEN": HF_SECRET, "MY_SERVICE_API_KEY": "k-123456789", "SHORT_TOKEN": "1", "HOME": "/root/x"}
     assert mask_text(f"x {HF_SECRET} y k-123456789", env) == "x *** y ***"
     assert mask_text("http://u:p@ss@h:5000/a", {}) == "http://u:***@h:5000/a"
+    # Any userinfo: a password behind an empty user name, a token as the user name; and credential query parameters.
+    assert mask_text("engine.url=http://:pw-1@127.0.0.1:8000/v1", {}) == "engine.url=http://:***@127.0.0.1:8000/v1"
+    assert mask_text("http\\://\\:pw-1@h/v1", {}) == "http\\://\\:***@h/v1"  # as Hydra's log lines escape it
+    assert mask_text("http://tok-1@h/v1 and http://h/v1", {}) == "http://***@h/v1 and http://h/v1"
+    assert mask_text("https://h/v1?api_key=a1&n=2&Token=b2#x", {}) == "https://h/v1?api_key=***&n=2&Token=***#x"
+    assert mask_text("https://h/x?access_token=t;sig=s&page=3", {}) == "https://h/x?access_token=***;sig=***&page=3"
     assert mask_text("sqlite:////root/x/mlflow.db", env) == "sqlite:////root/x/mlflow.db"  # not a credential
     assert mask_data({"a": [f"t={HF_SECRET}", 3]}, env) == {"a": ["t=***", 3]}
 

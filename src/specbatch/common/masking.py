@@ -1,6 +1,7 @@
 """Keeping secrets out of everything a run writes: MLflow params, tags and artifacts, Parquet metadata, run.json.
 
-Two kinds are masked: passwords inside URIs (``https://user:pw@host`` → ``https://user:***@host``), and the values of
+Two kinds are masked: credentials inside URIs (``https://user:pw@host`` → ``https://user:***@host``, a token as the
+user name or behind an empty one, ``?api_key=...``-style query parameters), and the values of
 environment variables that hold credentials (HF_TOKEN, MLFLOW_TRACKING_PASSWORD, ...) wherever they appear in a
 text, e.g. a token pasted into a hub URL or a template. The live config keeps the real values (the job needs them to
 connect); only what is written goes through here.
@@ -31,9 +32,17 @@ SECRET_ENV_VARS = (
     "WANDB_API_KEY",
 )
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.IGNORECASE)
-# scheme://user:password@host — the password part (anything up to the last @ before the host). Hydra's own log
-# lines escape the colons of an override (http\://user\:pw@host), so a backslash before them is allowed.
-_URI_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*\\?://[^/\s:@]+:)(?P<password>[^\s/]+)(?P<tail>@)")
+# scheme://userinfo@host — everything up to the last @ before the host. A user:password keeps its user name; a
+# userinfo without a colon is masked whole (a token given as the user name, as some proxies take it), and so is an
+# empty user name's password (http://:pw@host). Hydra's own log lines escape the colons of an override
+# (http\://user\:pw@host), so a backslash before them is allowed.
+_URI_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*\\?://)(?P<userinfo>[^\s/?#]+)@")
+# ?api_key=..., &token=..., ;sig=...: query parameters whose name says they carry a credential.
+_SECRET_QUERY = re.compile(
+    r"(?P<head>[?&;][\w.\-]*(?:token|key|secret|password|passwd|pwd|auth|signature|sig|credential)[\w.\-]*\\?=)"
+    r"(?P<value>[^&#;\s]+)",
+    re.IGNORECASE,
+)
 # Values shorter than this are not masked on their own: "1" or "true" in a variable would mask half the config.
 _MIN_SECRET_LENGTH = 6
 
@@ -49,8 +58,14 @@ def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     return sorted(values, key=len, reverse=True)
 
 
+def _masked_userinfo(match: re.Match[str]) -> str:
+    user, colon, _ = match["userinfo"].partition(":")
+    return f"{match['head']}{user}:{MASK}@" if colon else f"{match['head']}{MASK}@"
+
+
 def mask_text(text: str, environ: Mapping[str, str] | None = None) -> str:
-    masked = _URI_PASSWORD.sub(lambda m: m["head"] + MASK + m["tail"], text)
+    masked = _URI_USERINFO.sub(_masked_userinfo, text)
+    masked = _SECRET_QUERY.sub(lambda m: m["head"] + MASK, masked)
     for value in secret_values(environ):
         masked = masked.replace(value, MASK)
     return masked
