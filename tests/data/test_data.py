@@ -171,6 +171,17 @@ def test_missing_file_bad_format_and_bad_template(job_factory, tmp_path: Path) -
         load_rows(local(job_factory, f"{tmp_path}/data.txt", "dataset.template='{q}'"), 1)
     with pytest.raises(ConfigError, match="not a valid format string"):
         template_fields("{prompt")
+    # Attribute access would send a repr with a memory address as the prompt: refused before any row is read.
+    with pytest.raises(ConfigError, match=r"field \{question.upper\} reads an attribute.*\{question\[key\]\}"):
+        load_rows(
+            local(
+                job_factory, write(tmp_path / "q.jsonl", [{"question": "x"}]), "dataset.template='{question.upper}'"
+            ),
+            1,
+        )
+    with pytest.raises(ConfigError, match=r"field \{meta\[a\].__class__\} reads an attribute"):
+        template_fields("{meta[a].__class__}")
+    assert template_fields("{meta[a.b]} {q[0]}") == ["meta", "q"]  # a dot inside [key] is part of the key
 
 
 def test_duplicate_ids_are_refused(job_factory, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,6 +58,13 @@ def template_fields(template: str) -> list[str]:
         column = name.split(".")[0].split("[")[0]
         if not column:
             raise ConfigError("dataset.template has an empty {} field: name a column, e.g. {prompt}")
+        if "." in re.sub(r"\[[^\]]*\]", "", name):
+            # str.format would look the attribute up on the value: {question.upper} sends a bound method's repr,
+            # memory address included, as the prompt (and a resume then finds the "data" changed).
+            raise ConfigError(
+                f"dataset.template field {{{name}}} reads an attribute: only columns and their items are allowed, "
+                f"e.g. {{{column}}} or {{{column}[key]}} / {{{column}[0]}}"
+            )
         if column not in names:
             names.append(column)
     return names
