@@ -190,6 +190,13 @@ def test_duplicate_ids_are_refused(job_factory, tmp_path: Path) -> None:
         load_rows(local(job_factory, path, "dataset.id_column=id", "dataset.template='{q}'"), None)
 
 
+def test_a_null_id_is_named_as_null(job_factory, tmp_path: Path) -> None:
+    # Not replaced by its position ("1"), which then clashed with the row whose id is "1".
+    path = write(tmp_path / "n.jsonl", [{"id": "1", "q": "a"}, {"id": None, "q": "b"}])
+    with pytest.raises(ConfigError, match=r"dataset.id_column=id is null in row 2 of the data set: give every row"):
+        load_rows(local(job_factory, path, "dataset.id_column=id", "dataset.template='{q}'"), None)
+
+
 def test_prompt_too_long_is_described() -> None:
     assert length_error(Prompt("ok", "a", [1] * 10), max_tokens=10, max_model_len=64) is None
     message = length_error(Prompt("HumanEval/7", "b", [1] * 100), max_tokens=10, max_model_len=64)

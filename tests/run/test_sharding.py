@@ -83,6 +83,18 @@ def test_two_shards_write_every_row_once_in_chunk_parts(make_job) -> None:
     assert sorted(ids) == sorted(f"r{i}" for i in range(7))
 
 
+@pytest.mark.parametrize("count", [1, 2])
+def test_duplicate_ids_get_the_same_verdict_whatever_the_shard_count(job_factory, tmp_path: Path, count: int) -> None:
+    # r1 twice, one in each half: with two shards each shard alone is unique, the merged output would not be.
+    data = tmp_path / "dup.jsonl"
+    data.write_text("".join(json.dumps({"id": f"r{i % 3}", "q": str(i)}) + "\n" for i in (0, 1, 2, 4)))
+    base = ["spec=none", "dataset=local", f"dataset.path={data}", "dataset.template='{q}'", "dataset.id_column=id"]
+    for index in range(count):
+        job = job_factory(*base, f"shard.index={index}", f"shard.count={count}")
+        with pytest.raises(ConfigError, match="dataset.id_column=id is not unique: 'r1' appears twice"):
+            run_job(job, engine=fake_engine(job))
+
+
 def test_a_killed_shard_resumes_from_its_last_finished_chunk(make_job) -> None:
     job = make_job()
     layout = RunFolder.for_job(job)

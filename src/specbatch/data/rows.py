@@ -102,14 +102,22 @@ class RowSource:
         # Generated ids are the row's place in the source, so they survive shuffling and max_samples.
         return str(given) if given is not None else str(index)
 
-    def check_unique_ids(self, span: range) -> None:
-        """Refuse duplicate ids in these rows up front, before any model loads (only the ids are kept)."""
+    def check_ids(self, span: range) -> None:
+        """Refuse duplicate and null ids in these rows up front, before any model loads (only the ids are kept).
+        A null id is not replaced by the row's position: that number may be another row's id."""
         if not self.cfg.id_column:
             return
         seen: set[str] = set()
         column = self.cfg.id_column
         for index in (self.order[i] for i in span):
             record = self._record(index)
+            if BAD_LINE in record:
+                continue  # an unreadable line has no id: it becomes an error row named by its position
+            if record.get(column) is None:
+                raise ConfigError(
+                    f"dataset.id_column={column} is null in row {index + 1} of the data set: give every row an id, "
+                    "or set dataset.id_column=null to number the rows by position"
+                )
             row_id = self._row_id(record, index)
             if row_id in seen:
                 raise ConfigError(f"dataset.id_column={column} is not unique: {row_id!r} appears twice")
@@ -197,7 +205,7 @@ def load_rows(cfg: DatasetConfig, max_samples: int | None) -> list[SourceRow]:
     """Every row of the run at once (small data sets and tests; the job reads chunk by chunk)."""
     source = open_rows(cfg, max_samples)
     span = range(len(source))
-    source.check_unique_ids(span)
+    source.check_ids(span)
     return source.rows(span)
 
 
