@@ -204,7 +204,8 @@ class LlamaCppEngine(ServerEngine):
         # The client sends to this server, as many requests at once as it has slots.
         engine = dataclasses.replace(job.engine, url=server.url, api="completions", max_concurrency=slots(job))
         served = dataclasses.replace(job, engine=engine)
-        super().__init__(served, check_server(served))
+        # The server is the job's own, started on model.gguf: its listed name is the file's, not model.path.
+        super().__init__(served, check_server(served, verify_model=False))
         self.server = server
         # llama-server has no spec-decode counters: the figures are the requests' own, summed by the job.
         self.counters_scope = "requests"

@@ -33,7 +33,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import openai
@@ -87,16 +87,18 @@ def _unreachable(job: JobConfig, why: object) -> ConfigError:
     )
 
 
-def check_server(job: JobConfig) -> ServerTarget:
-    """Before anything is written: the server answers, the key is accepted, the model is there, and which API takes
-    the prompts. Each failure is one ConfigError naming the key to change."""
+def check_server(job: JobConfig, verify_model: bool = True) -> ServerTarget:
+    """Before anything is written: the server answers, the key is accepted, the model is there (and, with
+    ``verify_model``, is the job's model), and which API takes the prompts. Each failure is one ConfigError naming
+    the key to change."""
     engine = job.engine
     client = openai.OpenAI(
         base_url=engine.url, api_key=api_key(job), max_retries=min(engine.retries, 1), timeout=CHECK_TIMEOUT
     )
     try:
         try:
-            served = [m.id for m in client.models.list()]
+            listed = list(client.models.list())
+            served = [m.id for m in listed]
         except openai.APIConnectionError as exc:
             raise _unreachable(job, exc.__cause__ or type(exc).__name__) from None
         except openai.AuthenticationError:
@@ -107,6 +109,8 @@ def check_server(job: JobConfig) -> ServerTarget:
         except openai.APIStatusError as exc:
             raise _unreachable(job, f"GET /models answered HTTP {exc.status_code}") from None
         model = _pick_model(job, served)
+        if verify_model:
+            _check_same_model(job, model, next((getattr(m, "root", None) for m in listed if m.id == model), None))
         api = engine.api
         if api == "auto":
             api = "completions" if _takes_token_ids(client, model) else "chat"
@@ -136,6 +140,29 @@ def _pick_model(job: JobConfig, served: list[str]) -> str:
             "set engine.served_model to one of them"
         )
     return served[0]
+
+
+def _model_names(path_or_id: str) -> set[str]:
+    """How a model may be named: its path or hub id as given, and its last part (a server started with a folder
+    lists that folder; one started with a hub id lists the id), compared without case."""
+    name = path_or_id.rstrip("/")
+    return {name.lower(), name.rsplit("/", 1)[-1].lower()} - {""}
+
+
+def _check_same_model(job: JobConfig, served: str, root: str | None) -> None:
+    """The served model is the job's (by its id or, as vLLM lists it, its root path), or the user named it
+    (engine.served_model): otherwise rows of another model would be stored under this job's model, and a resume
+    against another server would mix two models in one run."""
+    if job.engine.served_model is not None:
+        return
+    if _model_names(job.model.path) & (_model_names(served) | _model_names(root or "")):
+        return
+    raise ConfigError(
+        f"the server at {mask_uri(job.engine.url)} serves {served}"
+        + (f" (from {root})" if root and root != served else "")
+        + f", not this job's model.path={job.model.path}: point engine.url at a server of that model, or, if it is "
+        f"the same model under another name, set engine.served_model={served}"
+    )
 
 
 def _takes_token_ids(client: openai.OpenAI, model: str) -> bool:
@@ -295,22 +322,37 @@ class ServerEngine(Engine):
             self._thread.join(timeout=10)
 
     async def _ask(self, request: Request) -> Completion:
+        """The request's completion, or an error row when the answer says the row is at fault (HTTP 4xx) or is
+        malformed. A server at fault (no connection, no answer in time, 5xx, 408, 429, after the client's retries)
+        stops the shard instead: an error row would close it, and its rows could never be generated again."""
         async with self._semaphore:
             began = time.perf_counter()
             try:
                 samples = await self._ask_once(request)
             except openai.APITimeoutError:
-                why = f"no answer within engine.request_timeout_seconds={self.job.engine.request_timeout_seconds}"
-                return Completion(request, [], time.perf_counter() - began, error=f"{why} (after every retry)")
+                self._stop_shard(
+                    request,
+                    f"no answer within engine.request_timeout_seconds={self.job.engine.request_timeout_seconds}",
+                )
             except openai.APIConnectionError as exc:
-                raise ServerUnreachable(
-                    f"engine.url={mask_uri(self.url)} stopped answering ({exc.__cause__ or exc}; after "
-                    f"engine.retries={self.job.engine.retries} retries). Chunks already written are kept: start the "
-                    "server again and rerun the same command to generate the rest"
-                ) from None
+                self._stop_shard(request, str(exc.__cause__ or exc))
             except openai.APIStatusError as exc:
+                if exc.status_code >= 500 or exc.status_code in SERVER_AT_FAULT:
+                    self._stop_shard(request, _status_error(exc))
                 return Completion(request, [], time.perf_counter() - began, error=_status_error(exc))
+            except (MalformedAnswer, openai.APIResponseValidationError, ValueError, TypeError, AttributeError) as exc:
+                # HTML from a proxy, JSON without choices, token ids that are not integers...: this row's answer is
+                # unusable, the next one may not be.
+                why = f"malformed answer from the server: {mask_uri(str(exc))}"
+                return Completion(request, [], time.perf_counter() - began, error=why)
             return Completion(request, samples, time.perf_counter() - began)
+
+    def _stop_shard(self, request: Request, why: str) -> NoReturn:
+        raise ServerUnreachable(
+            f"engine.url={mask_uri(self.url)} stopped answering properly ({why}, for row {request.row_id}; after "
+            f"engine.retries={self.job.engine.retries} retries). Chunks already written are kept: when the server "
+            "answers again, rerun the same command to generate the rest"
+        ) from None
 
     async def _ask_once(self, request: Request, max_tokens: int | None = None) -> list[Sample]:
         sampling = request.sampling
@@ -329,7 +371,7 @@ class ServerEngine(Engine):
             response = await self._client.completions.create(
                 prompt=request.prompt_token_ids, extra_body=extra, **common
             )
-            texts = [(c.text, c.finish_reason, getattr(c, "token_ids", None)) for c in response.choices]
+            texts = [(c.text, c.finish_reason, getattr(c, "token_ids", None)) for c in _choices(response, common["n"])]
         else:
             if request.messages is None:
                 raise ValueError(f"row {request.row_id}: the chat API needs the row's messages")
@@ -337,9 +379,18 @@ class ServerEngine(Engine):
                 messages=list(request.messages), extra_body=extra, **common
             )
             texts = [
-                (c.message.content or "", c.finish_reason, getattr(c, "token_ids", None)) for c in response.choices
+                (c.message.content or "", c.finish_reason, getattr(c, "token_ids", None))
+                for c in _choices(response, common["n"])
             ]
-        figures = self.row_figures(response) if len(texts) == 1 else None
+        for index, (text, _, ids) in enumerate(texts):
+            if not isinstance(text, str):
+                raise MalformedAnswer(f"choice {index} has no text ({text!r})")
+            if ids is not None and not (isinstance(ids, list) and all(type(i) is int for i in ids)):
+                raise MalformedAnswer(f"choice {index}'s token_ids are not a list of integers")
+        try:
+            figures = self.row_figures(response) if len(texts) == 1 else None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise MalformedAnswer(f"its metrics.speculative_decoding is not what vLLM sends ({exc!r})") from None
         return [Sample(text, self._token_ids(text, ids), reason, figures) for text, reason, ids in texts]
 
     def row_figures(self, response: Any) -> RowSpecFigures | None:
@@ -353,6 +404,26 @@ class ServerEngine(Engine):
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self.job.model)
         return list(self._tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+class MalformedAnswer(ValueError):
+    """The server answered 200 with something that is not a usable completion."""
+
+
+# Besides 5xx: statuses that say the server (or a proxy before it) could not take the request now, not that the
+# row is wrong. The client retried them engine.retries times already.
+SERVER_AT_FAULT = (408, 429)
+
+
+def _choices(response: Any, n: int) -> list[Any]:
+    """Exactly ``n`` choices, or MalformedAnswer saying what came instead (``n`` per request: one per sample)."""
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list):
+        shown = response[:80] if isinstance(response, str) else type(response).__name__
+        raise MalformedAnswer(f"no choices in it ({shown!r})")
+    if len(choices) != n:
+        raise MalformedAnswer(f"{len(choices)} choices for sampling.n={n}")
+    return choices
 
 
 def _status_error(exc: openai.APIStatusError) -> str:
