@@ -116,21 +116,21 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., FakeServer]]:
 
 
 def job_for(server: FakeServer, tmp_path: Path, rows: int, *extra: str) -> Any:
-    return compose_job(
-        [
-            "engine.backend=server",
-            f"engine.url={server.url}",
-            "engine.retries=0",
-            "engine.warmup=false",
-            "engine.max_concurrency=1",  # one request at a time: the n-th request is the n-th row
-            "spec=none",
-            f"max_samples={rows}",
-            f"chunk_size={rows}",
-            "tracking=off",
-            f"output_root={tmp_path}",
-            *extra,
-        ]
-    )
+    return compose_job(["spec=none", *job_overrides(server, tmp_path, rows), *extra])
+
+
+def job_overrides(server: FakeServer, tmp_path: Path, rows: int) -> list[str]:
+    return [
+        "engine.backend=server",
+        f"engine.url={server.url}",
+        "engine.retries=0",
+        "engine.warmup=false",
+        "engine.max_concurrency=1",  # one request at a time: the n-th request is the n-th row
+        f"max_samples={rows}",
+        f"chunk_size={rows}",
+        "tracking=off",
+        f"output_root={tmp_path}",
+    ]
 
 
 def test_each_malformed_answer_is_one_error_row_naming_what_was_wrong(serve, tmp_path: Path) -> None:
@@ -196,3 +196,34 @@ def test_a_server_serving_another_model_is_refused_before_anything_is_written(se
     # The same model under another name, said so by the user: accepted.
     result = run_job(job_for(server, tmp_path, 2, "engine.served_model=other-org/other-model"))
     assert result.summary.rows == 2
+
+
+def spec_figures(steps: int, drafted: int, accepted: int) -> dict[str, Any]:
+    return {
+        "speculative_decoding": {
+            "num_spec_steps": steps,
+            "num_draft_tokens": drafted,
+            "num_accepted_draft_tokens": accepted,
+            "acceptance_histogram": [steps - 1, 1],
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("metrics", "warning"),
+    [
+        ({}, "the server reported no drafting at all: it does not speculate"),
+        (spec_figures(1, 3, 5), "the server counted 10 accepted of 6 drafted tokens"),
+    ],
+)
+def test_a_server_that_does_not_speculate_or_miscounts_gives_unknown_acceptance(
+    serve, tmp_path: Path, caplog: pytest.LogCaptureFixture, metrics: dict[str, Any], warning: str
+) -> None:
+    # spec=ngram asked of a server started without it (or reporting nonsense): not AL 1.0, acceptance 0.0.
+    server = serve(lambda n: completion([choice()], **({"metrics": metrics} if metrics else {})))
+    job = compose_job(["spec=ngram", *job_overrides(server, tmp_path, 2)])
+    with caplog.at_level("WARNING"):
+        summary = run_job(job).summary
+    assert summary.mean_acceptance_length is None and summary.draft_acceptance_rate is None
+    assert summary.accepted_tokens is None and summary.output_tokens == 4
+    assert warning in caplog.text and "acceptance figures of spec.method=ngram left unknown" in caplog.text

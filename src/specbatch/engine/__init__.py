@@ -44,6 +44,11 @@ def preflight_skipped(job: JobConfig) -> str | None:
     return _backend(job).preflight_skipped
 
 
+def figures_from_a_server(job: JobConfig) -> bool:
+    """Whether this job's speculative figures come from a server (see Engine.figures_from_a_server)."""
+    return _backend(job).figures_from_a_server
+
+
 def start_engine(job: JobConfig, starting: Callable[[], None] | None = None) -> Engine:
     """Start the engine ``engine.backend`` names (warm-up included); the caller closes it.
 
@@ -59,6 +64,7 @@ def start_engine(job: JobConfig, starting: Callable[[], None] | None = None) -> 
 
 __all__ = [
     "REGISTRY",
+    "figures_from_a_server",
     "Completion",
     "Engine",
     "EngineUnavailable",

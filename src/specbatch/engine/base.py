@@ -74,6 +74,9 @@ class Engine(ABC):
     # Why the method's checks against this machine's checkpoints and packages (config.preflight) do not apply to
     # this backend; None: they run before the engine starts.
     preflight_skipped: str | None = None
+    # True when the speculative figures come from a server (its /metrics or its answers), which may not speculate at
+    # all, or miscount: no drafting at all over a shard is then "unknown", not AL 1.0 (run.summary).
+    figures_from_a_server = False
 
     def __init__(self, fingerprint: str, concurrency: int | None = None) -> None:
         self.fingerprint = fingerprint

@@ -42,8 +42,16 @@ from specbatch.common.masking import mask_uri
 from specbatch.config import ConfigError, JobConfig
 from specbatch.data.prompts import load_tokenizer
 from specbatch.engine.base import Completion, Engine, EngineUnavailable, Request, Sample, engine_fingerprint
+from specbatch.engine.server_answers import (
+    SERVER_AT_FAULT,
+    MalformedAnswer,
+    check_same_model,
+    checked_choices,
+    row_figures,
+    status_error,
+)
 from specbatch.engine.server_metrics import parse_spec_counters
-from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
+from specbatch.engine.spec_metrics import Counters, RowSpecFigures
 
 log = logging.getLogger(__name__)
 # httpx logs every request at INFO: thousands of lines per shard.
@@ -110,7 +118,7 @@ def check_server(job: JobConfig, verify_model: bool = True) -> ServerTarget:
             raise _unreachable(job, f"GET /models answered HTTP {exc.status_code}") from None
         model = _pick_model(job, served)
         if verify_model:
-            _check_same_model(job, model, next((getattr(m, "root", None) for m in listed if m.id == model), None))
+            check_same_model(job, model, next((getattr(m, "root", None) for m in listed if m.id == model), None))
         api = engine.api
         if api == "auto":
             api = "completions" if _takes_token_ids(client, model) else "chat"
@@ -142,29 +150,6 @@ def _pick_model(job: JobConfig, served: list[str]) -> str:
     return served[0]
 
 
-def _model_names(path_or_id: str) -> set[str]:
-    """How a model may be named: its path or hub id as given, and its last part (a server started with a folder
-    lists that folder; one started with a hub id lists the id), compared without case."""
-    name = path_or_id.rstrip("/")
-    return {name.lower(), name.rsplit("/", 1)[-1].lower()} - {""}
-
-
-def _check_same_model(job: JobConfig, served: str, root: str | None) -> None:
-    """The served model is the job's (by its id or, as vLLM lists it, its root path), or the user named it
-    (engine.served_model): otherwise rows of another model would be stored under this job's model, and a resume
-    against another server would mix two models in one run."""
-    if job.engine.served_model is not None:
-        return
-    if _model_names(job.model.path) & (_model_names(served) | _model_names(root or "")):
-        return
-    raise ConfigError(
-        f"the server at {mask_uri(job.engine.url)} serves {served}"
-        + (f" (from {root})" if root and root != served else "")
-        + f", not this job's model.path={job.model.path}: point engine.url at a server of that model, or, if it is "
-        f"the same model under another name, set engine.served_model={served}"
-    )
-
-
 def _takes_token_ids(client: openai.OpenAI, model: str) -> bool:
     try:
         client.completions.create(model=model, prompt=_PROBE_PROMPT, max_tokens=1)
@@ -179,6 +164,7 @@ class ServerEngine(Engine):
     name = "server"
     # The checkpoints and packages are the server's, not this machine's: nothing local to check them by.
     preflight_skipped = "the method's checks against local checkpoints are the server's to do"
+    figures_from_a_server = True
 
     def __init__(self, job: JobConfig, target: ServerTarget) -> None:
         super().__init__(engine_fingerprint(job), concurrency=job.engine.max_concurrency)
@@ -338,8 +324,8 @@ class ServerEngine(Engine):
                 self._stop_shard(request, str(exc.__cause__ or exc))
             except openai.APIStatusError as exc:
                 if exc.status_code >= 500 or exc.status_code in SERVER_AT_FAULT:
-                    self._stop_shard(request, _status_error(exc))
-                return Completion(request, [], time.perf_counter() - began, error=_status_error(exc))
+                    self._stop_shard(request, status_error(exc))
+                return Completion(request, [], time.perf_counter() - began, error=status_error(exc))
             except (MalformedAnswer, openai.APIResponseValidationError, ValueError, TypeError, AttributeError) as exc:
                 # HTML from a proxy, JSON without choices, token ids that are not integers...: this row's answer is
                 # unusable, the next one may not be.
@@ -371,7 +357,8 @@ class ServerEngine(Engine):
             response = await self._client.completions.create(
                 prompt=request.prompt_token_ids, extra_body=extra, **common
             )
-            texts = [(c.text, c.finish_reason, getattr(c, "token_ids", None)) for c in _choices(response, common["n"])]
+            choices = checked_choices(response, common["n"])
+            texts = [(c.text, c.finish_reason, getattr(c, "token_ids", None)) for c in choices]
         else:
             if request.messages is None:
                 raise ValueError(f"row {request.row_id}: the chat API needs the row's messages")
@@ -380,7 +367,7 @@ class ServerEngine(Engine):
             )
             texts = [
                 (c.message.content or "", c.finish_reason, getattr(c, "token_ids", None))
-                for c in _choices(response, common["n"])
+                for c in checked_choices(response, common["n"])
             ]
         for index, (text, _, ids) in enumerate(texts):
             if not isinstance(text, str):
@@ -404,47 +391,3 @@ class ServerEngine(Engine):
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self.job.model)
         return list(self._tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-class MalformedAnswer(ValueError):
-    """The server answered 200 with something that is not a usable completion."""
-
-
-# Besides 5xx: statuses that say the server (or a proxy before it) could not take the request now, not that the
-# row is wrong. The client retried them engine.retries times already.
-SERVER_AT_FAULT = (408, 429)
-
-
-def _choices(response: Any, n: int) -> list[Any]:
-    """Exactly ``n`` choices, or MalformedAnswer saying what came instead (``n`` per request: one per sample)."""
-    choices = getattr(response, "choices", None)
-    if not isinstance(choices, list):
-        shown = response[:80] if isinstance(response, str) else type(response).__name__
-        raise MalformedAnswer(f"no choices in it ({shown!r})")
-    if len(choices) != n:
-        raise MalformedAnswer(f"{len(choices)} choices for sampling.n={n}")
-    return choices
-
-
-def _status_error(exc: openai.APIStatusError) -> str:
-    body = exc.body if isinstance(exc.body, dict) else {}
-    message = body.get("message") or (body.get("error") or {}).get("message") if body else None
-    return f"the server answered HTTP {exc.status_code}: {mask_uri(str(message or exc.message))}"
-
-
-def row_figures(response: Any) -> RowSpecFigures | None:
-    """Per-request figures a vLLM server puts in its response (``metrics.speculative_decoding``, with
-    ``--per-request-spec-decode-metrics``); None when the response carries none."""
-    metrics = getattr(response, "metrics", None)
-    spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
-    if not spec:
-        return None
-    steps, accepted = int(spec["num_spec_steps"]), int(spec["num_accepted_draft_tokens"])
-    # AL computed as the offline backend computes it (the server's own mean is the same ratio, rounded).
-    return RowSpecFigures(
-        spec_steps=steps,
-        draft_tokens=int(spec["num_draft_tokens"]),
-        accepted_tokens=accepted,
-        acceptance_length=acceptance_length(accepted, steps),
-        acceptance_histogram=[int(x) for x in spec["acceptance_histogram"]],
-    )

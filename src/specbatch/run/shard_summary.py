@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 from specbatch.common.machine import this_machine
 from specbatch.config import JobConfig
-from specbatch.engine import Engine
+from specbatch.engine import Engine, figures_from_a_server
 from specbatch.engine.spec_metrics import Counters
 from specbatch.run.folder import RunFolder
 from specbatch.run.summary import RowTotals, Summary, summarize
@@ -61,6 +61,7 @@ def summarize_shard(folder: RunFolder, job: JobConfig, parts: list[Path], engine
         warmup_seconds=engine.warmup_seconds if engine else 0.0,
         concurrency=concurrency or None,
         counters_scope="+".join(sorted(scopes)) or None,
+        from_a_server=figures_from_a_server(job),
         # The machine that finishes the shard; each launch's own is in its launch record.
         machine=this_machine().to_dict(),
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import logging
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -9,6 +11,8 @@ from typing import Any
 from specbatch.common.machine import machine_line
 from specbatch.engine.spec_metrics import Counters, acceptance_length, steps_unknown
 from specbatch.run.records import STATUS_OK
+
+log = logging.getLogger(__name__)
 
 # Raw per-category sums; the derived figures (AL, acceptance rate) are recomputed from them, never averaged.
 _CATEGORY_SUMS = ("rows", "error_rows", "output_tokens", "drafts", "draft_tokens", "accepted_tokens")
@@ -149,12 +153,19 @@ def summarize(
     concurrency: int | None = None,
     counters_scope: str | None = None,
     machine: dict[str, Any] | None = None,
+    from_a_server: bool = False,
 ) -> Summary:
     speculative = k is not None
     drafts = delta.drafts
     per_position = _pad_to(delta.accepted_per_position, k)
     # Steps unknown (llama.cpp): no AL and no per-position figures rather than made-up ones.
     known = speculative and not steps_unknown(drafts, delta.draft_tokens)
+    doubt = _not_credible(delta) if speculative and from_a_server else None
+    if doubt:
+        log.warning("%s: acceptance figures of spec.method=%s left unknown", doubt, method)
+        known, speculative_counts = False, False
+    else:
+        speculative_counts = speculative
     return Summary(
         method=method,
         num_speculative_tokens=k,
@@ -167,11 +178,11 @@ def summarize(
         engine_startup_seconds=engine_startup_seconds,
         warmup_seconds=warmup_seconds,
         drafts=drafts if known else None,
-        draft_tokens=delta.draft_tokens if speculative else None,
-        accepted_tokens=delta.accepted_tokens if speculative else None,
+        draft_tokens=delta.draft_tokens if speculative_counts else None,
+        accepted_tokens=delta.accepted_tokens if speculative_counts else None,
         mean_acceptance_length=acceptance_length(delta.accepted_tokens, drafts) if known else None,
         draft_acceptance_rate=(
-            (delta.accepted_tokens / delta.draft_tokens if delta.draft_tokens else 0.0) if speculative else None
+            (delta.accepted_tokens / delta.draft_tokens if delta.draft_tokens else 0.0) if speculative_counts else None
         ),
         acceptance_rate_per_position=[a / drafts if drafts else 0.0 for a in per_position] if known else None,
         accepted_per_position=per_position if known else None,
@@ -180,6 +191,23 @@ def summarize(
         counters_scope=counters_scope,
         machine=machine,
     )
+
+
+def _not_credible(delta: Counters) -> str | None:
+    """Why a server's speculative figures (its /metrics or its answers) cannot be believed, or None. An offline
+    engine's counters are its own truth (n-gram that finds nothing to draft is AL 1.0); a server may not speculate
+    at all, or miscount."""
+    if delta.accepted_tokens > delta.draft_tokens:
+        return f"the server counted {delta.accepted_tokens} accepted of {delta.draft_tokens} drafted tokens"
+    per_position = list(delta.accepted_per_position or [])
+    if any(later > earlier for earlier, later in itertools.pairwise(per_position)):
+        return f"the server's accepted tokens per draft position {per_position} grow with the position"
+    if delta.generation_tokens and not delta.draft_tokens:
+        return (
+            "the server reported no drafting at all: it does not speculate (started without this spec?) or does not "
+            "report it"
+        )
+    return None
 
 
 def merged_machine(machines: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
