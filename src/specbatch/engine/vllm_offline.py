@@ -126,6 +126,30 @@ def _apply_environment(shared: dict[str, str], offline: dict[str, str]) -> None:
     vllm.envs.disable_envs_cache()
 
 
+def _register_kernel_overrides_once() -> None:
+    """Let vLLM's worker register its CPU stand-ins for Triton kernels once per process, not at every engine start.
+
+    The registration rebinds every reference to those kernels in sys.modules, and it is process-wide. In an engine
+    of its own process that happens once; with the engine in the job's process (runs_in_process), a second engine
+    (a sweep's next job, the next test module) would wrap the wrappers again, and its scan of sys.modules fails once
+    n-gram has loaded numba: "'_lib_fn_wrapper' object has no attribute 'get'" (llvmlite's function wrappers)."""
+    from vllm.platforms import current_platform
+
+    platform = type(current_platform)
+    if getattr(platform.register_triton_kernel_overrides, "specbatch_once", False):
+        return
+    register = platform.register_triton_kernel_overrides  # bound to the platform class
+    done: list[bool] = []
+
+    def once() -> None:
+        if not done:
+            register()
+            done.append(True)
+
+    once.specbatch_once = True  # type: ignore[attr-defined]
+    platform.register_triton_kernel_overrides = staticmethod(once)  # type: ignore[method-assign,assignment]
+
+
 def _private_ipc_dir() -> Path | None:
     """A folder of this engine's own for vLLM's IPC sockets (VLLM_RPC_BASE_PATH), so that closing the engine, or the
     reaper after a kill, removes them; None when the user chose where they go."""
@@ -213,6 +237,9 @@ class VllmEngine(Engine):
     def start(cls, job: JobConfig) -> VllmEngine:
         _apply_environment(vllm_environment(job), offline_environment(job))
         from vllm import LLM
+
+        if runs_in_process(job):
+            _register_kernel_overrides_once()
 
         kwargs = llm_kwargs(job)
         log.info(
