@@ -43,6 +43,14 @@ def test_the_argv_has_one_slot_per_sequence_and_their_context(tmp_path: Path) ->
     assert argv[argv.index("-np") + 1] == "4", "llama-server's own default"
 
 
+def test_a_llama_server_that_is_not_executable_is_named(tmp_path: Path) -> None:
+    # Not "Permission denied ... fix the cause (e.g. free disk space)" once the job tries to start it.
+    binary = tmp_path / "llama-server"
+    binary.write_text("#!/bin/sh\n")
+    with pytest.raises(ConfigError, match=r"engine.llama_server=.*llama-server is not executable: chmod \+x it"):
+        check_llama_cpp(compose_job([*LLAMA, "spec=none", f"engine.llama_server={binary}"]))
+
+
 def test_draft_model_takes_a_gguf_draft(tmp_path: Path) -> None:
     # The embedded model has no draft_model preset: on llama.cpp spec.model is not needed, the GGUF draft is.
     base = [*LLAMA, "spec=draft_model", "spec.num_speculative_tokens=4"]

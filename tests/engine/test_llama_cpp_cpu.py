@@ -149,6 +149,17 @@ def test_sigterm_to_the_job_and_its_llama_server_stops_in_one_line_with_whole_ch
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
+def test_a_file_that_is_no_gguf_is_one_line_naming_model_gguf(tmp_path: Path) -> None:
+    garbage = tmp_path / "model.gguf"
+    garbage.write_bytes(b"GGUF" + bytes(range(256)) * 8)  # the magic, then nothing llama.cpp can read
+    result = run_generate([*COMMON, "spec=none", f"model.gguf={garbage}", "tracking=off", f"output_root={tmp_path}"])
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-3000:]
+    errors = [line for line in output.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and f"llama-server exited while loading model.gguf={garbage}" in errors[0], errors
+    assert "Traceback" not in output
+
+
 def test_a_sigkill_of_the_job_leaves_no_llama_server(tmp_path: Path) -> None:
     args = [*COMMON, "spec=ngram", "max_samples=24", "chunk_size=2", "engine.max_num_seqs=2", "tracking=off"]
     job = LiveJob.generate([*args, f"output_root={tmp_path}"])

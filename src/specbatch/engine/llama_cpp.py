@@ -62,6 +62,12 @@ def server_binary(job: JobConfig) -> Path:
         path = Path(job.engine.llama_server).expanduser()
         if not path.is_file():
             raise ConfigError(f"engine.llama_server={job.engine.llama_server} is not a file: point it at llama-server")
+        if not os.access(path, os.X_OK):
+            # Not "Permission denied" at the start, blamed on the disk by the job's catch-all for OS errors.
+            raise ConfigError(
+                f"engine.llama_server={job.engine.llama_server} is not executable: chmod +x it, or point "
+                "engine.llama_server at a llama-server you may run"
+            )
         return path
     found = subprocess.run(["bash", str(BUILD_SCRIPT), "path"], capture_output=True, text=True, check=False)
     if found.returncode != 0:
@@ -171,6 +177,13 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _log_tail(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()[-30:]
+    except OSError:
+        return []
+
+
 class LlamaServer(ChildServer):
     """llama-server started for one job."""
 
@@ -191,7 +204,18 @@ class LlamaServer(ChildServer):
                 spec.k,
                 spec.prompt_lookup_max,
             )
-        return cls.launch(argv, dict(os.environ), f"http://127.0.0.1:{port}/v1", log_path, timeout=timeout)
+        try:
+            return cls.launch(argv, dict(os.environ), f"http://127.0.0.1:{port}/v1", log_path, timeout=timeout)
+        except ServerStartError as exc:
+            if "exited with code" not in str(exc):
+                raise  # not healthy in time: a slow machine, not the files
+            # It ended while loading: almost always the GGUF (not a GGUF, truncated, an architecture this llama.cpp
+            # does not know). One line naming it; the whole story is in the server's log.
+            last = next((line for line in reversed(_log_tail(log_path)) if line.strip()), "")
+            raise ConfigError(
+                f"llama-server exited while loading model.gguf={gguf} ({last.strip()[:200]}; its log: {log_path}): "
+                "point model.gguf at a GGUF file llama.cpp can read"
+            ) from None
 
 
 class LlamaCppEngine(ServerEngine):
