@@ -15,8 +15,16 @@ import pytest
 from conftest import run_generate
 from specbatch.config import ConfigError
 from specbatch.data import files as data_module
-from specbatch.data.prompts import Prompt, conversation, length_error, load_tokenizer, render
-from specbatch.data.rows import load_rows, template_fields
+from specbatch.data.prompts import (
+    Prompt,
+    conversation,
+    length_error,
+    load_tokenizer,
+    longest_token_chars,
+    oversized_error,
+    render,
+)
+from specbatch.data.rows import SourceRow, load_rows, template_fields
 
 ROWS = [
     {"id": "a", "question": "What is 2+2?", "topic": "math"},
@@ -195,6 +203,21 @@ def test_a_null_id_is_named_as_null(job_factory, tmp_path: Path) -> None:
     path = write(tmp_path / "n.jsonl", [{"id": "1", "q": "a"}, {"id": None, "q": "b"}])
     with pytest.raises(ConfigError, match=r"dataset.id_column=id is null in row 2 of the data set: give every row"):
         load_rows(local(job_factory, path, "dataset.id_column=id", "dataset.template='{q}'"), None)
+
+
+def test_an_oversized_row_is_refused_by_its_characters_without_tokenizing_it(job_factory, monkeypatch) -> None:
+    # A 200 MB line took ~150x its size to tokenize and got the job OOM-killed on every rerun.
+    job = job_factory()
+    tokenizer = load_tokenizer(job.model)
+    longest = longest_token_chars(tokenizer)
+    assert 8 <= longest <= 1000
+    limit = job.model.max_model_len * longest
+    fits = SourceRow("small", text="x" * limit)
+    assert oversized_error(fits, [], tokenizer, job.model.max_model_len) is None
+    huge = SourceRow("huge", messages=[{"role": "user", "content": "y" * (limit - 10)}])
+    monkeypatch.setattr(tokenizer, "__call__", lambda *a, **k: pytest.fail("tokenized"), raising=False)
+    message = oversized_error(huge, ["z" * 20], tokenizer, job.model.max_model_len)
+    assert message and f"{limit + 10:,} characters cannot fit model.max_model_len=" in message
 
 
 def test_prompt_too_long_is_described() -> None:

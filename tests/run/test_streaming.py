@@ -144,3 +144,22 @@ def test_counters_that_went_backwards_are_not_used(setup) -> None:
     engine.counters = lambda: next(snapshots)  # type: ignore[method-assign]
     [chunk], result = stream(engine, job, tokenizer, [(0, rows()[2:3])])
     assert result.counters is None and chunk.counters.drafts > 0
+
+
+def test_a_row_too_big_to_fit_is_an_error_row_and_is_never_tokenized(setup, monkeypatch) -> None:
+    job, tokenizer = setup
+    huge = "w" * (job.model.max_model_len * 4096)  # more characters than any tokenizer's tokens could cover
+    tokenized: list[int] = []
+    real_call = type(tokenizer).__call__
+    monkeypatch.setattr(
+        type(tokenizer),
+        "__call__",
+        lambda self, text, *a, **k: (tokenized.append(len(text)), real_call(self, text, *a, **k))[1],
+    )
+    engine = DummyEngine(engine_fingerprint(job), k=job.spec.k, keep_requests=True)
+    [chunk], _ = stream(engine, job, tokenizer, [(0, [SourceRow("big", turns=[huge, "next"]), *rows()[:1]])])
+    got = {(r["row_id"], r["turn"]): (r["status"], r["error"]) for r in chunk.records}
+    assert got[("big", 1)][0] == "error" and "characters cannot fit model.max_model_len" in got[("big", 1)][1]
+    assert got[("big", 2)][1].startswith("turn 1 failed: prompt too long")
+    assert got[("r1", 1)] == ("ok", None)
+    assert max(tokenized) < len(huge), "the huge row was tokenized"

@@ -82,6 +82,32 @@ def render(row: SourceRow, turn: int, answers: list[str], cfg: DatasetConfig, to
     return Prompt(row.row_id, text, list(ids), turn=turn, category=row.category, messages=messages)
 
 
+def longest_token_chars(tokenizer: Any) -> int:
+    """Characters of the tokenizer's longest token: no token covers more text than that. Cached per tokenizer."""
+    cached = getattr(tokenizer, "_specbatch_longest_token_chars", None)
+    if cached is None:
+        tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        # Byte-level vocabularies spell a byte as one character: the count is an upper bound on the text covered.
+        cached = max((len(t) for t in tokens if isinstance(t, str)), default=1) or 1
+        tokenizer._specbatch_longest_token_chars = cached
+    return cached
+
+
+def oversized_error(row: SourceRow, answers: list[str], tokenizer: Any, max_model_len: int) -> str | None:
+    """Why a row cannot fit before it is tokenized at all, or None: its text has more characters than
+    ``max_model_len`` tokens of the longest kind could hold. Tokenizing a 200 MB line whole took ~150x its size in
+    memory (the job was OOM-killed, and again on every rerun); this counts characters only."""
+    parts = [row.text or ""] + [m.get("content") or "" for m in row.messages or []] + list(row.turns or []) + answers
+    chars = sum(len(part) for part in parts if isinstance(part, str))
+    limit = max_model_len * longest_token_chars(tokenizer)
+    if chars > limit:
+        return (
+            f"prompt too long: {chars:,} characters cannot fit model.max_model_len={max_model_len} tokens (at most "
+            f"{limit:,} characters with this tokenizer); shorten the row or raise model.max_model_len"
+        )
+    return None
+
+
 def length_error(prompt: Prompt, max_tokens: int, max_model_len: int) -> str | None:
     """Why a prompt cannot fit with its completion, or None; such a row is recorded, not sent."""
     if len(prompt.token_ids) + max_tokens > max_model_len:

@@ -23,7 +23,7 @@ from typing import Any
 
 from specbatch.common.interrupts import StopRequested, signal_name
 from specbatch.config import JobConfig
-from specbatch.data.prompts import Prompt, length_error, render
+from specbatch.data.prompts import Prompt, length_error, oversized_error, render
 from specbatch.data.rows import SourceRow
 from specbatch.engine import Completion, Engine, Request, RequestRefused
 from specbatch.engine.spec_metrics import Counters
@@ -176,6 +176,10 @@ class ChunkStreamer:
         """Queue ``turn`` of ``row``, or record it (and its later turns) as errors when it cannot be asked."""
         if row.error is not None:
             self._fail(chunk, position, row, turn, row.error, None)
+            return
+        oversized = oversized_error(row, answers, self.tokenizer, self.job.model.max_model_len)
+        if oversized:
+            self._fail(chunk, position, row, turn, oversized, None)
             return
         prompt = render(row, turn, answers, self.job.dataset, self.tokenizer)
         problem = self._prompt_problem(prompt)
