@@ -14,10 +14,12 @@ import hydra
 from omegaconf import DictConfig
 
 from specbatch.common.interrupts import StopRequested, leave_the_jobs_process_group, stop_signals_raise
+from specbatch.common.masking import mask_text
 from specbatch.config import ConfigError, register_configs, to_job_config
 from specbatch.config.overrides import check_overrides
 from specbatch.engine import EngineUnavailable
 from specbatch.pipeline import run_job
+from specbatch.run.folder import RunFolder
 from specbatch.run.locks import ShardBusyError
 from specbatch.run.sweep import current_sweep_job, record_job_run
 
@@ -28,13 +30,21 @@ register_configs()
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    sweep = job = None
     try:
-        sweep = current_sweep_job()
-        if sweep:
-            cfg = sweep.drop_foreign_knobs(cfg)
-        with stop_signals_raise():
-            result = run_job(to_job_config(cfg), sweep=sweep)
-        record_job_run(result.folder.root)
+        try:
+            sweep = current_sweep_job()
+            if sweep:
+                cfg = sweep.drop_foreign_knobs(cfg)
+            job = to_job_config(cfg)
+            with stop_signals_raise():
+                result = run_job(job, sweep=sweep)
+            record_job_run(result.folder.root)
+        except BaseException as exc:
+            if sweep and job:  # compare names the set-up this job did not finish (and repeats none of it)
+                why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+                record_job_run(RunFolder.for_job(job).root, failed=mask_text(why))
+            raise
     except ConfigError as exc:
         # A mistake in the config or input: one clear line, no traceback, exit code 2 like a usage error.
         log.error("%s", exc)

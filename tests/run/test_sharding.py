@@ -209,3 +209,27 @@ def test_a_resumed_shard_adds_up_every_launch_once(make_job) -> None:
     assert summary.concurrency == 1
     # Killed launches' figures are their requests' own; the last launch's are its engine's counters.
     assert summary.counters_scope == "engine+requests"
+
+
+@pytest.mark.parametrize("damage", ["missing", "half-written"])
+def test_a_damaged_shard_summary_is_shown_refused_by_merge_and_rebuilt_by_the_rerun(make_job, damage: str) -> None:
+    job = make_job()
+    first = run_job(job, engine=fake_engine(job))
+    root, stats = first.folder.root, first.folder.stats_path
+    if damage == "missing":
+        stats.unlink()
+    else:
+        stats.write_text(stats.read_text()[:40])
+    expected = "missing" if damage == "missing" else "damaged (JSONDecodeError)"
+    [state] = run_status(root)
+    assert (state.state, state.problem) == ("damaged", f"stats/shard-00000-of-00001.json is {expected}")
+    status = subprocess.run([sys.executable, str(STATUS), str(root)], capture_output=True, text=True, timeout=120)
+    assert status.returncode == 1 and f"stats/shard-00000-of-00001.json is {expected}" in status.stderr
+    with pytest.raises(RunIncompleteError, match=r"1 of 1 shards are not done: 0 \(stats/shard-00000-of-00001.json"):
+        merge_run(root)
+    # The rerun generates nothing (the parts are whole) and adds the summary up from them again.
+    engine = fake_engine(job)
+    again = run_job(job, engine=engine)
+    assert not again.generated and not engine.added
+    assert again.summary.rows == first.summary.rows and again.summary.output_tokens == first.summary.output_tokens
+    assert run_status(root)[0].state == "done" and merge_run(root).summary.rows == first.summary.rows

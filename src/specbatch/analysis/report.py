@@ -27,7 +27,8 @@ from specbatch.common.masking import mask_uri
 from specbatch.config import ConfigError, JobConfig, check_known_keys, spec_caption, to_job_config
 from specbatch.engine.serve_commands import vllm_console_script_broken, vllm_serve_command
 from specbatch.run.folder import is_run_folder, read_run, run_folders_below
-from specbatch.run.sweep import SWEEP_FILE, read_sweep, sweep_run_folders
+from specbatch.run.runs import RunIncompleteError
+from specbatch.run.sweep import SWEEP_FILE, read_sweep, sweep_failures, sweep_run_folders
 from specbatch.tracking.logger import RunLogger, metric_safe, mlflow_run
 from specbatch.tracking.parents import attach_to_run, compared_runs_link, log_run_figures, nested_runs
 from specbatch.tracking.store import TrackingUnreachable, recorded_tracking
@@ -42,11 +43,14 @@ class Sources:
     parent_run_id: str | None = None
     tracking_uri: str | None = None
     sweep_dir: Path | None = None
+    # The sweep's jobs that did not finish their runs: their choices and why (see run.sweep.sweep_failures).
+    failed_jobs: tuple[str, ...] = ()
 
 
 def find_runs(paths: list[Path]) -> Sources:
     """Run folders named by ``paths`` (run folders, sweep folders, or folders holding run folders)."""
     folders: list[Path] = []
+    failed: list[str] = []
     sweeps: list[dict[str, Any]] = []
     sweep_dirs: list[Path] = []
     for path in (Path(p).resolve() for p in paths):
@@ -54,8 +58,12 @@ def find_runs(paths: list[Path]) -> Sources:
             folders.append(path)
         elif (path / SWEEP_FILE).is_file():
             found = sweep_run_folders(path)
+            failed += sweep_failures(path)
             if not found:
-                raise CompareError(f"sweep {path} has no finished job yet (no */specbatch_run.json)")
+                raise CompareError(
+                    f"sweep {path} has no finished job yet (no */specbatch_run.json)"
+                    + "".join(f"; {line}" for line in failed)
+                )
             folders += found
             sweeps.append(read_sweep(path))
             sweep_dirs.append(path)
@@ -68,8 +76,9 @@ def find_runs(paths: list[Path]) -> Sources:
             raise CompareError(f"{path} does not exist: pass run folders, a sweep folder, or outputs/runs")
     unique = list(dict.fromkeys(folders))
     if len(sweeps) == 1 and len(paths) == 1:
-        return Sources(unique, sweeps[0].get("parent_run_id"), sweeps[0].get("tracking_uri"), sweep_dirs[0])
-    return Sources(unique)
+        parent, uri = sweeps[0].get("parent_run_id"), sweeps[0].get("tracking_uri")
+        return Sources(unique, parent, uri, sweep_dirs[0], tuple(failed))
+    return Sources(unique, failed_jobs=tuple(failed))
 
 
 def runs_of_parent(tracking_uri: str, parent_run_id: str) -> Sources:
@@ -97,9 +106,25 @@ class CompareResult:
     mlflow_run_id: str | None
 
 
+def _load_runs(folders: list[Path]) -> tuple[list[RunData], list[str]]:
+    """The runs that can be read whole; the others (a shard not done, a damaged summary) are named, not compared."""
+    runs, skipped = [], []
+    for folder in folders:
+        try:
+            runs.append(load_run(folder))
+        except (RunIncompleteError, OSError, ValueError) as exc:
+            skipped.append(f"not compared: {exc}")
+    if not runs:
+        raise CompareError("no run can be compared: " + "; ".join(skipped))
+    for line in skipped:
+        log.warning("%s", line)
+    return runs, skipped
+
+
 def run_compare(sources: Sources, out_dir: Path | None = None, log_to_mlflow: bool = True) -> CompareResult:
-    runs = [load_run(folder) for folder in sources.run_folders]
+    runs, skipped = _load_runs(sources.run_folders)
     comparison = compare(runs)
+    comparison.notes += [f"sweep {line}" for line in sources.failed_jobs] + skipped
     if out_dir is None:
         out_dir = _default_out_dir(sources)
     command = repeat_command(sources, comparison, runs)
@@ -119,7 +144,8 @@ def repeat_command(sources: Sources, comparison: Comparison, runs: list[RunData]
     short = {(r.workload, r.batch_size) for r in comparison.recommendations if not r.enough_repeats}
     if not short:
         return None
-    if sources.sweep_dir is not None:
+    # The sweep's own command line, unless a job of it failed: that would sweep the failing value again.
+    if sources.sweep_dir is not None and not sources.failed_jobs:
         command = sweep_repeat_command(sources.sweep_dir)
         if command:
             return command

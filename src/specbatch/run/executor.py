@@ -87,6 +87,9 @@ class ShardExecutor:
         if folder.is_done():
             damaged = damaged_parts(folder)
             if not damaged:
+                problem = folder.summary_problem()
+                if problem:
+                    return self._rebuild_summary(folder, shard, problem)
                 log.info(
                     "shard %s already complete, nothing to do: %s (repeat=<n> measures it again in a new folder)",
                     shard,
@@ -128,6 +131,16 @@ class ShardExecutor:
         log.info("summary of %s (shard %s)\n%s", folder.root, shard, format_table(summary))
         log.info("shard %s: %d rows (%d error rows) in %s", shard, summary.rows, summary.error_rows, folder.data_dir)
         return JobResult(folder, summary, parts, generated=bool(todo))
+
+    def _rebuild_summary(self, folder: RunFolder, shard: Shard, problem: str) -> JobResult:
+        """A finished shard whose summary file is missing or half-written: its parts are whole, so the summary is
+        added up from them again (without the engine's start-up figures, which only the lost file held)."""
+        with shard_lock(folder.lock_path, str(shard)):
+            log.warning("shard %s is complete but %s: rebuilding it from the parts", shard, problem)
+            parts = folder.parts()
+            summary = self.steps.summarize(folder, parts)
+            folder.write_summary(summary)
+        return JobResult(folder, summary, parts, generated=False)
 
     def _generate(self, start: RunStart, todo: list[int], parts: list[Path]) -> Summary:
         """The chunks not written yet, then the shard summary and the done marker; observed from start to end."""

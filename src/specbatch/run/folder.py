@@ -160,6 +160,17 @@ class RunFolder:
     def read_summary(self) -> Summary:
         return Summary(**json.loads(self.stats_path.read_text()))
 
+    def summary_problem(self) -> str | None:
+        """What is wrong with the shard summary file (missing, half-written, not a summary), or None."""
+        where = self.stats_path.relative_to(self.root)
+        try:
+            self.read_summary()
+        except FileNotFoundError:
+            return f"{where} is missing"
+        except (ValueError, TypeError) as exc:  # not JSON, or JSON that is no summary
+            return f"{where} is damaged ({type(exc).__name__})"
+        return None
+
     def remove_stale_temporaries(self) -> None:
         """Temporary files of a killed writer: never data (readers only take part-*.parquet); call under the lock."""
         for folder in (self.data_dir, self.stats_dir):

@@ -49,6 +49,11 @@ def run_status(root: Path) -> list[ShardState]:
             problem = describe_damage(folder, damaged)
             states.append(ShardState(folder.shard_index, "damaged", parts, problem))
             continue
+        # A done shard whose summary is gone or half-written: its rows are whole, its figures are not readable.
+        summary_problem = folder.summary_problem() if folder.is_done() else None
+        if summary_problem:
+            states.append(ShardState(folder.shard_index, "damaged", parts, summary_problem))
+            continue
         if folder.is_done():
             state = "done"
         else:

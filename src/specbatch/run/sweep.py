@@ -85,18 +85,51 @@ def current_sweep_job() -> SweepJob | None:
     return SweepJob(sweep_dir, record.get("parent_run_id"), parse_overrides(list(hc.overrides.task)))
 
 
-def record_job_run(run_folder: Path) -> None:
-    """Leave the run folder's path in this job's Hydra output folder, where jobs/compare.py looks for it."""
+def record_job_run(run_folder: Path, failed: str | None = None) -> None:
+    """Leave the run folder's path in this job's Hydra output folder, where jobs/compare.py looks for it; with
+    ``failed``, why this job did not finish it (compare names such set-ups instead of silently leaving them out)."""
     from hydra.core.hydra_config import HydraConfig
 
     if HydraConfig.initialized():
-        atomic_write_json(Path(HydraConfig.get().runtime.output_dir) / JOB_FILE, {"run_folder": str(run_folder)})
+        record = {"run_folder": str(run_folder), **({"failed": failed} if failed else {})}
+        atomic_write_json(Path(HydraConfig.get().runtime.output_dir) / JOB_FILE, record)
 
 
 def sweep_run_folders(sweep_dir: Path) -> list[Path]:
-    """Run folders of a sweep's jobs, in job order (from each job's specbatch_run.json)."""
+    """Run folders of a sweep's jobs that finished, in job order (from each job's specbatch_run.json)."""
+    return [folder for folder, failed in sweep_jobs(sweep_dir) if failed is None]
+
+
+def sweep_failures(sweep_dir: Path) -> list[str]:
+    """One line per job of the sweep that did not finish its run: its choices and why."""
+    lines = []
+    for job_dir in sorted(p for p in Path(sweep_dir).iterdir() if p.is_dir() and p.name.isdigit()):
+        record_path = job_dir / JOB_FILE
+        choices = " ".join(_job_overrides(job_dir)) or job_dir.name
+        if not record_path.is_file():
+            lines.append(f"job {job_dir.name} ({choices}) left no record: it did not finish")
+            continue
+        failed = json.loads(record_path.read_text()).get("failed")
+        if failed:
+            lines.append(f"job {job_dir.name} ({choices}) failed: {failed}")
+    return lines
+
+
+def sweep_jobs(sweep_dir: Path) -> list[tuple[Path, str | None]]:
+    """(run folder, why the job failed or None) of every job that left a record, in job order."""
     found = sorted(
         Path(sweep_dir).glob(f"*/{JOB_FILE}"),
         key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
     )
-    return [Path(json.loads(p.read_text())["run_folder"]) for p in found]
+    records = [json.loads(p.read_text()) for p in found]
+    return [(Path(r["run_folder"]), r.get("failed")) for r in records]
+
+
+def _job_overrides(job_dir: Path) -> list[str]:
+    """The job's own overrides, as Hydra recorded them in <job dir>/.hydra/overrides.yaml."""
+    path = job_dir / ".hydra" / "overrides.yaml"
+    if not path.is_file():
+        return []
+    from omegaconf import OmegaConf
+
+    return [str(item) for item in OmegaConf.load(path)]
