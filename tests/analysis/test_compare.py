@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -135,6 +136,20 @@ def test_repeats_give_mean_and_spread(job_factory) -> None:
     assert row.output_tokens_per_second == pytest.approx(25.0)
     assert row.output_tokens_per_second_std == pytest.approx(math.sqrt(50))
     assert (row.speedup, row.speedup_min, row.speedup_max) == pytest.approx((2.5, 2.0, 3.0))
+
+
+def test_copies_of_one_run_folder_are_one_measurement(job_factory) -> None:
+    base = write_run(job_factory, SAME, 10.0, "spec=none")
+    spec = write_run(job_factory, SAME, 20.0, "spec=ngram")
+    copies = [spec.with_name(f"{spec.name}-copy{i}") for i in range(2)]
+    for copy in copies:
+        shutil.copytree(spec, copy)
+    result = compare([load_run(p) for p in [base, spec, *copies]])
+    row = result.rows[1]
+    assert row.repeats == 1 and row.output_tokens_per_second_std in (None, 0.0)
+    assert not [r for r in result.recommendations if r.enough_repeats], "one measurement stays provisional"
+    for copy in copies:
+        assert f"{copy} is a copy of {spec} (the same measurement): counted once" in result.notes
 
 
 def test_first_differing_token_is_reported(job_factory) -> None:

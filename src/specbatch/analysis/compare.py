@@ -170,9 +170,26 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def _one_per_measurement(runs: Iterable[RunData]) -> tuple[list[RunData], list[str]]:
+    """Copies of one run folder are one measurement, not independent repeats (they would shrink the spread to 0
+    and drop the "provisional" flag): the first by path is kept, and a note names the others."""
+    kept: dict[str, RunData] = {}
+    unique, notes = [], []
+    for run in sorted(runs, key=lambda r: str(r.root)):
+        first = kept.get(run.measurement) if run.measurement else None
+        if first is not None:
+            notes.append(f"{run.root} is a copy of {first.root} (the same measurement): counted once")
+            continue
+        if run.measurement:
+            kept[run.measurement] = run
+        unique.append(run)
+    return unique, notes
+
+
 def compare(runs: Iterable[RunData]) -> Comparison:
     """Group runs by set-up, match each to its baseline, and recommend a k per batch size."""
     # A k schedule is its own set-up: never pooled with the fixed k that equals its largest k.
+    runs, copies = _one_per_measurement(runs)
     groups: dict[tuple[str, int, str, int | None, Any], list[RunData]] = defaultdict(list)
     for run in runs:
         groups[(run.workload, run.batch_size, run.method, run.k, schedule_key(run.k_schedule))].append(run)
@@ -186,7 +203,7 @@ def compare(runs: Iterable[RunData]) -> Comparison:
             "none of the runs is a spec=none baseline, so there is nothing to measure speedup against: "
             "add spec=none to the sweep (e.g. -m spec=none,ngram,suffix) with the same model, data set and batch size"
         )
-    rows, notes, figures = [], [], []
+    rows, notes, figures = [], list(copies), []
     for (workload, batch, *_), members in sorted(groups.items(), key=_group_order):
         base = baselines.get((workload, batch))
         if base is None:

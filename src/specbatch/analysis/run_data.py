@@ -4,6 +4,7 @@ and the workload key that says which runs may be compared (same prompts, model, 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,9 @@ class RunData:
     summary: Summary
     tokens: dict[RowKey, list[int]]
     prompts: int
+    # What the run measured, byte for byte (its run.json and shard summaries): a copied run folder has the same, a
+    # repeat never does (its repeat number and timings differ). Empty: unknown.
+    measurement: str = ""
 
     @property
     def method(self) -> str:
@@ -117,4 +121,11 @@ def load_run(root: Path) -> RunData:
                     first_turn_rows.add(row["row_id"])
                 if row["status"] == STATUS_OK:
                     tokens[(row["row_id"], row["turn"], row["sample_index"])] = row["completion_token_ids"]
-    return RunData(root, config, summary, tokens, prompts=len(first_turn_rows))
+    return RunData(root, config, summary, tokens, prompts=len(first_turn_rows), measurement=_measurement(root))
+
+
+def _measurement(root: Path) -> str:
+    digest = hashlib.sha256((root / "run.json").read_bytes())
+    for stats in sorted((root / "stats").glob("*.json")):
+        digest.update(stats.name.encode() + stats.read_bytes())
+    return digest.hexdigest()
