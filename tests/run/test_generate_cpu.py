@@ -7,6 +7,9 @@ CPU: near-tied logits flip with the shape of the computation).
 from __future__ import annotations
 
 import json
+import re
+import stat
+import tempfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -30,6 +33,15 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("e2e")
 
 
+# vLLM names its IPC sockets by UUID (in VLLM_RPC_BASE_PATH, /tmp by default).
+UUID_NAME = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _sockets_in_tmp() -> set[str]:
+    tmp = Path(tempfile.gettempdir())
+    return {str(p) for p in tmp.iterdir() if UUID_NAME.fullmatch(p.name) and stat.S_ISSOCK(p.lstat().st_mode)}
+
+
 def overrides(root: Path, spec: str) -> list[str]:
     return [
         f"output_root={root}",
@@ -45,9 +57,14 @@ def overrides(root: Path, spec: str) -> list[str]:
 def runs(root: Path) -> dict[str, dict]:
     """Both runs once per module, through the real entry script (one engine each)."""
     out: dict[str, dict] = {}
+    sockets_before = _sockets_in_tmp()
     for spec in ("none", "ngram", "suffix"):
         result = run_generate(overrides(root, spec))
         assert result.returncode == 0, result.stderr[-4000:]
+        # A normal stop leaves nothing of the engine behind and says nothing about it (the engine runs in the
+        # job's process here): no "resource_tracker: ... leaked shared_memory" warning, no IPC socket in /tmp.
+        assert "resource_tracker" not in result.stderr and "leaked" not in result.stderr, result.stderr[-2000:]
+        assert not _sockets_in_tmp() - sockets_before, sorted(_sockets_in_tmp() - sockets_before)
         layout = RunFolder.for_job(compose_job(overrides(root, spec)))
         part = layout.part_path(0)
         out[spec] = {
