@@ -6,6 +6,7 @@ CPU: near-tied logits flip with the shape of the computation).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import stat
@@ -38,8 +39,12 @@ UUID_NAME = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f
 
 
 def _sockets_in_tmp() -> set[str]:
-    tmp = Path(tempfile.gettempdir())
-    return {str(p) for p in tmp.iterdir() if UUID_NAME.fullmatch(p.name) and stat.S_ISSOCK(p.lstat().st_mode)}
+    found = set()
+    for path in Path(tempfile.gettempdir()).iterdir():
+        with contextlib.suppress(OSError):  # gone meanwhile: another process's
+            if UUID_NAME.fullmatch(path.name) and stat.S_ISSOCK(path.lstat().st_mode):
+                found.add(str(path))
+    return found
 
 
 def overrides(root: Path, spec: str) -> list[str]:
