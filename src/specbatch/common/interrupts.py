@@ -52,8 +52,14 @@ class StopSignal:
     signum: int | None = None
     # time.monotonic() when it came.
     at: float = 0.0
+    # What to say about it, said by the first caller after it came: logging inside the signal handler itself can
+    # land in the middle of another log call ("reentrant call" in the stream's flush).
+    message: str = ""
 
     def __call__(self) -> bool:
+        if self.message:
+            message, self.message = self.message, ""
+            log.warning("%s", message)
         return self.signum is not None
 
     @property
@@ -112,11 +118,9 @@ def stop_signals_deferred(grace_seconds: float) -> Iterator[StopSignal]:
         if stop.signum is not None:
             abandon(f"sent twice, after {time.monotonic() - stop.at:.0f} s")
         stop.signum, stop.at = signum, time.monotonic()
-        log.warning(
-            "%s received: finishing the chunks in flight for at most %g s (stop_grace_seconds), then stopping "
-            "without the done marker; send it again to stop at once",
-            stop.name,
-            grace_seconds,
+        stop.message = (
+            f"{stop.name} received: finishing the chunks in flight for at most {grace_seconds:g} s "
+            "(stop_grace_seconds), then stopping without the done marker; send it again to stop at once"
         )
         signal.setitimer(signal.ITIMER_REAL, max(grace_seconds, 0.001))
 

@@ -111,6 +111,8 @@ class ChunkStreamer:
 
         try:
             while True:
+                if admitting and stop_requested():  # checked every step, not only when the engine has room
+                    admitting, result.stopped = False, True
                 while admitting and self.engine.unfinished + len(self._ready) < self.limit:
                     if stop_requested():
                         admitting, result.stopped = False, True
