@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -125,6 +126,25 @@ def test_start_waits_for_health_and_stop_ends_the_whole_group(fake) -> None:
         assert len(group_alive(group)) == 2  # the server and its "engine" child
     assert group_alive(group) == []
     server.stop()  # idempotent
+
+
+def test_the_servers_ipc_sockets_go_to_a_folder_of_its_own_removed_when_it_stops(
+    fake, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # vLLM's server and engine talk over sockets named by UUID in VLLM_RPC_BASE_PATH (default /tmp), never removed.
+    _, start = fake
+    monkeypatch.delenv("VLLM_RPC_BASE_PATH", raising=False)
+    for ending in ("stop", "kill"):
+        server = start()
+        ipc = Path(psutil.Process(server.pid).environ()["VLLM_RPC_BASE_PATH"])
+        assert ipc.name.startswith(reaper.IPC_PREFIX) and ipc.parent == Path(tempfile.gettempdir()) and ipc.is_dir()
+        server.stop() if ending == "stop" else server.kill()
+        assert not ipc.exists(), ending
+    # A folder the user chose is theirs: used, and kept.
+    monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(tmp_path))
+    with start() as server:
+        assert psutil.Process(server.pid).environ()["VLLM_RPC_BASE_PATH"] == str(tmp_path)
+    assert tmp_path.is_dir()
 
 
 def test_a_server_that_crashed_leaves_nothing_in_dev_shm(fake) -> None:
@@ -261,6 +281,9 @@ def test_serve_job_answers_dynamos_chat_request_and_sigterm_leaves_nothing(tmp_p
         assert len(members) >= 2  # the API server and vLLM's engine core
         # The key reaches the server through its environment only: in no command line, in nothing printed.
         assert not [p for p in [*members, psutil.Process(job.process.pid)] if key in "\0".join(p.cmdline())]
+        # vLLM's IPC sockets are in the server's own folder, removed with it (not named by UUID in /tmp).
+        ipc = Path(server.environ()["VLLM_RPC_BASE_PATH"])
+        assert ipc.name.startswith(reaper.IPC_PREFIX) and any(ipc.iterdir())
         assert key not in job.output and '"Authorization: Bearer $OPENAI_API_KEY"' in job.output
         assert "jobs/generate.py spec=ngram" in job.output and "engine.backend=server" in job.output
 
@@ -285,6 +308,7 @@ def test_serve_job_answers_dynamos_chat_request_and_sigterm_leaves_nothing(tmp_p
         stopped = time.monotonic()
         assert job.wait(timeout=30) == 0
         assert wait_gone(group, timeout=max(0.0, 30 - (time.monotonic() - stopped))) == []
+        assert not ipc.exists()
         # Dead, at most a zombie waiting for an init that reaps (not every container's init does).
         assert not [p for p in members if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     finally:

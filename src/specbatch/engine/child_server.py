@@ -25,7 +25,7 @@ from typing import Self
 import httpx
 import psutil
 
-from specbatch.engine.reaper import Reaper, shm_used_by
+from specbatch.engine.reaper import Reaper, remove_ipc_dir, shm_used_by
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +66,22 @@ class ChildServer:
     # What log lines and errors call it.
     label = "the server"
 
-    def __init__(self, process: subprocess.Popen[bytes], url: str, log_path: Path, reaper: Reaper | None) -> None:
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        url: str,
+        log_path: Path,
+        reaper: Reaper | None,
+        ipc_dir: Path | None = None,
+    ) -> None:
         self.process = process
         # The OpenAI API base (engine.url, ending in /v1); the server's root serves /health and /metrics.
         self.url = url.rstrip("/")
         self.root = self.url.removesuffix("/v1")
         self.log_path = log_path
         self._reaper = reaper
+        # The server's own folder of IPC sockets (a vLLM server's engine), removed once its group is gone.
+        self.ipc_dir = ipc_dir
         self._stopped = False
 
     @property
@@ -80,12 +89,23 @@ class ChildServer:
         return self.process.pid
 
     @classmethod
-    def launch(cls, argv: Sequence[str], env: dict[str, str], url: str, log_path: Path, *, timeout: float) -> Self:
+    def launch(
+        cls,
+        argv: Sequence[str],
+        env: dict[str, str],
+        url: str,
+        log_path: Path,
+        *,
+        timeout: float,
+        ipc_dir: Path | None = None,
+    ) -> Self:
         """Start ``argv`` in its own session (output to ``log_path``) and return once ``/health`` answers 200; a
-        server that exits or stays unhealthy for ``timeout`` seconds is stopped and raises ServerStartError."""
+        server that exits or stays unhealthy for ``timeout`` seconds is stopped and raises ServerStartError.
+        ``ipc_dir``: a folder the server keeps its IPC sockets in (see reaper.make_ipc_dir), removed when it stops,
+        or by the reaper if this process is killed."""
         log.info("starting %s (log: %s): %s", cls.label, log_path, " ".join(argv))
         # Before the server: a kill of this process during the start-up would leave it running too.
-        reaper = Reaper.start()
+        reaper = Reaper.start(ipc_dir)
         try:
             with log_path.open("ab") as out:
                 process = subprocess.Popen(
@@ -99,8 +119,10 @@ class ChildServer:
         except BaseException:
             if reaper:
                 reaper.stop()
+            if ipc_dir:
+                remove_ipc_dir(ipc_dir)
             raise
-        server = cls(process, url, log_path, reaper)
+        server = cls(process, url, log_path, reaper, ipc_dir)
         try:
             server.wait_healthy(timeout)
         except BaseException:
@@ -179,8 +201,10 @@ class ChildServer:
             self._wait_group_gone(5.0, terminate_leftovers=False)
         self.process.wait()
         # Only once the group is gone: otherwise the reaper still ends what is left when this process exits.
-        if self._reaper and not _group_members(group):
-            self._reaper.stop(crashed=crashed)
+        if not _group_members(group):
+            self._remove_ipc_dir()
+            if self._reaper:
+                self._reaper.stop(crashed=crashed)
         log.info("%s stopped (exit code %s)", self.label, self.process.returncode)
 
     def kill(self) -> None:
@@ -205,9 +229,15 @@ class ChildServer:
         for path in sorted(held):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+        self._remove_ipc_dir()
         if self._reaper:
             self._reaper.stop()
         log.info("%s killed (%d shared-memory files removed)", self.label, len(held))
+
+    def _remove_ipc_dir(self) -> None:
+        ipc_dir, self.ipc_dir = self.ipc_dir, None
+        if ipc_dir:
+            remove_ipc_dir(ipc_dir)
 
     def _wait_group_gone(self, wait: float, *, terminate_leftovers: bool) -> bool:
         """True once no process of the server's group is left, within ``wait`` seconds."""

@@ -150,10 +150,15 @@ def _register_kernel_overrides_once() -> None:
     platform.register_triton_kernel_overrides = staticmethod(once)  # type: ignore[method-assign,assignment]
 
 
+def ipc_path_chosen_by_user() -> bool:
+    """Whether the user exported VLLM_RPC_BASE_PATH (rather than an earlier engine of this process setting it)."""
+    return "VLLM_RPC_BASE_PATH" in os.environ and "VLLM_RPC_BASE_PATH" not in _SET_BY_US
+
+
 def _private_ipc_dir() -> Path | None:
     """A folder of this engine's own for vLLM's IPC sockets (VLLM_RPC_BASE_PATH), so that closing the engine, or the
     reaper after a kill, removes them; None when the user chose where they go."""
-    if "VLLM_RPC_BASE_PATH" in os.environ and "VLLM_RPC_BASE_PATH" not in _SET_BY_US:
+    if ipc_path_chosen_by_user():
         return None
     path = make_ipc_dir()
     os.environ["VLLM_RPC_BASE_PATH"] = str(path)

@@ -21,8 +21,9 @@ from specbatch.assets.prepare import ensure_embedded
 from specbatch.config import ConfigError, JobConfig
 from specbatch.config.preflight import preflight
 from specbatch.engine.child_server import ChildServer
+from specbatch.engine.reaper import make_ipc_dir
 from specbatch.engine.serve_commands import VLLM_API_KEY, listen_address, vllm_console_script_broken, vllm_serve_argv
-from specbatch.engine.vllm_offline import vllm_environment
+from specbatch.engine.vllm_offline import ipc_path_chosen_by_user, vllm_environment
 
 log = logging.getLogger(__name__)
 
@@ -103,4 +104,11 @@ class VllmServer(ChildServer):
         log_dir = Path(job.output_root) / "_serve" if log_dir is None else log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"vllm-{host}-{port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        return cls.launch(argv, server_process_environment(job), job.engine.url, log_path, timeout=timeout)
+        env = server_process_environment(job)
+        # vLLM's server and engine talk over unix sockets named by UUID in VLLM_RPC_BASE_PATH (default /tmp) that
+        # nothing removes: the server gets a folder of its own, removed when it stops (or by the reaper).
+        ipc_dir = None
+        if not ipc_path_chosen_by_user():
+            ipc_dir = make_ipc_dir()
+            env["VLLM_RPC_BASE_PATH"] = str(ipc_dir)
+        return cls.launch(argv, env, job.engine.url, log_path, timeout=timeout, ipc_dir=ipc_dir)
