@@ -16,12 +16,12 @@ run: setup
 	$(PY) jobs/generate.py $(ARGS)
 
 # The Slurm tests run a real single-node cluster, the UI test a headless chromium and the llama.cpp tests
-# llama-server: their Debian packages are installed (and llama-server built, once per machine) when missing.
+# llama-server: their Debian packages are installed when missing, and llama-server is built (once per machine)
+# beside the tests by jobs/test.sh.
 test: setup
 	bash jobs/slurm/cluster.sh install
 	bash jobs/browser.sh install
-	bash jobs/llama_cpp.sh install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	bash jobs/test.sh $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check src tests jobs

@@ -231,3 +231,37 @@ def log_records(output: str) -> list[str]:
         else:
             records[-1] += line
     return records
+
+
+# Tests that start the llama-server jobs/test.sh builds beside the suite: collected last, after waiting for it.
+NEEDS_LLAMA_SERVER = "needs_llama_server"
+# How long a llama.cpp test waits for that build: it takes 8 minutes of both cores, longer beside the tests.
+LLAMA_BUILD_BOUND_SECONDS = 45 * 60
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{NEEDS_LLAMA_SERVER}: starts llama-server; runs last, once it is built")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Stable: the other tests keep their order, the llama.cpp ones follow them, so the build has the most time.
+    items.sort(key=lambda item: item.get_closest_marker(NEEDS_LLAMA_SERVER) is not None)
+
+
+def wait_for_llama_build(bound: float = LLAMA_BUILD_BOUND_SECONDS) -> None:
+    """Wait until the llama-server build jobs/test.sh started beside the tests has ended (a no-op without one).
+    Whether it worked is what the tests then find: jobs/llama_cpp.sh path, named in the job's error."""
+    pid = os.environ.get("SPECBATCH_LLAMA_BUILD_PID")
+    if not pid:
+        return
+    deadline = time.monotonic() + bound
+    while _running(int(pid)):
+        assert time.monotonic() < deadline, f"the llama-server build (pid {pid}) is still running after {bound:.0f} s"
+        time.sleep(2)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -1,6 +1,6 @@
-"""The job on llama.cpp for real: llama-server (built by jobs/llama_cpp.sh, which make test runs first) with the
-embedded SmolLM2 GGUF, greedy, on 8 prompts: spec=none at batch 4 and 1, spec=ngram at batch 4, then compare,
-and a kill -9 of a job in the middle of its stream."""
+"""The job on llama.cpp for real: llama-server (built by jobs/llama_cpp.sh, which make test runs beside the suite)
+with the embedded SmolLM2 GGUF, greedy, on 8 prompts: spec=none at batch 4 and 1, spec=ngram at batch 4, then
+compare, and a kill -9 of a job in the middle of its stream."""
 
 from __future__ import annotations
 
@@ -18,9 +18,22 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import PROJECT_ROOT, LiveJob, assert_one_line_stop, run_generate
+from conftest import (
+    NEEDS_LLAMA_SERVER,
+    PROJECT_ROOT,
+    LiveJob,
+    assert_one_line_stop,
+    run_generate,
+    wait_for_llama_build,
+)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, getattr(pytest.mark, NEEDS_LLAMA_SERVER)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def llama_server_built() -> None:
+    wait_for_llama_build()
+
 
 COMPARE = PROJECT_ROOT / "jobs" / "compare.py"
 
