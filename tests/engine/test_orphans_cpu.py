@@ -61,7 +61,9 @@ def _shm_entries() -> set[tuple[str, int]]:
 
 
 def _ipc_dirs() -> set[str]:
-    return {str(p) for p in Path(tempfile.gettempdir()).glob(f"{IPC_PREFIX}*")}
+    """The engines' own folders, and the rendezvous files of torch process groups vLLM leaves in the temp folder."""
+    tmp = Path(tempfile.gettempdir())
+    return {str(p) for pattern in (f"{IPC_PREFIX}*", "vllm_dist_*") for p in tmp.glob(pattern)}
 
 
 def shm_used_by(processes: Iterable[psutil.Process]) -> set[str]:
@@ -120,7 +122,8 @@ def test_sigkill_of_the_job_leaves_no_engine_process_or_shm(tmp_path: Path) -> N
             )
             time.sleep(0.2)
         assert not _tagged(tag), _describe(_tagged(tag))
-        # vLLM's IPC sockets went into a folder of the engine's own, which the reaper removed with it.
+        # vLLM's IPC sockets and its workers' rendezvous file went into a folder of the engine's own, which the
+        # reaper removed with it.
         assert not _ipc_dirs() - ipc_before, sorted(_ipc_dirs() - ipc_before)
     finally:
         with contextlib.suppress(ProcessLookupError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,12 +52,20 @@ def server() -> Iterator[Server]:
         # The server requires the key (jobs/serve.py passes it on from engine.api_key_env's variable).
         patch.setenv("OPENAI_API_KEY", KEY)
         served = Server(free_port())
+        rendezvous_before = _rendezvous_files()
         served.start()
         try:
             yield served
         finally:
             if served.process is not None:
                 served.process.stop()
+        # vLLM's workers meet through a file in their temp folder, which a killed server (the last test) or its
+        # stop left in /tmp: the servers' temp folder is their own, removed with them.
+        assert not _rendezvous_files() - rendezvous_before, sorted(_rendezvous_files() - rendezvous_before)
+
+
+def _rendezvous_files() -> set[str]:
+    return {str(path) for path in Path(tempfile.gettempdir()).glob("vllm_dist_*")}
 
 
 @pytest.fixture(scope="module")

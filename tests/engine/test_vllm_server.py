@@ -136,15 +136,21 @@ def test_the_servers_ipc_sockets_go_to_a_folder_of_its_own_removed_when_it_stops
     monkeypatch.delenv("VLLM_RPC_BASE_PATH", raising=False)
     for ending in ("stop", "kill"):
         server = start()
-        ipc = Path(psutil.Process(server.pid).environ()["VLLM_RPC_BASE_PATH"])
+        environ = psutil.Process(server.pid).environ()
+        ipc = Path(environ["VLLM_RPC_BASE_PATH"])
         assert ipc.name.startswith(reaper.IPC_PREFIX) and ipc.parent == Path(tempfile.gettempdir()) and ipc.is_dir()
+        # Its workers' rendezvous file (vllm_dist_<hex>, in the temp folder) goes there too.
+        assert environ["TMPDIR"] == str(ipc)
         server.stop() if ending == "stop" else server.kill()
         assert not ipc.exists(), ending
-    # A folder the user chose is theirs: used, and kept.
+    # A folder the user chose is theirs: used, and kept; the server's temp files still go to a folder of its own.
     monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(tmp_path))
     with start() as server:
-        assert psutil.Process(server.pid).environ()["VLLM_RPC_BASE_PATH"] == str(tmp_path)
-    assert tmp_path.is_dir()
+        environ = psutil.Process(server.pid).environ()
+        assert environ["VLLM_RPC_BASE_PATH"] == str(tmp_path)
+        own = Path(environ["TMPDIR"])
+        assert own.name.startswith(reaper.IPC_PREFIX) and own.is_dir()
+    assert tmp_path.is_dir() and not own.exists()
 
 
 def test_a_server_that_crashed_leaves_nothing_in_dev_shm(fake) -> None:

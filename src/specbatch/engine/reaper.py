@@ -130,8 +130,10 @@ class Reaper:
             self.process.wait()
 
 
-# vLLM names its engine's IPC sockets by UUID under VLLM_RPC_BASE_PATH (default /tmp) and never removes them: a
-# day of runs left 531 in /tmp. Each multi-process engine gets a folder of its own, removed with the engine.
+# vLLM's engine processes leave files in the temp folder that nothing removes: IPC sockets named by UUID under
+# VLLM_RPC_BASE_PATH (default /tmp; a day of runs left 531 there) and, from every engine killed before its torch
+# process group closed, the group's rendezvous file vllm_dist_<hex> (in tempfile.gettempdir()). Each multi-process
+# engine gets a folder of its own for both, removed with the engine.
 IPC_PREFIX = "specbatch-vllm-ipc-"
 
 

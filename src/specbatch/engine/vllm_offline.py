@@ -12,11 +12,13 @@ does inside one ``generate`` call.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
+import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -155,15 +157,34 @@ def ipc_path_chosen_by_user() -> bool:
     return "VLLM_RPC_BASE_PATH" in os.environ and "VLLM_RPC_BASE_PATH" not in _SET_BY_US
 
 
-def _private_ipc_dir() -> Path | None:
-    """A folder of this engine's own for vLLM's IPC sockets (VLLM_RPC_BASE_PATH), so that closing the engine, or the
-    reaper after a kill, removes them; None when the user chose where they go."""
-    if ipc_path_chosen_by_user():
-        return None
+def _private_ipc_dir() -> Path:
+    """A folder of this engine's own for vLLM's IPC sockets (VLLM_RPC_BASE_PATH, unless the user chose where they go)
+    and its processes' temp files, so that closing the engine, or the reaper after a kill, removes them."""
     path = make_ipc_dir()
-    os.environ["VLLM_RPC_BASE_PATH"] = str(path)
-    _SET_BY_US["VLLM_RPC_BASE_PATH"] = str(path)
+    if not ipc_path_chosen_by_user():
+        os.environ["VLLM_RPC_BASE_PATH"] = str(path)
+        _SET_BY_US["VLLM_RPC_BASE_PATH"] = str(path)
     return path
+
+
+@contextlib.contextmanager
+def _temp_dir_of_new_processes(path: Path | None) -> Iterator[None]:
+    """TMPDIR is ``path`` for the processes started meanwhile (vLLM spawns its engine core and workers on CPU, and a
+    spawned process reads TMPDIR when it starts), so their torch rendezvous file goes into the engine's own folder.
+    This process keeps its temp folder: tempfile reads TMPDIR once, and that is done before the change."""
+    if path is None:
+        yield
+        return
+    tempfile.gettempdir()
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(path)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = before
 
 
 def sampling_params(cfg: SamplingConfig) -> Any:
@@ -220,7 +241,8 @@ class VllmEngine(Engine):
         self.llm = llm
         # Ends vLLM's processes if this job dies without close() (kill -9); see specbatch.engine.reaper.
         self.reaper = reaper
-        # The engine's own folder of IPC sockets (multi-process engines only), removed at close; see _private_ipc_dir.
+        # The engine's own folder of IPC sockets and temp files (multi-process engines only), removed at close; see
+        # _private_ipc_dir.
         self.ipc_dir: Path | None = None
         self._ids = itertools.count()
         # vLLM's request id -> (our request, when it was added, vLLM's internal id for aborts).
@@ -259,7 +281,8 @@ class VllmEngine(Engine):
         ipc_dir = None if runs_in_process(job) else _private_ipc_dir()
         reaper = None if runs_in_process(job) else Reaper.start(ipc_dir)
         try:
-            llm = LLM(**kwargs)
+            with _temp_dir_of_new_processes(ipc_dir):
+                llm = LLM(**kwargs)
         except BaseException:
             # vLLM ends the processes of an engine that failed to start.
             if reaper:

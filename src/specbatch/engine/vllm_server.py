@@ -105,10 +105,11 @@ class VllmServer(ChildServer):
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"vllm-{host}-{port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         env = server_process_environment(job)
-        # vLLM's server and engine talk over unix sockets named by UUID in VLLM_RPC_BASE_PATH (default /tmp) that
-        # nothing removes: the server gets a folder of its own, removed when it stops (or by the reaper).
-        ipc_dir = None
+        # vLLM's server and engine talk over unix sockets named by UUID in VLLM_RPC_BASE_PATH (default /tmp), and its
+        # workers meet through a file in the temp folder: nothing removes either. The server gets a folder of its own
+        # for both (its TMPDIR), removed when it stops (or by the reaper).
+        ipc_dir = make_ipc_dir()
+        env["TMPDIR"] = str(ipc_dir)
         if not ipc_path_chosen_by_user():
-            ipc_dir = make_ipc_dir()
             env["VLLM_RPC_BASE_PATH"] = str(ipc_dir)
         return cls.launch(argv, env, job.engine.url, log_path, timeout=timeout, ipc_dir=ipc_dir)
