@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
+
+import pytest
 
 from conftest import PROJECT_ROOT
 
@@ -25,12 +28,13 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def module_imports() -> dict[str, set[str]]:
-    """Each module's imports of other package modules at module level (those in functions run late)."""
-    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+def module_imports(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Each module's imports of other package modules, wherever they are: at the top, under ``if TYPE_CHECKING``
+    (a circle for the reader and the type checker, and one edit away from a real one) and inside functions."""
+    modules = {module_name(p): p for p in package.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
-        for node in ast.parse(path.read_text()).body:
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -73,6 +77,27 @@ def cycle_from(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_cycle_finder_sees_a_cycle() -> None:
     assert cycle_from({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle_from({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_cycle_test_finds_a_circle_hidden_under_type_checking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A planted package: a imports b at the top, b imports a only for the type checker.
+    planted = tmp_path / "src" / "specbatch"
+    (planted / "analysis").mkdir(parents=True)
+    (planted / "__init__.py").write_text("")
+    (planted / "analysis" / "__init__.py").write_text("")
+    (planted / "analysis" / "a.py").write_text("from specbatch.analysis.b import B\n")
+    (planted / "analysis" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from specbatch.analysis.a import A\nclass B: ...\n"
+    )
+    (planted / "analysis" / "c.py").write_text("def late():\n    from specbatch.analysis.c2 import f\n")
+    (planted / "analysis" / "c2.py").write_text("from specbatch.analysis.c import late\n")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path / "src")
+    graph = module_imports(planted)
+    assert graph["specbatch.analysis.b"] == {"specbatch.analysis.a"}
+    assert graph["specbatch.analysis.c"] == {"specbatch.analysis.c2"}
+    assert cycle_from(graph) == ["specbatch.analysis.a", "specbatch.analysis.b", "specbatch.analysis.a"]
 
 
 def test_no_import_cycle_between_modules() -> None:

@@ -17,12 +17,9 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from specbatch.analysis.comparison_rows import CompareRow
 from specbatch.config import spec_caption
-
-if TYPE_CHECKING:
-    from specbatch.analysis.compare import CompareRow
 
 # Fewer repeats than this and a spread means nothing: two runs give one difference, which a single background hiccup
 # decides; three is also the minimum vLLM's tuner and its docs ask for ("at least three repetitions").
