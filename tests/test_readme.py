@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from conftest import CONF_DIR, PROJECT_ROOT
+from specbatch.config.overrides import parse_overrides
 
 README = PROJECT_ROOT / "README.md"
 VENV_BIN = Path(sys.executable).parent
@@ -101,7 +101,7 @@ def check_generate(command: str) -> None:
         return
     overrides = [a for a in args if a not in ("-m", "--multirun")]
     assert not [a for a in overrides if a.startswith("-")], f"{command!r}: flags Hydra's sweep would not take"
-    parsed = OverridesParser.create().parse_overrides(overrides)
+    parsed = parse_overrides(overrides)
     [jobs] = BasicSweeper.split_arguments(parsed, max_batch_size=None)
     assert len(jobs) > 1, f"{command!r} is a sweep of one job"
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

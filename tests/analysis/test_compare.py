@@ -21,12 +21,13 @@ from specbatch.analysis.tables import format_comparison, write_comparison
 from specbatch.common.files import atomic_write_json, atomic_write_text
 from specbatch.common.machine import Machine
 from specbatch.config import ConfigError, to_plain_dict
+from specbatch.config.overrides import override_values
 from specbatch.engine.spec_metrics import Counters
 from specbatch.run.folder import RunFolder
 from specbatch.run.records import SCHEMA, write_parquet
 from specbatch.run.runs import RunIncompleteError
 from specbatch.run.summary import RowTotals, summarize
-from specbatch.run.sweep import JOB_FILE, SWEEP_FILE, parse_overrides
+from specbatch.run.sweep import JOB_FILE, SWEEP_FILE
 
 SAME = {"r0": [1, 2, 3, 4], "r1": [5, 6, 7, 8]}
 
@@ -255,7 +256,7 @@ def test_repeat_config_and_sweep_callback_are_wired(job_factory) -> None:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         full = compose(config_name="config", return_hydra_config=True)
     assert full.hydra.callbacks.mlflow_sweep._target_ == "specbatch.tracking.sweep.MlflowSweepCallback"
-    assert parse_overrides(["spec=ngram", "+x=1", "~y"]) == {"spec": "ngram", "x": "1", "y": "(deleted)"}
+    assert override_values(["spec=ngram", "+x=1", "~y"]) == {"spec": "ngram", "x": "1", "y": "(deleted)"}
 
 
 def test_a_sweep_crossing_the_baseline_with_k_drops_k_for_the_baseline(tmp_path: Path) -> None:

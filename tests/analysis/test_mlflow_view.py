@@ -59,11 +59,11 @@ def test_shards_and_merged_runs_say_so(job_factory) -> None:
     ],
 )
 def test_a_sweep_parent_says_what_was_swept(overrides: str, expected: str) -> None:
-    assert sweep_run_name(overrides) == expected
+    assert sweep_run_name(overrides.split()) == expected
 
 
 def test_nothing_swept_falls_back_to_the_time() -> None:
-    assert sweep_run_name("max_samples=8").startswith("sweep 20")
+    assert sweep_run_name(["max_samples=8"]).startswith("sweep 20")
 
 
 def test_compare_logs_speedup_onto_each_compared_run(job_factory, tmp_path) -> None:

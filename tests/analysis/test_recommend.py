@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 from test_compare import write_run
 
@@ -24,6 +23,7 @@ from specbatch.analysis.schedule import schedule_ranges
 from specbatch.analysis.tables import format_comparison
 from specbatch.common.files import atomic_write_json, atomic_write_text
 from specbatch.config import SpecConfig, to_job_config, to_plain_dict
+from specbatch.config.overrides import parse_overrides
 from specbatch.run.sweep import JOB_FILE, SWEEP_FILE
 
 SAME = {"r0": [1, 2, 3, 4], "r1": [5, 6, 7, 8]}
@@ -115,7 +115,7 @@ def test_too_few_repeats_is_reported_with_the_command_that_measures_more(job_fac
     command = note.removeprefix("to measure every set-up 3 times, run: ")
     words = shlex.split(command)
     assert words[:3] == ["python", "jobs/generate.py", "-m"] and words[-1] == "repeat=0,1,2"
-    swept = {o.key_or_group: o for o in OverridesParser.create().parse_overrides(words[3:])}
+    swept = {o.key_or_group: o for o in parse_overrides(words[3:])}
     assert list(swept["spec"].sweep_string_iterator()) == ["none", "ngram"]
     assert list(swept["spec.num_speculative_tokens"].sweep_string_iterator()) == ["2", "5"]
     # Each measured run is one point of that sweep: composed with its values, it is the recorded config.
@@ -192,7 +192,7 @@ def test_compare_writes_a_schedule_preset_and_its_override(job_factory, tmp_path
     assert schedule.ranges == [[1, 3, 5], [4, 15, 2], [16, 16, 0]] and schedule.num_speculative_tokens == 5
     # The override is Hydra syntax and one shell word.
     assert schedule.override == "spec.k_schedule=[[1,3,5],[4,15,2],[16,16,0]]"
-    [parsed] = OverridesParser.create().parse_overrides([schedule.override])
+    [parsed] = parse_overrides([schedule.override])
     assert parsed.key_or_group == "spec.k_schedule" and parsed.value() == schedule.ranges
     assert shlex.split(schedule.command()) == [
         "python",

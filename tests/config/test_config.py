@@ -9,7 +9,13 @@ from omegaconf.errors import OmegaConfBaseException
 
 from conftest import CONF_DIR, compose_config, compose_job, run_generate
 from specbatch.config import CHECKPOINT_METHODS, GROUPS, ConfigError, SpecMethod, to_job_config
-from specbatch.config.overrides import unknown_override_keys
+from specbatch.config.overrides import (
+    override_values,
+    parse_overrides,
+    swept_overrides,
+    unknown_override_keys,
+    without_keys,
+)
 from specbatch.engine.vllm_offline import llm_kwargs
 
 GROUP_FILES = sorted((group, path.stem) for group in GROUPS for path in (CONF_DIR / group).glob("*.yaml"))
@@ -383,3 +389,15 @@ def test_slurm_launcher_presets_compose(launcher: str, gpus: int | None) -> None
     conf = cfg.hydra.launcher
     assert conf._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
     assert conf.gpus_per_node == gpus and conf.max_num_timeout >= 1 and conf.array_parallelism >= 1
+
+
+def test_overrides_are_read_by_hydras_parser_in_one_place() -> None:
+    line = ["spec=none,ngram", "spec.k_schedule=[[1,4,3]]", "run_name='a,b'", "+tracking.tags.x=range(1,3)", "~y"]
+    assert swept_overrides(line) == ["spec=none,ngram", "tracking.tags.x=range(1,3)"]
+    assert override_values(line)["run_name"] == "'a,b'" and override_values(line)["y"] == "(deleted)"
+    assert without_keys(["repeat=0,1", "+repeat=2", "~repeat", "spec=ngram", "spec.repeat_x=1"], "repeat") == [
+        "spec=ngram",
+        "spec.repeat_x=1",
+    ]
+    with pytest.raises(ConfigError, match="cannot read the overrides"):
+        parse_overrides(["spec=[1,2"])

@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from specbatch.analysis.recommend import REPEATS_OVERRIDE
 from specbatch.common.masking import MASK
 from specbatch.config import compose_job, to_plain_dict
+from specbatch.config.overrides import without_keys
 
 # Hydra writes the sweep's overrides here, in the sweep folder.
 MULTIRUN_FILE = "multirun.yaml"
@@ -39,7 +40,7 @@ def sweep_repeat_command(sweep_dir: Path) -> str | None:
     if not path.is_file():
         return None
     task = [str(o) for o in OmegaConf.load(path).hydra.overrides.task]
-    kept = [o for o in task if o.split("=", 1)[0].lstrip("+~") != "repeat"]
+    kept = without_keys(task, "repeat")
     return "python jobs/generate.py -m " + " ".join(_quote(o) for o in [*kept, REPEATS_OVERRIDE])
 
 

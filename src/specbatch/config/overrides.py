@@ -1,4 +1,6 @@
-"""Command-line overrides checked against the job's schema before Hydra composes anything.
+"""Hydra overrides, read in one place and always with Hydra's own parser: checked against the job's schema before
+Hydra composes anything, and taken apart for the records (a sweep's swept values, a job's key=value pairs, an
+override dropped from a command).
 
 Hydra answers ``bogus_key=1`` with "use +bogus_key=1", and a ``+`` key is then accepted and silently dropped when
 the dataclasses are built. This check refuses every key the schema lacks, ``+`` or not, naming the closest real
@@ -8,10 +10,12 @@ key, before Hydra's own message (and before a sweep launches a single job).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 
 from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 
 from specbatch.config import ConfigError, schema_keys, unknown_key_message
@@ -56,3 +60,47 @@ def check_overrides(argv: list[str], conf_dir: Path) -> None:
     unknown = unknown_override_keys(argv, conf_dir)
     if unknown:
         raise ConfigError(unknown_key_message(unknown[0]))
+
+
+def parse_overrides(overrides: Sequence[str]) -> list[Override]:
+    """Hydra's reading of these overrides (quotes, brackets, sweeps and functions as Hydra sees them).
+
+    Raises:
+        ConfigError: an override Hydra cannot read, with Hydra's reason.
+    """
+    try:
+        return OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as exc:
+        raise ConfigError(f"cannot read the overrides {' '.join(overrides)!r}: {exc}") from None
+
+
+def override_key(override: Override) -> str:
+    """The key as written without Hydra's +/++/~ prefix (``tracking.tags.x``, ``spec@draft``)."""
+    return override.key_or_group + (f"@{override.package}" if override.package else "")
+
+
+def override_text(override: Override) -> str | None:
+    """The value exactly as written on the command line (Hydra's quotes kept); None for a bare deletion (``~key``)."""
+    line = override.input_line or ""
+    _, sep, value = line.partition("=")
+    return value if sep else None
+
+
+def swept_overrides(overrides: Sequence[str]) -> list[str]:
+    """``key=values`` of the overrides a multirun sweeps (a list of values, or range/choice/glob/...), prefix
+    dropped; a list value (``[[1,4,3]]``) or a quoted comma is one value, not a sweep."""
+    return [f"{override_key(o)}={override_text(o)}" for o in parse_overrides(overrides) if o.is_sweep_override()]
+
+
+def override_values(overrides: Sequence[str]) -> dict[str, str]:
+    """``["spec=ngram", "+x=1", "~y"]`` → ``{"spec": "ngram", "x": "1", "y": "(deleted)"}``: one job's overrides."""
+    out = {}
+    for override in parse_overrides(overrides):
+        text = override_text(override)
+        out[override_key(override)] = "(deleted)" if override.is_delete() and text is None else (text or "")
+    return out
+
+
+def without_keys(overrides: Sequence[str], *keys: str) -> list[str]:
+    """The overrides (as written) other than those setting, adding or deleting one of ``keys``."""
+    return [text for text, o in zip(overrides, parse_overrides(overrides), strict=True) if override_key(o) not in keys]

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from specbatch.common.environment import PROJECT_ROOT
 from specbatch.config import ConfigError, JobConfig, SpecMethod
+from specbatch.config.overrides import without_keys
 from specbatch.engine.vllm_offline import llm_kwargs, vllm_environment
 
 # The prompt of NVIDIA Dynamo's speculative-decoding guide, used for the ready curl.
@@ -275,7 +276,7 @@ def curl_example(job: JobConfig) -> str:
 
 def batch_command(overrides: list[str]) -> str:
     """jobs/generate.py with the same overrides against the server: ``engine.backend=server``."""
-    kept = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] != "engine.backend"]
+    kept = without_keys(overrides, "engine.backend")
     python, generate = (_from_here(path) for path in (sys.executable, str(PROJECT_ROOT / "jobs" / "generate.py")))
     return format_command([python, generate, *kept, "engine.backend=server"])
 

@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from specbatch.common.files import atomic_write_json
 from specbatch.config import SpecConfig, SpecMethod
+from specbatch.config.overrides import override_values
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +55,6 @@ class SweepJob:
         return cfg
 
 
-def parse_overrides(overrides: list[str]) -> dict[str, str]:
-    """``["spec=ngram", "+x=1", "~y"]`` → ``{"spec": "ngram", "x": "1", "y": "(deleted)"}``."""
-    out = {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        out[key.lstrip("+~")] = value if sep else "(deleted)"
-    return out
-
-
 def read_sweep(sweep_dir: Path) -> dict[str, Any]:
     path = Path(sweep_dir) / SWEEP_FILE
     if not path.is_file():
@@ -82,7 +74,7 @@ def current_sweep_job() -> SweepJob | None:
         return None
     sweep_dir = Path(hc.sweep.dir).resolve()
     record = read_sweep(sweep_dir) if (sweep_dir / SWEEP_FILE).is_file() else {}
-    return SweepJob(sweep_dir, record.get("parent_run_id"), parse_overrides(list(hc.overrides.task)))
+    return SweepJob(sweep_dir, record.get("parent_run_id"), override_values(list(hc.overrides.task)))
 
 
 def record_job_run(run_folder: Path, failed: str | None = None) -> None:

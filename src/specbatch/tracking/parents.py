@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
-from specbatch.common.masking import mask_uri
+from specbatch.common.masking import mask_text, mask_uri
 from specbatch.config import TrackingConfig
+from specbatch.config.overrides import swept_overrides
 from specbatch.run.folder import read_run
 from specbatch.run.summary import Summary
 from specbatch.tracking.logger import RunLogger, mlflow_run
@@ -37,66 +38,25 @@ log = logging.getLogger(__name__)
 COMPARISON_TAG = "comparison"
 
 
-# Hydra's sweep syntax for a swept value besides a comma list (https://hydra.cc/docs/advanced/override_grammar).
-_SWEEP_FUNCTIONS = ("range(", "choice(", "glob(", "interval(", "shuffle(", "sort(", "tag(")
-
-
-def sweep_run_name(overrides: str) -> str:
+def sweep_run_name(overrides: list[str]) -> str:
     """``sweep spec=none,ngram × engine.max_num_seqs=1,4 × repeat=0,1,2``: the swept overrides (a value list or one
     of Hydra's sweep functions), so a parent run in the runs table says what its children vary; fixed overrides stay
     in the sweep.overrides tag. ``sweep <time>`` when nothing is swept."""
-    swept = []
-    for override in _words(overrides):
-        _, sep, value = override.partition("=")
-        if sep and (_top_level_comma(value) or value.startswith(_SWEEP_FUNCTIONS)):
-            swept.append(override.lstrip("+~"))
+    swept = swept_overrides(overrides)
     return "sweep " + (" × ".join(swept) if swept else time.strftime("%Y-%m-%d %H:%M:%S"))
 
 
-def _top_level_comma(value: str) -> bool:
-    """A comma outside brackets and quotes: Hydra's sweep list (``1,4``), not a list value (``[[1,4,3]]``)."""
-    depth, quote = 0, ""
-    for char in value:
-        if quote:
-            quote = "" if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char in "[{(":
-            depth += 1
-        elif char in "]})":
-            depth -= 1
-        elif char == "," and depth == 0:
-            return True
-    return False
-
-
-def _words(text: str) -> list[str]:
-    """The overrides of a sweep's line, split at spaces outside quotes; the quotes stay (they are Hydra's)."""
-    words, word, quote = [], "", ""
-    for char in text:
-        if quote:
-            quote = "" if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char.isspace():
-            if word:
-                words.append(word)
-            word = ""
-            continue
-        word += char
-    return [*words, word] if word else words
-
-
-def start_sweep_run(tracking: TrackingConfig, sweep_dir: Path, swept: str) -> dict[str, Any]:
+def start_sweep_run(tracking: TrackingConfig, sweep_dir: Path, overrides: list[str]) -> dict[str, Any]:
     """Create a sweep's parent run; returns what sweep.json records about it, or {} when the store is unreachable.
 
-    ``swept`` is the sweep's overrides, already masked.
+    ``overrides``: the sweep's command-line overrides as Hydra recorded them; masked before they are written.
     """
+    swept = mask_text(" ".join(overrides))
     try:
         client, experiment_id = open_client(tracking)
         run = client.create_run(
             experiment_id,
-            run_name=sweep_run_name(swept),
+            run_name=mask_text(sweep_run_name(overrides)),
             tags={
                 "specbatch.kind": "sweep",
                 "sweep_dir": str(sweep_dir),

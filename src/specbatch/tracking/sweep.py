@@ -15,7 +15,6 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from specbatch.common.files import atomic_write_json
-from specbatch.common.masking import mask_text
 from specbatch.config import TrackingConfig
 from specbatch.run.sweep import SWEEP_FILE, read_sweep
 from specbatch.tracking.parents import end_sweep_run, start_sweep_run
@@ -37,7 +36,7 @@ class MlflowSweepCallback(Callback):
         tracking = _tracking(config)
         record: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "parent_run_id": None}
         if tracking.enabled:
-            record.update(start_sweep_run(tracking, sweep_dir, mask_text(" ".join(config.hydra.overrides.task))))
+            record.update(start_sweep_run(tracking, sweep_dir, [str(o) for o in config.hydra.overrides.task]))
         atomic_write_json(sweep_dir / SWEEP_FILE, record)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
