@@ -11,8 +11,8 @@ from test_compare import SAME, write_run
 from specbatch.analysis.report import Sources, run_compare
 from specbatch.config import to_plain_dict
 from specbatch.run.folder import RunFolder
-from specbatch.tracking.parents import sweep_run_name
 from specbatch.tracking.review import run_name
+from specbatch.tracking.sweep import sweep_run_name
 
 
 def config(job_factory, *overrides: str) -> dict:
@@ -144,7 +144,7 @@ def test_throughput_and_speedup_axes_start_at_zero_and_one_batch_size_is_bars(jo
 def test_the_link_shows_one_comparison_flat_and_best_first() -> None:
     from urllib.parse import parse_qs, urlsplit
 
-    from specbatch.tracking.parents import compared_runs_link
+    from specbatch.tracking.comparison import compared_runs_link
 
     link = compared_runs_link("https://me:secret@mlflow.example:5000/", "7", "/out/cmp", "against_none/speedup")
     assert link.startswith("https://mlflow.example:5000/#/experiments/7/runs?") and "secret" not in link

@@ -23,7 +23,7 @@ from test_ui_browser import ARTIFACTS, BUDGETS_MS, run_chromium, server, visible
 
 from conftest import PNG_MAGIC, PROJECT_ROOT, run_generate
 from mlflow_server import MlflowServer
-from specbatch.tracking.parents import compared_runs_link
+from specbatch.tracking.comparison import compared_runs_link
 
 pytestmark = pytest.mark.slow
 

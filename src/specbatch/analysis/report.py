@@ -29,8 +29,8 @@ from specbatch.engine.serve_commands import vllm_console_script_broken, vllm_ser
 from specbatch.run.folder import is_run_folder, read_run, run_folders_below
 from specbatch.run.runs import RunIncompleteError
 from specbatch.run.sweep import SWEEP_FILE, read_sweep, sweep_failures, sweep_run_folders
+from specbatch.tracking.comparison import attach_to_run, compared_runs_link, log_run_figures, nested_runs
 from specbatch.tracking.logger import RunLogger, metric_safe, mlflow_run
-from specbatch.tracking.parents import attach_to_run, compared_runs_link, log_run_figures, nested_runs
 from specbatch.tracking.store import TrackingUnreachable, recorded_tracking
 
 log = logging.getLogger(__name__)
