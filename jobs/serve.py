@@ -16,6 +16,7 @@ from hydra.errors import HydraException
 from specbatch.config import ConfigError, JobConfig, register_configs, to_job_config
 from specbatch.config.dtype import log_dtype_choice
 from specbatch.config.overrides import check_overrides
+from specbatch.engine import validate_job
 from specbatch.engine.child_server import ServerStartError
 from specbatch.engine.serve_commands import batch_command, curl_example, serving_commands, vllm_console_script_broken
 from specbatch.engine.vllm_server import VllmServer
@@ -41,6 +42,7 @@ def main() -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per /health poll
     try:
         job = compose_job(args.overrides)
+        validate_job(job)
         log_dtype_choice(job.model.dtype_choice)
         if args.print:
             print(serving_commands(job, module=vllm_console_script_broken()))

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 from mlflow_server import MlflowServer, start_mlflow_server
 from specbatch.config import JobConfig, register_configs, to_job_config
-from specbatch.engine import engine_fingerprint
+from specbatch.engine import engine_fingerprint, validate_job
 from specbatch.engine.dummy import DummyEngine
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +39,11 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
 
 
 def compose_job(overrides: list[str] | None = None) -> JobConfig:
-    return to_job_config(compose_config(overrides))
+    """The job as jobs/generate.py composes it and checks it before anything is written: the config's own checks,
+    then the backend's (Engine.validate)."""
+    job = to_job_config(compose_config(overrides))
+    validate_job(job)
+    return job
 
 
 def run_generate(

@@ -8,7 +8,7 @@ import pytest
 from conftest import compose_job, run_generate
 from specbatch.config import METHODS, ConfigError, SpecMethod, run_folder_digest
 from specbatch.config.spec import SCHEDULE_EXAMPLE
-from specbatch.engine.vllm_offline import llm_kwargs
+from specbatch.engine.vllm_args import llm_kwargs, speculative_config
 
 EXAMPLE = "spec.k_schedule=[[1,4,5],[5,16,3],[17,256,0]]"
 
@@ -34,7 +34,7 @@ def test_vllm_reads_the_schedule_we_pass_as_meant() -> None:
     from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
 
     job = compose_job([EXAMPLE, "engine.max_num_seqs=32"])
-    spec = job.spec.to_vllm()
+    spec = speculative_config(job.spec)
     assert spec is not None
     dense = build_dynamic_sd_schedule_lookup(
         spec["num_speculative_tokens_per_batch_size"], job.engine.max_num_seqs, spec["num_speculative_tokens"]
@@ -44,7 +44,7 @@ def test_vllm_reads_the_schedule_we_pass_as_meant() -> None:
 
 def test_a_fixed_k_is_unchanged_and_keeps_its_folder() -> None:
     job = compose_job([])
-    assert job.spec.k_schedule is None and "num_speculative_tokens_per_batch_size" not in job.spec.to_vllm()
+    assert job.spec.k_schedule is None and "num_speculative_tokens_per_batch_size" not in speculative_config(job.spec)
     # Null is in no digest (tests/config/test_identity.py checks the digests equal the rules from before it).
     scheduled = compose_job(["spec.k_schedule=[[1,256,3]]"])
     assert scheduled.spec.k == job.spec.k and run_folder_digest(scheduled) != run_folder_digest(job)

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import PROJECT_ROOT, compose_job
 from specbatch.config import BACKENDS, ConfigError
-from specbatch.engine import REGISTRY, Request, start_engine
+from specbatch.engine import Engine, Request, backend_class, start_engine
 from specbatch.engine.dummy import DummyEngine
 
 SRC = PROJECT_ROOT / "src" / "specbatch"
@@ -57,8 +57,13 @@ print(sorted(m for m in sys.modules if m == "vllm" or m.startswith("vllm.")))
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_the_registry_and_the_config_name_the_same_backends() -> None:
-    assert tuple(REGISTRY) == BACKENDS
+def test_each_backend_in_the_one_table_is_its_own_engine_class() -> None:
+    for name in BACKENDS:
+        backend = backend_class(name)
+        assert issubclass(backend, Engine) and backend.name == name
+        assert not getattr(backend.start, "__isabstractmethod__", False), name
+    with pytest.raises(ConfigError, match="engine.backend=vlm is not an engine: use one of vllm, server, llama_cpp"):
+        backend_class("vlm")
 
 
 def test_an_unknown_backend_is_refused_naming_the_key() -> None:

@@ -35,7 +35,7 @@ from specbatch.engine.serve_commands import (
     vllm_serve_argv,
     vllm_serve_command,
 )
-from specbatch.engine.vllm_offline import llm_kwargs, offline_environment, vllm_environment
+from specbatch.engine.vllm_args import llm_kwargs, offline_environment, speculative_config, vllm_environment
 from specbatch.engine.vllm_server import server_process_environment
 
 SERVE = PROJECT_ROOT / "jobs" / "serve.py"
@@ -131,7 +131,7 @@ def test_vllm_parses_the_serve_command_back_into_the_offline_engine_arguments(
     assert (args.host, args.port) == ("127.0.0.1", 8000)
     assert args.api_key is None and not engine.disable_log_stats  # /metrics keeps the spec-decode counters
     if job.spec.method.value != "none":
-        assert engine.speculative_config == job.spec.to_vllm()
+        assert engine.speculative_config == speculative_config(job.spec)
 
 
 def test_served_model_name_follows_engine_served_model(vllm_cli: Any) -> None:

@@ -9,7 +9,7 @@ import pytest
 from conftest import compose_job, run_generate
 from mlflow_server import free_port
 from specbatch.config import ConfigError
-from specbatch.engine.server import server_root
+from specbatch.engine.server_check import server_root
 from specbatch.engine.server_metrics import SpecCounters, parse_spec_counters
 
 MODEL = 'model_name="/models/SmolLM2"'

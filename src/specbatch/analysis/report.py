@@ -25,7 +25,7 @@ from specbatch.analysis.schedule import write_schedules
 from specbatch.analysis.tables import format_comparison, write_comparison
 from specbatch.common.masking import mask_uri
 from specbatch.config import ConfigError, JobConfig, check_known_keys, spec_caption, to_job_config
-from specbatch.engine.serve_commands import vllm_console_script_broken, vllm_serve_command
+from specbatch.engine import backend_class
 from specbatch.run.folder import is_run_folder, read_run, run_folders_below
 from specbatch.run.runs import RunIncompleteError
 from specbatch.run.sweep import SWEEP_FILE, read_sweep, sweep_failures, sweep_run_folders
@@ -286,12 +286,7 @@ def serve_commands(comparison: Comparison) -> list[str]:
         folder = Path(rows[0].run_folders[0])
         try:
             job = recorded_job(read_run(folder)["config"])
-            if job.engine.backend == "llama_cpp":
-                from specbatch.engine.llama_cpp import llama_server_command  # noqa: PLC0415 (imports the HTTP client)
-
-                command = llama_server_command(job)
-            else:
-                command = vllm_serve_command(job, module=vllm_console_script_broken())
+            command = backend_class(job.engine.backend).serve_command(job)
         except (ConfigError, OSError) as exc:
             failures.append(f"serve batch size {rec.batch_size}: no command, as the config of {folder} fails: {exc}")
             continue

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 from specbatch.common.machine import machine_line
 from specbatch.config import workload_digest
+from specbatch.engine import recorded_backend
 from specbatch.run.folder import read_run, shard_folders
 from specbatch.run.records import STATUS_OK
 from specbatch.run.runs import finished_summary
@@ -68,12 +69,12 @@ class RunData:
     @property
     def engine(self) -> str:
         """engine.backend; runs written before it existed ran on vLLM."""
-        return str(self.config["engine"].get("backend", "vllm"))
+        return recorded_backend(self.config).name
 
     @property
     def dtype(self) -> str:
-        """The weights' type: model.dtype, or "gguf" on llama.cpp, which runs the GGUF as it is stored."""
-        return "gguf" if self.engine == "llama_cpp" else str(self.config["model"]["dtype"])
+        """The weights as the run.s backend labels them (Engine.weights_label): model.dtype, or gguf on llama.cpp."""
+        return recorded_backend(self.config).weights_label(self.config)
 
     @property
     def machines(self) -> list[str]:

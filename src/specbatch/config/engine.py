@@ -20,8 +20,15 @@ from specbatch.config.errors import require
 _FOLDER, _ENGINE, _WORKLOAD = Identity.run_folder, Identity.engine, Identity.workload
 
 
-# Names of the engine backends (specbatch.engine.REGISTRY maps each to its class).
-BACKENDS = ("vllm", "server", "llama_cpp", "dummy")
+# The engine backends, the one table of them: engine.backend's allowed values, each with the class that owns it
+# ("module:class", a subclass of specbatch.engine.base.Engine). specbatch.engine imports the class when a job asks for
+# it, so the config never imports an engine and choosing dummy never loads vLLM. A new backend is a line here.
+BACKENDS: dict[str, str] = {
+    "vllm": "specbatch.engine.vllm_offline:VllmEngine",
+    "server": "specbatch.engine.server:ServerEngine",
+    "llama_cpp": "specbatch.engine.llama_cpp:LlamaCppEngine",
+    "dummy": "specbatch.engine.dummy:DummyEngine",
+}
 # engine.api of the server backend: completions with the prompt's token ids (the offline job's exact prompts), chat
 # (the server applies its own chat template), or auto (completions when the server takes token ids, else chat).
 SERVER_APIS = ("auto", "completions", "chat")

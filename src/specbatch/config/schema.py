@@ -23,8 +23,8 @@ from specbatch.config.declarations import ABSENT_WHEN_NULL, Identity, identities
 from specbatch.config.dtype import Dtype, DtypeChoice, choose_dtype
 from specbatch.config.engine import EngineConfig
 from specbatch.config.errors import ConfigError, require
-from specbatch.config.methods import CHECKPOINT_KIND, CHECKPOINT_METHODS, METHODS, SpecMethod
-from specbatch.config.spec import SpecConfig, schedule_must_cover
+from specbatch.config.methods import SpecMethod
+from specbatch.config.spec import SpecConfig
 
 _FOLDER, _ENGINE, _WORKLOAD = Identity.run_folder, Identity.engine, Identity.workload
 # A run folder's name is run_name, its digest and -rep<n>; file systems take 255 bytes per name.
@@ -315,69 +315,17 @@ class JobConfig:
             f"run_name is {len((self.run_name or '').encode())} bytes long: at most {MAX_RUN_NAME_BYTES} fit in a "
             "folder name (with the shard and repeat suffixes); choose a shorter run_name",
         )
-        require(
-            self.engine.multiprocessing is not False or self.model.tensor_parallel_size == 1,
-            f"engine.multiprocessing=false runs vLLM in the job's process, which holds one worker, but "
-            f"model.tensor_parallel_size={self.model.tensor_parallel_size} needs one per GPU: set "
-            "engine.multiprocessing=true (or null)",
-        )
         self._check_spec_against_model()
 
-    def largest_batch(self) -> tuple[int, str]:
-        """The most requests the engine may run at once, and a phrase saying where that comes from:
-        engine.max_num_seqs, or vLLM 0.32's default when it is null (EngineArgs.get_batch_defaults: 256 per worker
-        on its CPU build; on GPUs 256, or 1024 with 70 GiB or more, so 1024 covers every GPU; the OpenAI server's
-        own defaults are lower, 128 per worker on CPU)."""
-        engine = self.engine
-        if engine.max_num_seqs is not None:
-            return engine.max_num_seqs, f"engine.max_num_seqs={engine.max_num_seqs} lets the engine run that many"
-        if engine.gpu_memory_utilization is None:
-            workers = self.model.tensor_parallel_size
-            return 256 * workers, (
-                f"engine.max_num_seqs is null, so vLLM's CPU build runs up to {256 * workers} requests at once "
-                "(its default: 256 per worker)"
-            )
-        return 1024, "engine.max_num_seqs is null, so vLLM runs up to 1024 requests at once on a large GPU"
-
     def _check_spec_against_model(self) -> None:
-        spec, model = self.spec, self.model
-        # On llama.cpp a draft model is its GGUF file (spec.draft_gguf, checked with the backend's other options).
-        gguf_draft = self.engine.backend == "llama_cpp" and spec.method is SpecMethod.draft_model
-        if spec.method in CHECKPOINT_METHODS and spec.model is None and not gguf_draft:
-            kind = CHECKPOINT_KIND[spec.method]
-            raise ConfigError(
-                f"spec.model is not set: spec={spec.method.value} needs {kind} trained for model.name={model.name}, "
-                f"and no conf/model_spec preset pairs one with this model. Set spec.model=<folder or hub id>, "
-                f"or pick a model that has a preset (ls conf/model_spec/*_{spec.method.value}.yaml). "
-                "Random heads for trying the mechanics: model=tiny_llama (python -m specbatch.assets.tiny)."
-            )
+        # What a backend refuses of the method (a checkpoint it needs, vLLM's batch and GPU rules) is the backend's
+        # own check (specbatch.engine.validate_job), run before anything is written.
+        spec = self.spec
         if spec.method is not SpecMethod.none and self.sampling.n > 1:
             raise ConfigError(
                 f"sampling.n={self.sampling.n} with spec={spec.method.value}: vLLM reports the per-request spec "
                 "figures this job records only for n=1. Use sampling.n=1 (repeat the run with another "
                 "sampling.seed for more samples) or spec=none."
-            )
-        schedule = spec.schedule
-        if schedule is not None:
-            batch, why = self.largest_batch()
-            schedule_must_cover(schedule, batch, why)
-        draft_tp, target_tp = spec.draft_tensor_parallel_size, model.tensor_parallel_size
-        if spec.parallel_drafting and draft_tp not in (None, target_tp):
-            # vLLM 0.32's newer model runner has no parallel drafting, so it falls back to the older one, whose
-            # drafter runs on exactly the target's GPUs (vllm/config/vllm.py, v1/spec_decode/draft_model.py).
-            raise ConfigError(
-                f"spec.draft_tensor_parallel_size={draft_tp} with spec.parallel_drafting=true and "
-                f"model.tensor_parallel_size={target_tp}: vLLM 0.32 runs parallel drafting on its older model runner, "
-                f"where the drafter runs on as many GPUs as the target: set spec.draft_tensor_parallel_size="
-                f"{target_tp} or drop it"
-            )
-        if draft_tp is not None:
-            allowed = [target_tp] if METHODS[spec.method].draft_tp_follows_target else sorted({1, target_tp})
-            require(
-                draft_tp in allowed,
-                f"spec.draft_tensor_parallel_size={draft_tp} with model.tensor_parallel_size={target_tp}: "
-                f"vLLM runs spec={spec.method.value} drafts only on {' or '.join(map(str, allowed))} GPU(s); "
-                f"set spec.draft_tensor_parallel_size={allowed[0]} or drop it",
             )
 
 

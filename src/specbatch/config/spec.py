@@ -1,7 +1,8 @@
 """The ``spec`` section: which speculative method runs, with its k and its own knobs (group ``spec/``).
 
 Which knob belongs to which method, and the method-specific rules, come from the registry in
-:mod:`specbatch.config.methods`; this module checks the values and turns them into vLLM's ``speculative_config``.
+:mod:`specbatch.config.methods`; this module checks the values. ``specbatch.engine.vllm_args`` turns them into
+vLLM's ``speculative_config``.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ class DraftSampleMethod(enum.StrEnum):
 MAX_SPECULATIVE_TOKENS = 16
 # Fields of every method (k means nothing to the baseline, which the k check says itself); the others are knobs.
 _SHARED_FIELDS = ("method", "num_speculative_tokens", "k_schedule")
-# Knobs of another engine's (llama.cpp's GGUF draft): never in vLLM's speculative_config.
-_NOT_VLLM = ("draft_gguf",)
 # How a k schedule is written, for messages.
 SCHEDULE_EXAMPLE = "spec.k_schedule=[[1,4,5],[5,16,3],[17,256,0]]"
 
@@ -187,20 +186,6 @@ class SpecConfig:
     def caption(self) -> str:
         """The method as tables write it, e.g. ``ngram k=3`` or ``ngram k schedule 1-4:5 5-256:0``."""
         return spec_caption(self.method.value, self.k, self.schedule)
-
-    def to_vllm(self) -> dict[str, Any] | None:
-        """The ``speculative_config`` dict for ``vllm.LLM``; None for the baseline."""
-        if self.method is SpecMethod.none:
-            return None
-        out: dict[str, Any] = {"method": self.method.value, "num_speculative_tokens": self.k}
-        for knob, owners in knob_owners().items():
-            value = getattr(self, knob)
-            if self.method in owners and value is not None and knob not in _NOT_VLLM:
-                out[knob] = value.value if isinstance(value, enum.Enum) else value
-        if self.k_schedule is not None:
-            # vLLM's scheduler looks the k up by the number of requests in each step (dynamic speculative decoding).
-            out["num_speculative_tokens_per_batch_size"] = [list(entry) for entry in self.k_schedule]
-        return out
 
 
 def parse_k_schedule(value: Any) -> list[tuple[int, int, int]]:

@@ -1,15 +1,18 @@
-"""Engines behind one interface (``base.Engine``), picked by ``engine.backend`` from a small registry.
+"""Engines behind one interface (``base.Engine``), picked by ``engine.backend`` from the one table of backends,
+``specbatch.config.BACKENDS``.
 
-Only the vLLM backend imports vLLM; the rest of the job sees requests and completions (``base``). A backend module
-is imported when it is started, so choosing ``dummy`` never loads vLLM.
+Only the vLLM backend imports vLLM; the rest of the job sees requests and completions (``base``) and asks the
+backend's class, never its name, what it needs to know about it. A backend module is imported when it is asked for,
+so choosing ``dummy`` never loads vLLM.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import Any
 
-from specbatch.config import JobConfig
+from specbatch.config import BACKENDS, ConfigError, JobConfig
 from specbatch.engine.base import (
     Completion,
     Engine,
@@ -20,33 +23,41 @@ from specbatch.engine.base import (
     engine_fingerprint,
 )
 
-# engine.backend -> "module:class"; the class has ``start(job) -> Engine``. config.BACKENDS lists the same names.
-REGISTRY = {
-    "vllm": "specbatch.engine.vllm_offline:VllmEngine",
-    "server": "specbatch.engine.server:ServerEngine",
-    "llama_cpp": "specbatch.engine.llama_cpp:LlamaCppEngine",
-    "dummy": "specbatch.engine.dummy:DummyEngine",
-}
+
+def backend_class(name: str) -> type[Engine]:
+    """The class of backend ``name`` (an engine.backend value); ConfigError listing the real ones otherwise."""
+    if name not in BACKENDS:
+        raise ConfigError(f"engine.backend={name} is not an engine: use one of {', '.join(BACKENDS)}")
+    module, _, cls = BACKENDS[name].partition(":")
+    backend = getattr(importlib.import_module(module), cls)
+    assert issubclass(backend, Engine) and backend.name == name, f"config.BACKENDS[{name!r}] names {backend}"
+    return backend
 
 
-def _backend(job: JobConfig) -> type[Engine]:
-    module, _, cls = REGISTRY[job.engine.backend].partition(":")
-    return getattr(importlib.import_module(module), cls)
+def recorded_backend(config: dict[str, Any]) -> type[Engine]:
+    """The backend of a run from its recorded config (run.json's ``config``); runs written before engine.backend
+    existed ran on vLLM."""
+    return backend_class(config["engine"].get("backend", "vllm"))
+
+
+def validate_job(job: JobConfig) -> None:
+    """The backend's refusals of the job's config (Engine.validate): before anything is written or loaded."""
+    backend_class(job.engine.backend).validate(job)
 
 
 def check_engine(job: JobConfig) -> None:
     """The backend's own checks before anything is written (e.g. that a server answers at engine.url)."""
-    _backend(job).check(job)
+    backend_class(job.engine.backend).check(job)
 
 
 def preflight_skipped(job: JobConfig) -> str | None:
     """Why the method's local checks (config.preflight) do not apply to this job's backend; None when they do."""
-    return _backend(job).preflight_skipped
+    return backend_class(job.engine.backend).preflight_skipped
 
 
 def figures_from_a_server(job: JobConfig) -> bool:
     """Whether this job's speculative figures come from a server (see Engine.figures_from_a_server)."""
-    return _backend(job).figures_from_a_server
+    return backend_class(job.engine.backend).figures_from_a_server
 
 
 def start_engine(job: JobConfig, starting: Callable[[], None] | None = None) -> Engine:
@@ -55,15 +66,15 @@ def start_engine(job: JobConfig, starting: Callable[[], None] | None = None) -> 
     ``starting`` is called once the backend's imports are done, just before the engine is built: work it starts
     in another thread then overlaps the build (vLLM's is mostly waiting on its engine process), not the imports.
     """
-    backend = _backend(job)
+    backend = backend_class(job.engine.backend)
     backend.load()
     if starting is not None:
         starting()
-    return backend.start(job)  # type: ignore[attr-defined]
+    return backend.start(job)
 
 
 __all__ = [
-    "REGISTRY",
+    "backend_class",
     "figures_from_a_server",
     "Completion",
     "Engine",
@@ -74,5 +85,7 @@ __all__ = [
     "check_engine",
     "preflight_skipped",
     "engine_fingerprint",
+    "recorded_backend",
     "start_engine",
+    "validate_job",
 ]

@@ -10,8 +10,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any, ClassVar, Self
 
-from specbatch.config import JobConfig, SamplingConfig, engine_identity
+from specbatch.config import (
+    CHECKPOINT_KIND,
+    CHECKPOINT_METHODS,
+    ConfigError,
+    JobConfig,
+    SamplingConfig,
+    engine_identity,
+)
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures
 
 
@@ -65,8 +73,29 @@ class Completion:
     error: str | None = None
 
 
+def require_checkpoint(job: JobConfig) -> None:
+    """A method that drafts with a trained checkpoint names one (spec.model); ConfigError saying how."""
+    spec = job.spec
+    if spec.method in CHECKPOINT_METHODS and spec.model is None:
+        raise ConfigError(
+            f"spec.model is not set: spec={spec.method.value} needs {CHECKPOINT_KIND[spec.method]} trained for "
+            f"model.name={job.model.name}, and no conf/model_spec preset pairs one with this model. Set "
+            f"spec.model=<folder or hub id>, or pick a model that has a preset (ls "
+            f"conf/model_spec/*_{spec.method.value}.yaml). Random heads for trying the mechanics: model=tiny_llama "
+            "(python -m specbatch.assets.tiny)."
+        )
+
+
 class Engine(ABC):
-    """A started engine. Start-up and warm-up seconds are kept apart from generation time."""
+    """A backend and, once started, its engine. Start-up and warm-up seconds are kept apart from generation time.
+
+    The class is the one owner of everything about its backend: the rest of the job asks it (never its name) what
+    it refuses of a config (``validate``, ``check``), how to start it, how its runs are described and how its
+    set-up is served. ``specbatch.config.BACKENDS`` names the class for each ``engine.backend``.
+    """
+
+    # engine.backend's value for this backend (its key in specbatch.config.BACKENDS).
+    name: ClassVar[str]
 
     # Whose work ``counters`` count: "engine" (this job's engine alone), "server" (a server's, every client's) or
     # "requests" (the job's own tally of its completions).
@@ -101,6 +130,35 @@ class Engine(ABC):
     @abstractmethod
     def cancel(self) -> None:
         """Drop every unfinished request (after a failure), so a shared engine starts the next job empty."""
+
+    @classmethod
+    @abstractmethod
+    def start(cls, job: JobConfig) -> Self:
+        """Build the engine for ``job`` and warm it up (``warm_up``, when engine.warmup); the caller closes it."""
+
+    @classmethod
+    def validate(cls, job: JobConfig) -> None:
+        """What this backend refuses of the job's config, and why, from the config alone (no file, no network):
+        raises ConfigError naming the key to change. Run before anything is written or loaded. Here: a method that
+        drafts with a checkpoint names one."""
+        require_checkpoint(job)
+
+    @classmethod
+    @abstractmethod
+    def serve_command(cls, job: JobConfig) -> str:
+        """The shell command that serves this job's set-up (its model, method and batch) on this backend's server,
+        for compare's recommendation of a winner."""
+
+    @classmethod
+    def describe(cls, engine: dict[str, Any]) -> str:
+        """What the MLflow run's note says about where the completions came from, from the run's recorded (masked)
+        ``engine`` section; empty when there is nothing to add to the model and method."""
+        return ""
+
+    @classmethod
+    def weights_label(cls, config: dict[str, Any]) -> str:
+        """How a comparison names the weights a run generated with (its dtype column), from its recorded config."""
+        return str(config["model"]["dtype"])
 
     @classmethod
     def check(cls, job: JobConfig) -> None:  # noqa: B027 (most backends have nothing to check)

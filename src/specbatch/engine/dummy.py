@@ -13,10 +13,12 @@ import hashlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Self
 
 from specbatch.config import JobConfig
-from specbatch.engine.base import Completion, Engine, Request, RequestRefused, Sample, engine_fingerprint
+from specbatch.engine.base import Completion, Request, RequestRefused, Sample, engine_fingerprint
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
+from specbatch.engine.vllm_family import VllmFamily
 
 # vLLM's own default for max_num_seqs on CPU; the dummy runs as many at once when engine.max_num_seqs is null.
 DEFAULT_CONCURRENCY = 256
@@ -37,7 +39,7 @@ class _Running:
     histogram: list[int] = field(default_factory=list)
 
 
-class DummyEngine(Engine):
+class DummyEngine(VllmFamily):
     """Answers every prompt with made-up tokens; ``refuse`` and ``die_after`` play a bad request and a crash."""
 
     name = "dummy"
@@ -80,7 +82,7 @@ class DummyEngine(Engine):
         self._per_position = [0] * (k or 0)
 
     @classmethod
-    def start(cls, job: JobConfig) -> DummyEngine:
+    def start(cls, job: JobConfig) -> Self:
         return cls(engine_fingerprint(job), k=job.spec.k, concurrency=job.engine.max_num_seqs)
 
     def add(self, request: Request) -> None:

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from specbatch.common.environment import PROJECT_ROOT
 from specbatch.config import ConfigError, JobConfig, SpecMethod
 from specbatch.config.overrides import without_keys
-from specbatch.engine.vllm_offline import llm_kwargs, vllm_environment
+from specbatch.engine.vllm_args import llm_kwargs, vllm_environment
 
 # The prompt of NVIDIA Dynamo's speculative-decoding guide, used for the ready curl.
 SAKURA_PROMPT = "Write a poem about why Sakura trees are beautiful."

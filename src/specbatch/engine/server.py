@@ -28,137 +28,45 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
 import queue
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Self
 
 import httpx
 import openai
 
 from specbatch.common.masking import mask_uri
-from specbatch.config import ConfigError, JobConfig
+from specbatch.config import JobConfig
 from specbatch.data.prompts import load_tokenizer
-from specbatch.engine.base import Completion, Engine, EngineUnavailable, Request, Sample, engine_fingerprint
+from specbatch.engine.base import Completion, Request, Sample, engine_fingerprint
 from specbatch.engine.server_answers import (
     SERVER_AT_FAULT,
     MalformedAnswer,
-    check_same_model,
     checked_choices,
     row_figures,
     status_error,
 )
+from specbatch.engine.server_check import (
+    CHECK_TIMEOUT,
+    PROBE_PROMPT,
+    ServerTarget,
+    ServerUnreachable,
+    api_key,
+    check_server,
+    server_root,
+)
 from specbatch.engine.server_metrics import parse_spec_counters
-from specbatch.engine.spec_metrics import Counters, RowSpecFigures
+from specbatch.engine.spec_metrics import SERVER_WIDE_NOTE, Counters, RowSpecFigures
+from specbatch.engine.vllm_family import VllmFamily
 
 log = logging.getLogger(__name__)
 # httpx logs every request at INFO: thousands of lines per shard.
 for _name in ("httpx", "httpx2"):  # the openai client uses httpx2
     logging.getLogger(_name).setLevel(logging.WARNING)
 
-# Seconds the start-up checks may take per request (the server is up or it is not).
-CHECK_TIMEOUT = 15.0
-# Token ids of the probe that tells whether the completions API takes a prompt as token ids.
-_PROBE_PROMPT = [1, 2, 3, 4]
 
-
-class ServerUnreachable(EngineUnavailable):
-    """No server answers at engine.url any more (after the client's retries): the shard stops, resumable."""
-
-
-@dataclass(frozen=True)
-class ServerTarget:
-    """What the start-up checks found: the model to ask for and the API to use."""
-
-    model: str
-    api: str
-
-
-def api_key(job: JobConfig) -> str:
-    """The key from the variable engine.api_key_env names; a placeholder when unset (servers without keys ignore
-    it, and the client insists on one). The value is masked in every output: the variable's name says it is secret."""
-    return os.environ.get(job.engine.api_key_env) or "no-key"
-
-
-def server_root(url: str) -> str:
-    """``http://host:port`` of an API base URL (``/health`` and ``/metrics`` live there, not under ``/v1``)."""
-    parsed = httpx.URL(url)
-    return str(parsed.copy_with(path="/", query=None)).rstrip("/")
-
-
-def _unreachable(job: JobConfig, why: object) -> ConfigError:
-    return ConfigError(
-        f"engine.url={mask_uri(job.engine.url)}: no OpenAI-compatible server answers there ({why}). Start one "
-        "(python jobs/serve.py <the same overrides>) or point engine.url at a running server"
-    )
-
-
-def check_server(job: JobConfig, verify_model: bool = True) -> ServerTarget:
-    """Before anything is written: the server answers, the key is accepted, the model is there (and, with
-    ``verify_model``, is the job's model), and which API takes the prompts. Each failure is one ConfigError naming
-    the key to change."""
-    engine = job.engine
-    client = openai.OpenAI(
-        base_url=engine.url, api_key=api_key(job), max_retries=min(engine.retries, 1), timeout=CHECK_TIMEOUT
-    )
-    try:
-        try:
-            listed = list(client.models.list())
-            served = [m.id for m in listed]
-        except openai.APIConnectionError as exc:
-            raise _unreachable(job, exc.__cause__ or type(exc).__name__) from None
-        except openai.AuthenticationError:
-            raise ConfigError(
-                f"engine.url={mask_uri(engine.url)} refused the API key: set the variable engine.api_key_env "
-                f"names ({engine.api_key_env}) to the server's key"
-            ) from None
-        except openai.APIStatusError as exc:
-            raise _unreachable(job, f"GET /models answered HTTP {exc.status_code}") from None
-        model = _pick_model(job, served)
-        if verify_model:
-            check_same_model(job, model, next((getattr(m, "root", None) for m in listed if m.id == model), None))
-        api = engine.api
-        if api == "auto":
-            api = "completions" if _takes_token_ids(client, model) else "chat"
-            log.info("%s takes prompts through the %s API", mask_uri(engine.url), api)
-        if api == "chat" and not job.dataset.chat:
-            raise ConfigError(
-                f"engine.api={engine.api}: the server at {mask_uri(engine.url)} needs the chat API, but the data set "
-                "is plain text (dataset.chat=false): use a server whose completions API takes token ids"
-            )
-        return ServerTarget(model, api)
-    finally:
-        client.close()
-
-
-def _pick_model(job: JobConfig, served: list[str]) -> str:
-    wanted = job.engine.served_model
-    if wanted is not None:
-        if wanted not in served:
-            raise ConfigError(
-                f"engine.served_model={wanted} is not served at {mask_uri(job.engine.url)}; it serves: "
-                f"{', '.join(served) or 'nothing'}"
-            )
-        return wanted
-    if len(served) != 1:
-        raise ConfigError(
-            f"the server at {mask_uri(job.engine.url)} serves {len(served)} models ({', '.join(served)}): "
-            "set engine.served_model to one of them"
-        )
-    return served[0]
-
-
-def _takes_token_ids(client: openai.OpenAI, model: str) -> bool:
-    try:
-        client.completions.create(model=model, prompt=_PROBE_PROMPT, max_tokens=1)
-    except openai.APIStatusError:
-        return False
-    return True
-
-
-class ServerEngine(Engine):
+class ServerEngine(VllmFamily):
     """Requests to a running OpenAI-compatible server (see the module docstring)."""
 
     name = "server"
@@ -207,7 +115,15 @@ class ServerEngine(Engine):
         check_server(job)
 
     @classmethod
-    def start(cls, job: JobConfig) -> ServerEngine:
+    def describe(cls, engine: dict[str, Any]) -> str:
+        # The config is masked already: a password in the URL never gets here.
+        return (
+            f"Generated by the server at `{engine['url']}` ({engine['api']} API). Speculative figures: "
+            f"{SERVER_WIDE_NOTE}."
+        )
+
+    @classmethod
+    def start(cls, job: JobConfig) -> Self:
         began = time.perf_counter()
         engine = cls(job, check_server(job))
         engine.startup_seconds = time.perf_counter() - began
@@ -225,7 +141,7 @@ class ServerEngine(Engine):
     def warmup(self) -> None:
         """One short request, so the server's own first-call costs stay out of the timings."""
         began = time.perf_counter()
-        warm = Request("warmup", 1, _PROBE_PROMPT * 2, self.job.sampling, ({"role": "user", "content": "Hello"},))
+        warm = Request("warmup", 1, PROBE_PROMPT * 2, self.job.sampling, ({"role": "user", "content": "Hello"},))
         self._call(self._ask_once(warm, max_tokens=8))
         self.warmup_seconds = time.perf_counter() - began
 

@@ -89,3 +89,10 @@ def accepted_per_position_from_histogram(histogram: list[int]) -> list[int]:
     """Accepted-at-position i = steps that accepted more than i tokens = sum of histogram[j] for j > i."""
     k = len(histogram) - 1
     return [sum(histogram[j] for j in range(i + 1, k + 1)) for i in range(k)]
+
+
+# What figures from a server's /metrics are worth; said beside them wherever they are shown.
+SERVER_WIDE_NOTE = (
+    "drafts and acceptance are the server's /metrics over the shard (server-wide): valid when this job was the "
+    "server's only client"
+)

@@ -1,8 +1,8 @@
 """The offline vLLM backend: one ``vllm.LLM`` fed request by request through its engine's ``add_request`` / ``step``.
 
-Everything vLLM-specific about *running* lives here and only here: the ``LLM`` arguments (including
-``speculative_config`` and per-request spec metrics), the CPU environment, warm-up, vLLM's metric names and
-per-request figures, and stopping vLLM's processes.
+Everything vLLM-specific about *running* lives here: warm-up, vLLM's metric names and per-request figures, setting
+vLLM's environment per engine, and stopping vLLM's processes. The job's translation into vLLM's arguments and
+environment is ``vllm_args``.
 
 Why not ``LLM.generate``: it returns only when every prompt it was given has finished, so a caller that hands it a
 chunk (or one turn of a conversation) at a time leaves the batch draining while the longest completion finishes.
@@ -20,13 +20,14 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
-from specbatch.common.machine import this_machine
-from specbatch.config import METHODS, JobConfig, SamplingConfig
-from specbatch.engine.base import Completion, Engine, Request, RequestRefused, Sample, engine_fingerprint
+from specbatch.config import JobConfig, SamplingConfig
+from specbatch.engine.base import Completion, Request, RequestRefused, Sample, engine_fingerprint
 from specbatch.engine.reaper import Reaper, make_ipc_dir, remove_ipc_dir
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
+from specbatch.engine.vllm_args import llm_kwargs, offline_environment, runs_in_process, vllm_environment
+from specbatch.engine.vllm_family import VllmFamily
 
 log = logging.getLogger(__name__)
 
@@ -44,66 +45,6 @@ _SCALAR_FIELDS = {
     NUM_DRAFT_TOKENS: "draft_tokens",
     NUM_ACCEPTED: "accepted_tokens",
 }
-
-
-def llm_kwargs(job: JobConfig) -> dict[str, Any]:
-    """Arguments of ``vllm.LLM`` for this job (pure: tests check GPU presets with it without loading anything)."""
-    model, engine, spec = job.model, job.engine, job.spec
-    kwargs: dict[str, Any] = {
-        "model": model.path,
-        "tokenizer": model.tokenizer,
-        "revision": model.revision,
-        "dtype": model.dtype.value,
-        "max_model_len": model.max_model_len,
-        "trust_remote_code": model.trust_remote_code,
-        "tensor_parallel_size": model.tensor_parallel_size,
-        "enforce_eager": engine.enforce_eager,
-        "seed": engine.seed,
-        # Counters for the summary: vLLM only keeps them (and get_metrics only works) with stats on.
-        "disable_log_stats": False,
-    }
-    speculative = spec.to_vllm()
-    if speculative is not None:
-        kwargs["speculative_config"] = speculative
-        # Per-row figures; vLLM refuses this option without a speculative_config.
-        kwargs["per_request_spec_decode_metrics"] = "summary"
-    if engine.gpu_memory_utilization is not None:
-        kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
-    if engine.max_num_seqs is not None:
-        kwargs["max_num_seqs"] = engine.max_num_seqs
-    return {k: v for k, v in kwargs.items() if v is not None}
-
-
-def vllm_environment(job: JobConfig) -> dict[str, str]:
-    """Environment variables vLLM needs for this job: the CPU KV cache (the CPU worker refuses to start without
-    one) and what the method's registry entry asks for (specbatch.config.methods). The offline engine and the server
-    jobs/serve.py starts both set them from here, so the two cannot drift; an explicit environment value wins."""
-    env: dict[str, str] = {}
-    if job.engine.cpu_kvcache_space_gib is not None:
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(job.engine.cpu_kvcache_space_gib)
-    return env | METHODS[job.spec.method].environment
-
-
-def runs_in_process(job: JobConfig) -> bool:
-    """Whether vLLM's engine core and worker run inside the job's process (engine.multiprocessing; null: on a machine
-    without a GPU, with one worker)."""
-    choice = job.engine.multiprocessing
-    if choice is None:
-        return not this_machine().gpu_count and job.model.tensor_parallel_size == 1
-    return not choice
-
-
-def offline_environment(job: JobConfig) -> dict[str, str]:
-    """What the offline engine sets beside :func:`vllm_environment` (never the server's, whose API process needs
-    its engine in a process of its own).
-
-    In one process (runs_in_process): measured on 2-core machines (AVX2 and AVX-512 alike), the engine core's and
-    worker's spawned processes cost 20-40 s of re-importing torch and vLLM at every start, and their IPC on two
-    shared cores costs a third of the throughput; one process gives the same tokens. Its OpenMP threads are left
-    unbound there: binding pins the job's own main thread (and every process it starts after) to one core."""
-    if not runs_in_process(job):
-        return {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
-    return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 
 # What _apply_environment set for an earlier engine of this process, so a later engine of another kind undoes it.
@@ -230,7 +171,7 @@ def row_figures(completion: Any) -> RowSpecFigures | None:
     )
 
 
-class VllmEngine(Engine):
+class VllmEngine(VllmFamily):
     """One ``vllm.LLM``, streamed."""
 
     name = "vllm"
@@ -261,7 +202,7 @@ class VllmEngine(Engine):
         from vllm import LLM  # noqa: F401
 
     @classmethod
-    def start(cls, job: JobConfig) -> VllmEngine:
+    def start(cls, job: JobConfig) -> Self:
         _apply_environment(vllm_environment(job), offline_environment(job))
         from vllm import LLM
 

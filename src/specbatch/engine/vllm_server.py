@@ -23,7 +23,8 @@ from specbatch.config.preflight import preflight
 from specbatch.engine.child_server import ChildServer
 from specbatch.engine.reaper import make_ipc_dir
 from specbatch.engine.serve_commands import VLLM_API_KEY, listen_address, vllm_console_script_broken, vllm_serve_argv
-from specbatch.engine.vllm_offline import ipc_path_chosen_by_user, vllm_environment
+from specbatch.engine.vllm_args import vllm_environment
+from specbatch.engine.vllm_offline import ipc_path_chosen_by_user
 
 log = logging.getLogger(__name__)
 

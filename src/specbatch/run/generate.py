@@ -23,7 +23,7 @@ from specbatch.config import ConfigError, JobConfig
 from specbatch.config.preflight import preflight
 from specbatch.data.prompts import check_chat_template, load_tokenizer
 from specbatch.data.rows import RowSource, SourceRow, open_rows
-from specbatch.engine import Engine, check_engine, engine_fingerprint, preflight_skipped, start_engine
+from specbatch.engine import Engine, check_engine, engine_fingerprint, preflight_skipped, start_engine, validate_job
 from specbatch.run.chunks import ChunkWriter
 from specbatch.run.executor import ShardPlan
 from specbatch.run.folder import RunFolder
@@ -55,6 +55,8 @@ class ShardGeneration:
 
     def prepare(self, shard: Shard) -> ShardPlan:
         job = self.job
+        # What the backend refuses of the config: from the config alone, so before the data is read.
+        validate_job(job)
         source = open_rows(job.dataset, job.max_samples)
         span = shard_range(len(source), shard)
         # Over the whole run, not this shard: duplicates split across shards would meet in the merged output, and

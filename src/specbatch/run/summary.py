@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specbatch.common.machine import machine_line
-from specbatch.engine.spec_metrics import Counters, acceptance_length, steps_unknown
+from specbatch.engine.spec_metrics import SERVER_WIDE_NOTE, Counters, acceptance_length, steps_unknown
 from specbatch.run.records import STATUS_OK
 
 log = logging.getLogger(__name__)
@@ -279,13 +279,6 @@ def per_category(totals: RowTotals, speculative: bool) -> dict[str, dict[str, An
 def _pad_to(values: tuple[int, ...], k: int | None) -> list[int]:
     n = max(len(values), k or 0)
     return list(values) + [0] * (n - len(values))
-
-
-# What figures from a server's /metrics are worth; said beside them wherever they are shown.
-SERVER_WIDE_NOTE = (
-    "drafts and acceptance are the server's /metrics over the shard (server-wide): valid when this job was the "
-    "server's only client"
-)
 
 
 def format_table(summary: Summary) -> str:

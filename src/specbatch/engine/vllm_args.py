@@ -1,0 +1,145 @@
+"""The job in vLLM's terms: the arguments of ``vllm.LLM`` (and so of ``vllm serve``), the environment vLLM reads, and
+vLLM's own rules about the job, which it would otherwise break only once the model is loading.
+
+Pure: nothing here imports vLLM, so config tests check GPU presets with these functions on any machine, and the
+command builders of the serving side take their arguments from here, so what is served is what the job measures.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from specbatch.common.machine import this_machine
+from specbatch.config import METHODS, ConfigError, JobConfig, SpecConfig
+from specbatch.config.errors import require
+from specbatch.config.methods import SpecMethod
+from specbatch.config.spec import knob_owners, schedule_must_cover
+
+# Knobs of another engine's (llama.cpp's GGUF draft): never in vLLM's speculative_config.
+_NOT_VLLM = ("draft_gguf",)
+
+
+def speculative_config(spec: SpecConfig) -> dict[str, Any] | None:
+    """The ``speculative_config`` dict for ``vllm.LLM``; None for the baseline."""
+    if spec.method is SpecMethod.none:
+        return None
+    out: dict[str, Any] = {"method": spec.method.value, "num_speculative_tokens": spec.k}
+    for knob, owners in knob_owners().items():
+        value = getattr(spec, knob)
+        if spec.method in owners and value is not None and knob not in _NOT_VLLM:
+            out[knob] = value.value if isinstance(value, enum.Enum) else value
+    if spec.k_schedule is not None:
+        # vLLM's scheduler looks the k up by the number of requests in each step (dynamic speculative decoding).
+        out["num_speculative_tokens_per_batch_size"] = [list(entry) for entry in spec.k_schedule]
+    return out
+
+
+def llm_kwargs(job: JobConfig) -> dict[str, Any]:
+    """Arguments of ``vllm.LLM`` for this job (pure: tests check GPU presets with it without loading anything)."""
+    model, engine = job.model, job.engine
+    kwargs: dict[str, Any] = {
+        "model": model.path,
+        "tokenizer": model.tokenizer,
+        "revision": model.revision,
+        "dtype": model.dtype.value,
+        "max_model_len": model.max_model_len,
+        "trust_remote_code": model.trust_remote_code,
+        "tensor_parallel_size": model.tensor_parallel_size,
+        "enforce_eager": engine.enforce_eager,
+        "seed": engine.seed,
+        # Counters for the summary: vLLM only keeps them (and get_metrics only works) with stats on.
+        "disable_log_stats": False,
+    }
+    speculative = speculative_config(job.spec)
+    if speculative is not None:
+        kwargs["speculative_config"] = speculative
+        # Per-row figures; vLLM refuses this option without a speculative_config.
+        kwargs["per_request_spec_decode_metrics"] = "summary"
+    if engine.gpu_memory_utilization is not None:
+        kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
+    if engine.max_num_seqs is not None:
+        kwargs["max_num_seqs"] = engine.max_num_seqs
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def vllm_environment(job: JobConfig) -> dict[str, str]:
+    """Environment variables vLLM needs for this job: the CPU KV cache (the CPU worker refuses to start without
+    one) and what the method's registry entry asks for (specbatch.config.methods). The offline engine and the server
+    jobs/serve.py starts both set them from here, so the two cannot drift; an explicit environment value wins."""
+    env: dict[str, str] = {}
+    if job.engine.cpu_kvcache_space_gib is not None:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(job.engine.cpu_kvcache_space_gib)
+    return env | METHODS[job.spec.method].environment
+
+
+def runs_in_process(job: JobConfig) -> bool:
+    """Whether vLLM's engine core and worker run inside the job's process (engine.multiprocessing; null: on a machine
+    without a GPU, with one worker)."""
+    choice = job.engine.multiprocessing
+    if choice is None:
+        return not this_machine().gpu_count and job.model.tensor_parallel_size == 1
+    return not choice
+
+
+def offline_environment(job: JobConfig) -> dict[str, str]:
+    """What the offline engine sets beside :func:`vllm_environment` (never the server's, whose API process needs
+    its engine in a process of its own).
+
+    In one process (runs_in_process): measured on 2-core machines (AVX2 and AVX-512 alike), the engine core's and
+    worker's spawned processes cost 20-40 s of re-importing torch and vLLM at every start, and their IPC on two
+    shared cores costs a third of the throughput; one process gives the same tokens. Its OpenMP threads are left
+    unbound there: binding pins the job's own main thread (and every process it starts after) to one core."""
+    if not runs_in_process(job):
+        return {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+
+
+def largest_batch(job: JobConfig) -> tuple[int, str]:
+    """The most requests the engine may run at once, and a phrase saying where that comes from:
+    engine.max_num_seqs, or vLLM 0.32's default when it is null (EngineArgs.get_batch_defaults: 256 per worker
+    on its CPU build; on GPUs 256, or 1024 with 70 GiB or more, so 1024 covers every GPU; the OpenAI server's
+    own defaults are lower, 128 per worker on CPU)."""
+    engine = job.engine
+    if engine.max_num_seqs is not None:
+        return engine.max_num_seqs, f"engine.max_num_seqs={engine.max_num_seqs} lets the engine run that many"
+    if engine.gpu_memory_utilization is None:
+        workers = job.model.tensor_parallel_size
+        return 256 * workers, (
+            f"engine.max_num_seqs is null, so vLLM's CPU build runs up to {256 * workers} requests at once "
+            "(its default: 256 per worker)"
+        )
+    return 1024, "engine.max_num_seqs is null, so vLLM runs up to 1024 requests at once on a large GPU"
+
+
+def check_vllm_rules(job: JobConfig) -> None:
+    """What vLLM 0.32 refuses, or runs differently from what the config says, about this job's processes, batch and
+    drafter placement; ConfigError naming the key to change."""
+    spec, model = job.spec, job.model
+    require(
+        job.engine.multiprocessing is not False or model.tensor_parallel_size == 1,
+        f"engine.multiprocessing=false runs vLLM in the job's process, which holds one worker, but "
+        f"model.tensor_parallel_size={model.tensor_parallel_size} needs one per GPU: set "
+        "engine.multiprocessing=true (or null)",
+    )
+    if spec.schedule is not None:
+        batch, why = largest_batch(job)
+        schedule_must_cover(spec.schedule, batch, why)
+    draft_tp, target_tp = spec.draft_tensor_parallel_size, model.tensor_parallel_size
+    if spec.parallel_drafting and draft_tp not in (None, target_tp):
+        # vLLM 0.32's newer model runner has no parallel drafting, so it falls back to the older one, whose
+        # drafter runs on exactly the target's GPUs (vllm/config/vllm.py, v1/spec_decode/draft_model.py).
+        raise ConfigError(
+            f"spec.draft_tensor_parallel_size={draft_tp} with spec.parallel_drafting=true and "
+            f"model.tensor_parallel_size={target_tp}: vLLM 0.32 runs parallel drafting on its older model runner, "
+            f"where the drafter runs on as many GPUs as the target: set spec.draft_tensor_parallel_size="
+            f"{target_tp} or drop it"
+        )
+    if draft_tp is not None:
+        allowed = [target_tp] if METHODS[spec.method].draft_tp_follows_target else sorted({1, target_tp})
+        require(
+            draft_tp in allowed,
+            f"spec.draft_tensor_parallel_size={draft_tp} with model.tensor_parallel_size={target_tp}: "
+            f"vLLM runs spec={spec.method.value} drafts only on {' or '.join(map(str, allowed))} GPU(s); "
+            f"set spec.draft_tensor_parallel_size={allowed[0]} or drop it",
+        )

@@ -1,0 +1,24 @@
+"""What the backends whose jobs are vLLM's have in common: vLLM's rules about the config, and ``vllm serve`` as the
+command that serves a winning set-up. The offline engine runs vLLM itself, the server backend talks to a vLLM (or
+Dynamo-on-vLLM) server that ``jobs/serve.py`` starts from the same config, and the dummy stands in for vLLM in tests.
+"""
+
+from __future__ import annotations
+
+from specbatch.config import JobConfig
+from specbatch.engine.base import Engine
+from specbatch.engine.serve_commands import vllm_console_script_broken, vllm_serve_command
+from specbatch.engine.vllm_args import check_vllm_rules
+
+
+class VllmFamily(Engine):
+    """An engine whose config is checked by vLLM's rules and whose set-up is served by ``vllm serve``."""
+
+    @classmethod
+    def validate(cls, job: JobConfig) -> None:
+        super().validate(job)
+        check_vllm_rules(job)
+
+    @classmethod
+    def serve_command(cls, job: JobConfig) -> str:
+        return vllm_serve_command(job, module=vllm_console_script_broken())
