@@ -20,14 +20,21 @@ from specbatch.run.summary import RowTotals, Summary, summarize
 
 
 class Steps:
-    """Writes an empty part per chunk; ``fail`` raises from generate(), ``fail_release`` from release()."""
+    """Writes an empty part per chunk; ``fail`` raises from generate(), ``fail_start`` from start_engine(),
+    ``fail_release`` from release(). ``timeline``: a list shared with the observer, to see the order of both."""
 
     def __init__(
-        self, chunks: int = 2, fail: BaseException | None = None, fail_release: BaseException | None = None
+        self,
+        chunks: int = 2,
+        fail: BaseException | None = None,
+        fail_release: BaseException | None = None,
+        fail_start: BaseException | None = None,
+        timeline: list[str] | None = None,
     ) -> None:
-        self.chunks, self.fail, self.fail_release = chunks, fail, fail_release
+        self.chunks, self.fail, self.fail_release, self.fail_start = chunks, fail, fail_release, fail_start
         self.calls: list[Any] = []
         self.folder: RunFolder | None = None
+        self.timeline = timeline if timeline is not None else []
 
     def check(self) -> None:
         self.calls.append("check")
@@ -39,8 +46,13 @@ class Steps:
     def chunk_digests(self) -> list[str]:
         return [f"digest-{n}" for n in range(self.chunks)]
 
-    def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int], starting) -> None:
-        starting()
+    def start_engine(self, todo: list[int]) -> None:
+        self.timeline.append("engine built")
+        if self.fail_start is not None:
+            raise self.fail_start
+
+    def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
+        self.timeline.append("generate")
         self.calls.append(("generate", todo))
         self.folder = folder
         if self.fail is not None:
@@ -60,9 +72,9 @@ class Steps:
         )
 
     def release(self) -> None:
-        # What the executor has written when the engine's shutdown is waited for.
-        assert self.folder is not None
-        self.calls.append(("release", self.folder.stats_path.exists(), self.folder.is_done()))
+        # What the executor has written when the engine's shutdown is waited for (nothing before generate).
+        folder = self.folder
+        self.calls.append(("release", folder and folder.stats_path.exists(), folder and folder.is_done()))
         if self.fail_release is not None:
             raise self.fail_release
 
@@ -108,6 +120,21 @@ def test_a_run_is_observed_from_lock_to_end_and_marked_done_last(job_factory) ->
     steps, observer = Steps(), Recorder()
     again = ShardExecutor(job, steps, observer).run()
     assert not again.generated and again.summary == result.summary and steps.calls == observer.events == []
+
+
+def test_the_executor_builds_the_engine_then_starts_tracking_then_generates(job_factory) -> None:
+    observer = Recorder()
+    ShardExecutor(job_factory("spec=none"), Steps(timeline=observer.events), observer).run()
+    assert observer.events == ["locked", "engine built", "start", "generate", "finish 2 parts", "end None"]
+
+
+def test_an_engine_that_fails_to_start_still_leaves_a_run_ended_with_why(job_factory) -> None:
+    observer = Recorder()
+    steps = Steps(fail_start=RuntimeError("no memory for the KV cache"), timeline=observer.events)
+    with pytest.raises(RuntimeError, match="KV cache"):
+        ShardExecutor(job_factory("spec=none"), steps, observer).run()
+    assert observer.events == ["locked", "engine built", "start", "end RuntimeError"]
+    assert steps.calls == ["check", "prepare", ("release", None, None)]
 
 
 def test_a_failed_run_ends_with_its_error_and_without_the_done_marker(job_factory) -> None:

@@ -9,7 +9,6 @@ so choosing ``dummy`` never loads vLLM.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from typing import Any
 
 from specbatch.config import BACKENDS, ConfigError, JobConfig
@@ -60,17 +59,9 @@ def figures_from_a_server(job: JobConfig) -> bool:
     return backend_class(job.engine.backend).figures_from_a_server
 
 
-def start_engine(job: JobConfig, starting: Callable[[], None] | None = None) -> Engine:
-    """Start the engine ``engine.backend`` names (warm-up included); the caller closes it.
-
-    ``starting`` is called once the backend's imports are done, just before the engine is built: work it starts
-    in another thread then overlaps the build (vLLM's is mostly waiting on its engine process), not the imports.
-    """
-    backend = backend_class(job.engine.backend)
-    backend.load()
-    if starting is not None:
-        starting()
-    return backend.start(job)
+def start_engine(job: JobConfig) -> Engine:
+    """Start the engine ``engine.backend`` names (warm-up included); the caller closes it."""
+    return backend_class(job.engine.backend).start(job)
 
 
 __all__ = [

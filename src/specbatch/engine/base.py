@@ -166,12 +166,6 @@ class Engine(ABC):
         raises ConfigError naming the key to change. Nothing, unless a backend says otherwise."""
         return None
 
-    @classmethod
-    def load(cls) -> None:  # noqa: B027 (most backends have nothing heavy to import)
-        """Import what ``start`` needs, so that work a caller runs beside ``start`` runs beside the engine's build
-        rather than competing with an import for the interpreter. Nothing, unless a backend says otherwise."""
-        return None
-
     def warmup(self) -> None:  # noqa: B027 (a backend without one-off costs keeps this)
         """One short request, so one-off costs stay out of the timings. Nothing, unless a backend says otherwise."""
         return None

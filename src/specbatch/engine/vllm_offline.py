@@ -196,12 +196,6 @@ class VllmEngine(VllmFamily):
         self._refusals: tuple[type[BaseException], ...] = (ValueError, TypeError, VLLMClientError)
 
     @classmethod
-    def load(cls) -> None:
-        # Seconds of Python (torch, transformers, vLLM's engine), all holding the interpreter lock. ``import vllm``
-        # alone is not enough: the package loads LLM lazily, on first access.
-        from vllm import LLM  # noqa: F401
-
-    @classmethod
     def start(cls, job: JobConfig) -> Self:
         _apply_environment(vllm_environment(job), offline_environment(job))
         from vllm import LLM

@@ -10,7 +10,6 @@ bookkeeping, only where their chunks go.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -61,11 +60,11 @@ class ShardSteps(Protocol):
         """A digest of each chunk's source rows, to refuse resuming over changed data."""
         ...
 
-    def generate(
-        self, folder: RunFolder, config: dict[str, Any], todo: list[int], starting: Callable[[], None]
-    ) -> None:
-        """Generate chunks ``todo``, each written into ``folder`` as it finishes; call ``starting`` once, when the
-        engine is about to be built (or before generating when there is none to build)."""
+    def start_engine(self, todo: list[int]) -> None:
+        """Build and warm up the engine when chunks ``todo`` need one and none was handed in."""
+
+    def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
+        """Generate chunks ``todo`` on the started engine, each written into ``folder`` as it finishes."""
 
     def summarize(self, folder: RunFolder, parts: list[Path]) -> Summary:
         """The shard summary, from all of its parts."""
@@ -146,17 +145,13 @@ class ShardExecutor:
         """The chunks not written yet, then the shard summary and the done marker; observed from start to end."""
         folder = start.folder
         started = False
-
-        def starting() -> None:
-            # The observer's on_start work (MLflow: seconds) runs on its own thread beside the engine's build.
-            nonlocal started
-            if not started:
-                started = True
-                self.observer.on_start(start)
-
         try:
-            self.steps.generate(folder, start.config, todo, starting)
-            starting()  # steps that had nothing to build may not have called it
+            # A shard starts in this order: the engine (tens of seconds), then tracking, whose start (MLflow: a
+            # second or two, mostly I/O) runs on the observer's own thread while the chunks generate.
+            self.steps.start_engine(todo)
+            self.observer.on_start(start)
+            started = True
+            self.steps.generate(folder, start.config, todo)
             summary = self.steps.summarize(folder, parts)
             folder.write_summary(summary)
             self.observer.on_finish(summary, parts)
@@ -165,6 +160,9 @@ class ShardExecutor:
             self.steps.release()
             folder.mark_done()
         except BaseException as exc:
+            if not started:
+                # An engine that failed to start (or a stop signal meanwhile) still leaves a run, ended with why.
+                self.observer.on_start(start)
             _release_after(self.steps, exc)
             self.observer.on_end(exc)
             raise

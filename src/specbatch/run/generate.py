@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -41,8 +40,10 @@ class ShardGeneration:
 
     def __init__(self, job: JobConfig, engine: Engine | None = None) -> None:
         self.job = job
-        # The caller's engine, or the one generate() starts (its start-up figures go into the summary).
+        # The caller's engine, or the one start_engine() starts (its start-up figures go into the summary).
         self.engine = engine
+        # The engine this shard started, and so closes; None for the caller's (which the caller closes).
+        self._own_engine: Engine | None = None
         self._source: RowSource | None = None
         self._chunks: list[range] = []
         self._tokenizer: Any = None
@@ -84,41 +85,44 @@ class ShardGeneration:
     def chunk_digests(self) -> list[str]:
         return [rows_digest(self._rows(number)) for number in range(len(self._chunks))]
 
-    def generate(
-        self, folder: RunFolder, config: dict[str, Any], todo: list[int], starting: Callable[[], None]
-    ) -> None:
+    def start_engine(self, todo: list[int]) -> None:
         if self.job.model.trust_remote_code:
             log.warning(
                 "model.trust_remote_code=true: code from %s's repository runs in this process; only use it for "
                 "checkpoints you trust (tagged trust_remote_code=true in MLflow)",
                 self.job.model.path,
             )
+        if todo and self.engine is None:
+            self.engine = self._own_engine = start_engine(self.job)
+
+    def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
         if not todo:
-            starting()
             return
-        own_engine = self.engine is None
-        if self.engine is None:
-            # The run's own start-up work (``starting``: MLflow) goes beside the engine's build, after its imports.
-            self.engine = start_engine(self.job, starting)
-        else:
-            starting()
+        assert self.engine is not None, "start_engine() comes first"
         try:
             self._stream(self.engine, folder, config, todo)
         except BaseException:
-            if own_engine:
-                self.engine.close()
+            self._close_own_engine()
             raise
-        if own_engine:
+        own, self._own_engine = self._own_engine, None
+        if own is not None:
             # Stopping vLLM's processes is seconds of waiting on them: the executor writes and logs the summary
             # meanwhile (it needs only the parts and the start-up figures), and release() waits for it.
             closer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-close")
-            self._closing = closer.submit(self.engine.close)
+            self._closing = closer.submit(own.close)
             closer.shutdown(wait=False)
 
     def release(self) -> None:
+        # An engine started for a run that failed before generating (tracking's start, a stop signal) ends here.
+        self._close_own_engine()
         closing, self._closing = self._closing, None
         if closing is not None:
             closing.result()
+
+    def _close_own_engine(self) -> None:
+        own, self._own_engine = self._own_engine, None
+        if own is not None:
+            own.close()
 
     def summarize(self, folder: RunFolder, parts: list[Path]) -> Summary:
         return summarize_shard(folder, self.job, parts, self.engine)

@@ -31,15 +31,16 @@ class RunObserver(Protocol):
 
     A run found done (before or after taking the lock) sends none; a run refused before it starts (bad source,
     another writer) sends at most on_locked. on_end follows every on_start, with the exception that ended the run
-    (StopRequested when SIGTERM stopped it) or None; it also comes without on_start when the engine failed to load.
+    (StopRequested when SIGTERM stopped it) or None. An engine that failed to start still sends on_start, then on_end
+    with its error, so the run is recorded with why it ended.
     """
 
     def on_locked(self, folder: RunFolder) -> None:
         """This process now holds the shard's lock: what a killed earlier launch left can be settled."""
 
     def on_start(self, start: RunStart) -> None:
-        """Generation starts: the engine is about to be built (its imports are done), or there is none to build.
-        Slow work started here (in a thread) runs beside the build."""
+        """Generation starts: the engine is built and warm (or there was none to build). Slow work started here (in
+        a thread) runs beside the generation."""
 
     def on_finish(self, summary: Summary, parts: list[Path]) -> None:
         """Every part is written and the shard summary too; the done marker comes next."""

@@ -64,7 +64,7 @@ class TrackingObserver:
         folder.mlflow_active_path.unlink(missing_ok=True)
 
     def on_start(self, start: RunStart) -> None:
-        """Opens the run on the worker thread and returns at once: the engine starts meanwhile."""
+        """Opens the run on the worker thread and returns at once: the chunks generate meanwhile."""
         if not self.tracking.enabled:
             self._start(start)  # nothing to wait for: no client, no store
             return
