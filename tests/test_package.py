@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -203,3 +204,14 @@ def test_the_backend_name_test_sees_a_planted_comparison(tmp_path: Path, monkeyp
         ("specbatch.analysis.a", "job.engine.backend"),
         ("specbatch.analysis.a", "config['engine']['backend']"),
     ]
+
+
+def test_comments_name_only_documents_the_repository_has() -> None:
+    # A project document (README.md, DESIGN.md, ...) named in the code must be one a reader of the repository can
+    # open; the tests' own scratch files (written into tmp_path) are not documents.
+    named = set()
+    for path in [*PACKAGE.rglob("*.py"), *(PROJECT_ROOT / "jobs").rglob("*"), *(PROJECT_ROOT / "conf").rglob("*")]:
+        if path.is_file():
+            named |= set(re.findall(r"\b([A-Z][A-Z0-9_-]+\.md)\b", path.read_text(errors="replace")))
+    assert "README.md" in named
+    assert sorted(name for name in named if not (PROJECT_ROOT / name).is_file()) == []

@@ -11,7 +11,8 @@ One call builds a family that shares the embedded SmolLM2 tokenizer (a real toke
 
 The weights are random: the models say nothing sensible and the acceptance figures mean nothing. They exist to
 exercise the mechanics (engine start-up, lossless greedy verification, metrics) in seconds. Shapes follow what
-vLLM 0.32 loads on CPU (see CPU-RECIPE.md). Build by hand with ``python -m specbatch.assets.tiny [root]``.
+vLLM 0.32 loads on CPU (README "Trying every method on a laptop"). Build by hand with
+``python -m specbatch.assets.tiny [root]``.
 """
 
 from __future__ import annotations
