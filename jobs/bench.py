@@ -4,6 +4,7 @@
     .venv/bin/python jobs/bench.py --streaming [--rows 128] [--two-turn-rows 64] [--report before.md]
     .venv/bin/python jobs/bench.py --schedule [--batch-sizes 1,4,16,64] [--ks 1,2,3,5,8] [--repeats 3]
         [--schedule-prompts 64] [--schedule-max-tokens 32] [--schedule-dir DIR] [--skip-overhead]
+    .venv/bin/python jobs/bench.py --startup CHECKOUT [CHECKOUT ...] [--repeats 3]
 
 (a) Overhead: ``jobs/generate.py`` (default config: SmolLM2 + ngram k=3, model.dtype=auto, 16 prompts, full batch) and
     ``jobs/bench_bare.py`` (a bare ``vllm.LLM`` script given the exact same ``LLM`` arguments and prompt token ids)
@@ -23,6 +24,9 @@
     repeated; compare's analysis writes the schedule from the picks; the schedule runs at the same batch sizes and is
     put beside the best fixed k per batch size (goal: within 3 %) and every single k overall (goal: ahead).
     See specbatch.bench.schedule. ~85 engines: about an hour on 2 cores. Rerun with the same --schedule-dir to resume.
+(e) Start-up (``--startup``): a four-prompt job from launch to exit with MLflow on, for each checkout given (e.g. a
+    clone of main and your branch), in turn; median wall time, the engine's part and the rest. See
+    specbatch.bench.startup.
 
 One run per measurement on a shared, noisy 2-core machine: quote the ratios of one invocation together.
 """
@@ -35,6 +39,7 @@ from pathlib import Path
 
 from specbatch.bench.schedule import SweepPlan, int_list, schedule_report
 from specbatch.bench.speedup import speedup_bench
+from specbatch.bench.startup import startup_bench
 from specbatch.bench.streaming import streaming_bench
 from specbatch.config import register_configs
 
@@ -58,6 +63,7 @@ def main() -> int:
     parser.add_argument("--schedule-prompts", type=int, default=64, help="(d): prompts (at least the largest batch)")
     parser.add_argument("--schedule-max-tokens", type=int, default=32, help="(d): new tokens per prompt")
     parser.add_argument("--schedule-dir", type=Path, help="(d): output root of its runs (reuse one to resume)")
+    parser.add_argument("--startup", type=Path, nargs="+", metavar="CHECKOUT", help="run only (e), these checkouts")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     register_configs()
@@ -65,6 +71,9 @@ def main() -> int:
     root.mkdir(parents=True, exist_ok=True)
     # Fresh run folders per invocation: a finished run would otherwise be found and not measured again.
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    if args.startup:
+        print(startup_bench([c.resolve() for c in args.startup], args.repeats, root, stamp))
+        return 0
     if args.streaming:
         report, path = streaming_bench(args.rows, args.two_turn_rows, root, stamp, args.report)
         print(report)
