@@ -23,7 +23,8 @@
 (d) k schedules (issue 15; ``--schedule`` runs (a) and this): ngram at every k and spec=none at every batch size,
     repeated; compare's analysis writes the schedule from the picks; the schedule runs at the same batch sizes and is
     put beside the best fixed k per batch size (goal: within 3 %) and every single k overall (goal: ahead).
-    See specbatch.bench.schedule. ~85 engines: about an hour on 2 cores. Rerun with the same --schedule-dir to resume.
+    See specbatch.bench.schedule_sweep. ~85 engines: about an hour on 2 cores. Rerun with the same --schedule-dir
+    to resume.
 (e) Start-up (``--startup``): a four-prompt job from launch to exit with MLflow on, for each checkout given (e.g. a
     clone of main and your branch), in turn; median wall time, the engine's part and the rest. See
     specbatch.bench.startup.
@@ -37,10 +38,10 @@ import sys
 import time
 from pathlib import Path
 
-from specbatch.bench.schedule import SweepPlan, int_list, schedule_report
+from specbatch.bench.full_engine import streaming_bench
+from specbatch.bench.schedule_sweep import SweepPlan, int_list, schedule_report
 from specbatch.bench.speedup import speedup_bench
 from specbatch.bench.startup import startup_bench
-from specbatch.bench.streaming import streaming_bench
 from specbatch.config import register_configs
 
 log = logging.getLogger("bench")

@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 
-from specbatch.bench.methods import methods_table, run_methods
+from specbatch.bench.all_methods import methods_table, run_methods
 from specbatch.config import register_configs
 
 log = logging.getLogger("bench_methods")

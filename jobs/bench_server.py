@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 
-from specbatch.bench.server import run_offline_and_server, server_table
+from specbatch.bench.offline_vs_server import run_offline_and_server, server_table
 from specbatch.config import register_configs
 
 

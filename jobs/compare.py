@@ -18,7 +18,7 @@ from pathlib import Path
 from specbatch.analysis.compare import CompareError
 from specbatch.analysis.report import find_runs, run_compare, runs_of_parent, serve_commands
 from specbatch.analysis.tables import format_comparison
-from specbatch.run.runs import RunIncompleteError
+from specbatch.run.status_merge import RunIncompleteError
 
 log = logging.getLogger("specbatch.analysis.compare")
 

@@ -21,7 +21,7 @@ from specbatch.engine import EngineUnavailable
 from specbatch.pipeline import run_job
 from specbatch.run.folder import RunFolder
 from specbatch.run.locks import ShardBusyError
-from specbatch.run.sweep import current_sweep_job, record_job_run
+from specbatch.run.multirun import current_sweep_job, record_job_run
 
 log = logging.getLogger("specbatch")
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"

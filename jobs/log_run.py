@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from specbatch.common.masking import mask_text
-from specbatch.tracking.review import log_pending
+from specbatch.tracking.run_contents import log_pending
 
 log = logging.getLogger("specbatch.log_run")
 

@@ -2,8 +2,8 @@
 
 Each package below knows only the ones it builds on (config → data, assets → engine → run → tracking → analysis);
 this module is where they meet. A shard job is the shard executor (specbatch.run.executor) running the generation
-steps (specbatch.run.generate) while MLflow watches (specbatch.tracking.observer); a merge writes the merged files
-(specbatch.run.runs) and then logs them (specbatch.tracking.merged).
+steps (specbatch.run.generate) while MLflow watches (specbatch.tracking.shard_run); a merge writes the merged files
+(specbatch.run.status_merge) and then logs them (specbatch.tracking.merged).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from specbatch.config.dtype import log_dtype_choice
 from specbatch.engine import Engine
 from specbatch.run.executor import JobResult, ShardExecutor
 from specbatch.run.generate import ShardGeneration
-from specbatch.run.runs import MergeResult, merge_shards
-from specbatch.run.sweep import SweepJob
+from specbatch.run.multirun import SweepJob
+from specbatch.run.status_merge import MergeResult, merge_shards
 from specbatch.tracking.merged import log_merged
-from specbatch.tracking.observer import TrackingObserver
+from specbatch.tracking.shard_run import TrackingObserver
 
 
 def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None = None) -> JobResult:

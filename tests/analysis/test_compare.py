@@ -18,16 +18,16 @@ from specbatch.analysis.plots import plot_all
 from specbatch.analysis.report import find_runs
 from specbatch.analysis.run_data import load_run
 from specbatch.analysis.tables import format_comparison, write_comparison
-from specbatch.common.files import atomic_write_json, atomic_write_text
+from specbatch.common.atomic_files import atomic_write_json, atomic_write_text
 from specbatch.common.machine import Machine
 from specbatch.config import ConfigError, to_plain_dict
 from specbatch.config.overrides import override_values
 from specbatch.engine.spec_metrics import Counters
 from specbatch.run.folder import RunFolder
-from specbatch.run.records import SCHEMA, write_parquet
-from specbatch.run.runs import RunIncompleteError
+from specbatch.run.multirun import JOB_FILE, SWEEP_FILE
+from specbatch.run.output_rows import SCHEMA, write_parquet
+from specbatch.run.status_merge import RunIncompleteError
 from specbatch.run.summary import RowTotals, summarize
-from specbatch.run.sweep import JOB_FILE, SWEEP_FILE
 
 SAME = {"r0": [1, 2, 3, 4], "r1": [5, 6, 7, 8]}
 
@@ -261,7 +261,7 @@ def test_repeat_config_and_sweep_callback_are_wired(job_factory) -> None:
 
 def test_a_sweep_crossing_the_baseline_with_k_drops_k_for_the_baseline(tmp_path: Path) -> None:
     from specbatch.config import to_job_config
-    from specbatch.run.sweep import SweepJob
+    from specbatch.run.multirun import SweepJob
 
     choices = {"spec": "none", "spec.num_speculative_tokens": "3", "spec.prompt_lookup_max": "5"}
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

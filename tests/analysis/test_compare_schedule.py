@@ -62,7 +62,7 @@ def test_the_schedule_decides_the_folder_and_k(job_factory) -> None:
 def test_mlflow_names_and_tags_say_schedule(job_factory) -> None:
     from specbatch.config import to_plain_dict
     from specbatch.run.folder import RunFolder
-    from specbatch.tracking.review import run_identity
+    from specbatch.tracking.run_contents import run_identity
 
     job = job_factory(SCHEDULE)
     identity = run_identity(to_plain_dict(job), RunFolder.for_job(job))

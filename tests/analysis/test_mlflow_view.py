@@ -11,7 +11,7 @@ from test_compare import SAME, write_run
 from specbatch.analysis.report import Sources, run_compare
 from specbatch.config import to_plain_dict
 from specbatch.run.folder import RunFolder
-from specbatch.tracking.review import run_name
+from specbatch.tracking.run_contents import run_name
 from specbatch.tracking.sweep import sweep_run_name
 
 
@@ -117,7 +117,7 @@ def test_throughput_and_speedup_axes_start_at_zero_and_one_batch_size_is_bars(jo
     from specbatch.analysis.compare import compare
     from specbatch.analysis.plots import draw_speedup_vs_k, draw_throughput_vs_batch
     from specbatch.analysis.run_data import load_run
-    from specbatch.common.figures import pyplot
+    from specbatch.common.png import pyplot
 
     # Close numbers: an axis from the data's own minimum would make 276 vs 292 look like a gulf.
     one = [write_run(job_factory, SAME, 276.0, "spec=none"), write_run(job_factory, SAME, 292.0)]

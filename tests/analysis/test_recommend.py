@@ -16,15 +16,15 @@ from test_compare import write_run
 from conftest import CONF_DIR
 from specbatch.analysis.commands import MULTIRUN_FILE, _value, config_repeat_command
 from specbatch.analysis.compare import compare
+from specbatch.analysis.k_schedules import schedule_ranges
 from specbatch.analysis.recommend import MIN_REPEATS, Measured, pick, within_noise
 from specbatch.analysis.report import Sources, find_runs, run_compare
 from specbatch.analysis.run_data import load_run
-from specbatch.analysis.schedule import schedule_ranges
 from specbatch.analysis.tables import format_comparison
-from specbatch.common.files import atomic_write_json, atomic_write_text
+from specbatch.common.atomic_files import atomic_write_json, atomic_write_text
 from specbatch.config import SpecConfig, to_job_config, to_plain_dict
 from specbatch.config.overrides import parse_overrides
-from specbatch.run.sweep import JOB_FILE, SWEEP_FILE
+from specbatch.run.multirun import JOB_FILE, SWEEP_FILE
 
 SAME = {"r0": [1, 2, 3, 4], "r1": [5, 6, 7, 8]}
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from conftest import compose_job, run_generate
-from specbatch.common.files import atomic_write_json, atomic_write_text
+from specbatch.common.atomic_files import atomic_write_json, atomic_write_text
 from specbatch.config.hydra_secrets import mask_file
 from specbatch.engine.spec_metrics import Counters
 from specbatch.run.folder import RunFolder

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import run_generate
 from specbatch.config import ConfigError
-from specbatch.data import files as data_module
+from specbatch.data import sources as data_module
 from specbatch.data.prompts import (
     Prompt,
     conversation,

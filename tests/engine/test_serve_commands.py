@@ -18,7 +18,7 @@ import pytest
 from conftest import PROJECT_ROOT, compose_job
 from specbatch.analysis.compare import CompareRow, Comparison, Recommendation
 from specbatch.analysis.report import serve_commands
-from specbatch.common.files import atomic_write_json
+from specbatch.common.atomic_files import atomic_write_json
 from specbatch.config import ConfigError, JobConfig, to_plain_dict
 from specbatch.engine import vllm_offline
 from specbatch.engine.serve_commands import (

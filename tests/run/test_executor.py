@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from specbatch.common.files import temporary_path
+from specbatch.common.atomic_files import temporary_path
 from specbatch.config import ConfigError
 from specbatch.engine.spec_metrics import Counters
+from specbatch.run.events import RunStart
 from specbatch.run.executor import ShardExecutor, ShardPlan
 from specbatch.run.folder import RunFolder
-from specbatch.run.observer import RunStart
-from specbatch.run.records import write_parquet
+from specbatch.run.output_rows import write_parquet
 from specbatch.run.sharding import Shard
 from specbatch.run.summary import RowTotals, Summary, summarize
 

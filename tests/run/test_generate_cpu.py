@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 from conftest import compose_job, run_generate
 from specbatch.engine.spec_metrics import accepted_per_position_from_histogram
 from specbatch.run.folder import RunFolder
-from specbatch.run.records import SCHEMA, read_config_metadata
+from specbatch.run.output_rows import SCHEMA, read_config_metadata
 
 pytestmark = pytest.mark.slow
 

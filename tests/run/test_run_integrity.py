@@ -15,11 +15,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import PROJECT_ROOT, asked_rows, fake_engine
-from specbatch.common.files import atomic_write_text
+from specbatch.common.atomic_files import atomic_write_text
 from specbatch.config import ConfigError
 from specbatch.pipeline import merge_run, run_job
 from specbatch.run.folder import RunFolder
-from specbatch.run.runs import RunIncompleteError, run_status
+from specbatch.run.status_merge import RunIncompleteError, run_status
 
 STATUS = PROJECT_ROOT / "jobs" / "status.py"
 COMPARE = PROJECT_ROOT / "jobs" / "compare.py"

@@ -16,8 +16,8 @@ from specbatch.config import ConfigError, ShardConfig
 from specbatch.pipeline import merge_run, run_job
 from specbatch.run.folder import RunFolder
 from specbatch.run.locks import ShardBusyError, is_locked, shard_lock
-from specbatch.run.runs import RunIncompleteError, run_status
 from specbatch.run.sharding import Shard, chunk_ranges, resolve_shard, shard_range
+from specbatch.run.status_merge import RunIncompleteError, run_status
 
 STATUS = PROJECT_ROOT / "jobs" / "status.py"
 

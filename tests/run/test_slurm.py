@@ -16,7 +16,7 @@ import pytest
 from conftest import GENERATE, PROJECT_ROOT, compose_job
 from specbatch.pipeline import merge_run
 from specbatch.run.folder import RunFolder
-from specbatch.run.runs import run_status
+from specbatch.run.status_merge import run_status
 from specbatch.run.summary import Summary
 
 pytestmark = pytest.mark.slow

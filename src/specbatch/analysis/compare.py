@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specbatch.analysis.comparison_rows import BaselineConsistency, CompareRow, RunFigures
+from specbatch.analysis.k_schedules import KSchedule, build_schedules
 from specbatch.analysis.recommend import MIN_REPEATS, REPEATS_OVERRIDE, Recommendation, recommend, speedup_stats
 from specbatch.analysis.run_data import RowKey, RunData
-from specbatch.analysis.schedule import KSchedule, build_schedules
 from specbatch.config.methods import schedule_key
 from specbatch.run.summary import merge_summaries
 

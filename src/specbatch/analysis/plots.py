@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from specbatch.analysis.compare import CompareRow, Comparison
-from specbatch.common.figures import pyplot, save_png
+from specbatch.common.png import pyplot, save_png
 from specbatch.config import spec_caption
 
 

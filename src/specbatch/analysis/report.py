@@ -18,17 +18,17 @@ from omegaconf.errors import OmegaConfBaseException
 
 from specbatch.analysis.commands import config_repeat_command, sweep_repeat_command
 from specbatch.analysis.compare import CompareError, Comparison, compare
+from specbatch.analysis.k_schedules import write_schedules
 from specbatch.analysis.plots import plot_all
 from specbatch.analysis.recommend import MIN_REPEATS
 from specbatch.analysis.run_data import RunData, load_run
-from specbatch.analysis.schedule import write_schedules
 from specbatch.analysis.tables import format_comparison, write_comparison
 from specbatch.common.masking import mask_uri
 from specbatch.config import ConfigError, JobConfig, check_known_keys, spec_caption, to_job_config
 from specbatch.engine import backend_class
 from specbatch.run.folder import is_run_folder, read_run, run_folders_below
-from specbatch.run.runs import RunIncompleteError
-from specbatch.run.sweep import SWEEP_FILE, read_sweep, sweep_failures, sweep_run_folders
+from specbatch.run.multirun import SWEEP_FILE, read_sweep, sweep_failures, sweep_run_folders
+from specbatch.run.status_merge import RunIncompleteError
 from specbatch.tracking.comparison import attach_to_run, compared_runs_link, log_run_figures, nested_runs
 from specbatch.tracking.logger import RunLogger, metric_safe, mlflow_run
 from specbatch.tracking.store import TrackingUnreachable, recorded_tracking

@@ -15,8 +15,8 @@ from specbatch.common.machine import machine_line
 from specbatch.config import workload_digest
 from specbatch.engine import recorded_backend
 from specbatch.run.folder import read_run, shard_folders
-from specbatch.run.records import STATUS_OK
-from specbatch.run.runs import finished_summary
+from specbatch.run.output_rows import STATUS_OK
+from specbatch.run.status_merge import finished_summary
 from specbatch.run.summary import Summary
 
 RowKey = tuple[str, int, int]

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from specbatch.analysis.compare import Comparison
-from specbatch.common.files import atomic_write, atomic_write_json, atomic_write_text
+from specbatch.common.atomic_files import atomic_write, atomic_write_json, atomic_write_text
 from specbatch.config import spec_caption
 
 

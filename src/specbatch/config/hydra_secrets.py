@@ -19,7 +19,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from specbatch.common.files import atomic_write_text
+from specbatch.common.atomic_files import atomic_write_text
 from specbatch.common.masking import install_log_masking, mask_data, mask_text
 
 log = logging.getLogger(__name__)

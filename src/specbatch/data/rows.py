@@ -1,4 +1,4 @@
-"""Turning each row of a data set (read by files.py, local files or the hub) into what the model is asked.
+"""Turning each row of a data set (read by sources.py, local files or the hub) into what the model is asked.
 
 Problems with the data set as a whole (no such file, a missing column, a hub data set that cannot be reached)
 raise ConfigError before any model loads. Problems with one row (an empty prompt, a malformed chat) do not: the
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specbatch.config import ConfigError, DatasetConfig, PromptFormat
-from specbatch.data.files import BAD_LINE, Table, load_table
+from specbatch.data.sources import BAD_LINE, Table, load_table
 
 log = logging.getLogger(__name__)
 

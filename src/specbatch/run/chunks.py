@@ -14,11 +14,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from specbatch.common.files import atomic_write, atomic_write_json
+from specbatch.common.atomic_files import atomic_write, atomic_write_json
 from specbatch.common.machine import this_machine
 from specbatch.run.folder import RunFolder
 from specbatch.run.integrity import PartRecord
-from specbatch.run.records import write_parquet_file
+from specbatch.run.output_rows import write_parquet_file
 from specbatch.run.streaming import ChunkResult, StreamResult
 
 log = logging.getLogger(__name__)

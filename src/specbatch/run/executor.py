@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from specbatch.common.atomic_files import atomic_write_json, atomic_write_text
 from specbatch.common.environment import runtime_info
-from specbatch.common.files import atomic_write_json, atomic_write_text
 from specbatch.config import ConfigError, JobConfig, public_config, to_yaml
+from specbatch.run.events import RunObserver, RunStart
 from specbatch.run.folder import RunFolder
 from specbatch.run.integrity import changed_chunks, damaged_parts, describe_damage
 from specbatch.run.locks import shard_lock
-from specbatch.run.observer import RunObserver, RunStart
 from specbatch.run.sharding import Shard, resolve_shard
 from specbatch.run.summary import Summary, format_table
 

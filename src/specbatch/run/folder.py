@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specbatch.common.files import atomic_write_json, atomic_write_text, create_json_once, temporaries_in
+from specbatch.common.atomic_files import atomic_write_json, atomic_write_text, create_json_once, temporaries_in
 from specbatch.config import JobConfig, run_folder_digest
 from specbatch.run.summary import Summary
 

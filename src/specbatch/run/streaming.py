@@ -27,7 +27,7 @@ from specbatch.data.prompts import Prompt, length_error, oversized_error, render
 from specbatch.data.rows import SourceRow
 from specbatch.engine import Completion, Engine, Request, RequestRefused
 from specbatch.engine.spec_metrics import Counters
-from specbatch.run.records import build_records, error_record
+from specbatch.run.output_rows import build_records, error_record
 
 log = logging.getLogger(__name__)
 

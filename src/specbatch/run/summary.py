@@ -10,7 +10,7 @@ from typing import Any
 
 from specbatch.common.machine import machine_line
 from specbatch.engine.spec_metrics import SERVER_WIDE_NOTE, Counters, acceptance_length, steps_unknown
-from specbatch.run.records import STATUS_OK
+from specbatch.run.output_rows import STATUS_OK
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from specbatch.config import TrackingConfig
 from specbatch.run.folder import read_run
 from specbatch.run.summary import Summary
 from specbatch.tracking.logger import mlflow_run
-from specbatch.tracking.review import run_name
+from specbatch.tracking.run_contents import run_name
 from specbatch.tracking.store import recorded_tracking
 
 

@@ -3,7 +3,7 @@ callback that opens and closes it.
 
 The parent is created once, in the launching process, before any job starts (``on_multirun_start``), so jobs
 running in parallel (Slurm array tasks) never race to create it. Its id is written to ``<sweep dir>/sweep.json``
-(specbatch.run.sweep), where each job reads it and nests its run under it. A tracking server that is down never
+(specbatch.run.multirun), where each job reads it and nests its run under it. A tracking server that is down never
 stops the sweep: its jobs run and log on their own.
 """
 
@@ -17,11 +17,11 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from specbatch.common.files import atomic_write_json
+from specbatch.common.atomic_files import atomic_write_json
 from specbatch.common.masking import mask_text, mask_uri
 from specbatch.config import TrackingConfig
 from specbatch.config.overrides import swept_overrides
-from specbatch.run.sweep import SWEEP_FILE, read_sweep
+from specbatch.run.multirun import SWEEP_FILE, read_sweep
 from specbatch.tracking.store import children_of, error_line, new_client, open_client, recorded_tracking
 
 log = logging.getLogger(__name__)

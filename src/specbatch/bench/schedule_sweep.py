@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbatch.analysis.compare import CompareRow, Comparison
+from specbatch.analysis.k_schedules import KSchedule
 from specbatch.analysis.report import Sources, run_compare
-from specbatch.analysis.schedule import KSchedule
 from specbatch.analysis.tables import format_comparison
 from specbatch.bench import machine_header
 from specbatch.bench.overhead import measure_overhead, overhead_lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specbatch.common.files import atomic_write
+from specbatch.common.atomic_files import atomic_write
 
 
 def pyplot() -> Any:

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from specbatch.common.files import atomic_write_json
+from specbatch.common.atomic_files import atomic_write_json
 from specbatch.run.folder import RunFolder, shard_folders
 from specbatch.run.integrity import damaged_parts, describe_damage
 from specbatch.run.locks import is_locked

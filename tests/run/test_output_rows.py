@@ -13,7 +13,7 @@ import pytest
 from specbatch.data.prompts import Prompt
 from specbatch.engine import Sample
 from specbatch.engine.vllm_offline import row_figures
-from specbatch.run.records import SCHEMA, build_records, read_config_metadata, write_parquet
+from specbatch.run.output_rows import SCHEMA, build_records, read_config_metadata, write_parquet
 
 
 class FakeMetrics:  # shaped like vLLM's per-request spec decode metrics

@@ -12,7 +12,7 @@ from specbatch.engine import Request, engine_fingerprint
 from specbatch.engine.dummy import DummyEngine
 from specbatch.pipeline import run_job
 from specbatch.run.folder import RunFolder
-from specbatch.tracking import observer, store
+from specbatch.tracking import shard_run, store
 
 
 class GatedEngine(DummyEngine):
@@ -65,7 +65,7 @@ def test_a_failure_while_opening_the_run_stops_the_job_before_the_done_marker(jo
         raise OSError(28, "No space left on device", str(path))
 
     # Writing the run's id into the run folder is the worker's only write that can fail the job.
-    monkeypatch.setattr(observer, "atomic_write_json", disk_full)
+    monkeypatch.setattr(shard_run, "atomic_write_json", disk_full)
     with pytest.raises(OSError, match="No space left"):
         run_job(job, engine=DummyEngine(engine_fingerprint(job), k=job.spec.k))
     folder = RunFolder.for_job(job)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specbatch.common.files import (
+from specbatch.common.atomic_files import (
     atomic_write,
     atomic_write_json,
     atomic_write_text,

@@ -10,9 +10,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
 from conftest import CONF_DIR, fake_engine
-from specbatch.common.files import atomic_write_json
+from specbatch.common.atomic_files import atomic_write_json
 from specbatch.pipeline import merge_run, run_job
-from specbatch.run.sweep import SWEEP_FILE
+from specbatch.run.multirun import SWEEP_FILE
 from specbatch.tracking.store import error_line, unreachable
 from specbatch.tracking.sweep import MlflowSweepCallback
 

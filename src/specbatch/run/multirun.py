@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from specbatch.common.files import atomic_write_json
+from specbatch.common.atomic_files import atomic_write_json
 from specbatch.config import SpecConfig, SpecMethod
 from specbatch.config.overrides import override_values
 

@@ -1,4 +1,4 @@
-"""What a shard run tells its observers (tracking is one: specbatch.tracking.observer), the way Lightning's loggers
+"""What a shard run tells its observers (tracking is one: specbatch.tracking.shard_run), the way Lightning's loggers
 watch a fit: they see the run, they never steer it or write its data."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""MLflow as an observer of a shard run (specbatch.run.observer): the shard's MLflow run opens when generation
+"""MLflow as an observer of a shard run (specbatch.run.events): the shard's MLflow run opens when generation
 starts, receives the shard's results when it finishes, and ends with it: FINISHED, FAILED, or KILLED when SIGTERM
 stopped it. Tracking never stops the job (logger.RunLogger turns inert on the first failure).
 
@@ -21,15 +21,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from specbatch.common.files import atomic_write_json
+from specbatch.common.atomic_files import atomic_write_json
 from specbatch.common.masking import mask_uri
 from specbatch.config import JobConfig
+from specbatch.run.events import RunStart
 from specbatch.run.folder import RunFolder
-from specbatch.run.observer import RunStart
+from specbatch.run.multirun import SweepJob
 from specbatch.run.summary import Summary
-from specbatch.run.sweep import SweepJob
 from specbatch.tracking.logger import RunLogger, mark_run_killed, mlflow_run
-from specbatch.tracking.review import RunIdentity, log_params, log_shard_results, run_identity
+from specbatch.tracking.run_contents import RunIdentity, log_params, log_shard_results, run_identity
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from specbatch.common.files import atomic_write
+from specbatch.common.atomic_files import atomic_write
 from specbatch.data.prompts import Prompt
 from specbatch.engine import Sample
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from specbatch.analysis.recommend import Recommendation
 from specbatch.analysis.run_data import RunData
-from specbatch.common.files import atomic_write_text
+from specbatch.common.atomic_files import atomic_write_text
 from specbatch.config import spec_caption
 
 # The preset's name in the comparison folder's spec/ group: --config-dir <comparison> spec=k_schedule_<method>.

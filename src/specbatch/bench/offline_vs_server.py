@@ -15,7 +15,7 @@ from specbatch.bench import machine_header
 from specbatch.config import compose_job
 from specbatch.engine.vllm_server import VllmServer
 from specbatch.pipeline import run_job
-from specbatch.run.records import read_rows
+from specbatch.run.output_rows import read_rows
 from specbatch.run.summary import Summary
 
 METHODS = (["spec=none"], ["spec=ngram"])

@@ -21,7 +21,7 @@ from specbatch.common.machine import this_machine
 from specbatch.common.masking import mask_data, mask_text
 from specbatch.pipeline import run_job
 from specbatch.run.folder import RunFolder
-from specbatch.run.sweep import SweepJob
+from specbatch.run.multirun import SweepJob
 
 LOG_RUN = PROJECT_ROOT / "jobs" / "log_run.py"
 HF_SECRET = "hf_SeCrEtVaLuE123456"
@@ -202,7 +202,7 @@ def test_a_sweep_whose_server_is_down_still_runs_its_jobs(tmp_path, caplog, quic
     from omegaconf import open_dict
 
     from conftest import CONF_DIR
-    from specbatch.run.sweep import read_sweep
+    from specbatch.run.multirun import read_sweep
     from specbatch.tracking.sweep import MlflowSweepCallback
 
     overrides = [f"tracking.uri=http://admin:{PASSWORD}@127.0.0.1:9"]

@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from specbatch.common.figures import pyplot, save_png
+from specbatch.common.png import pyplot, save_png
 from specbatch.config import spec_caption, spec_label
 from specbatch.engine import recorded_backend
 from specbatch.run.folder import RunFolder, read_run, shard_folders
