@@ -215,3 +215,12 @@ def test_comments_name_only_documents_the_repository_has() -> None:
             named |= set(re.findall(r"\b([A-Z][A-Z0-9_-]+\.md)\b", path.read_text(errors="replace")))
     assert "README.md" in named
     assert sorted(name for name in named if not (PROJECT_ROOT / name).is_file()) == []
+
+
+def test_a_module_name_means_one_thing_across_the_package() -> None:
+    # observer, sweep, schedule, files, ...: one module per name, so a name in an import says which one it is.
+    stems: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "__init__.py":
+            stems.setdefault(path.stem, []).append(module_name(path))
+    assert {stem: names for stem, names in stems.items() if len(names) > 1} == {}
