@@ -1,4 +1,4 @@
-"""The MLflow observer opens its run on a worker thread while the job goes on (the engine starts meanwhile), and
+"""The MLflow observer opens its run on a worker thread while the job goes on (the chunks generate meanwhile), and
 still ends it with the job: what the worker failed at stops the job before the shard is marked done."""
 
 from __future__ import annotations
