@@ -161,8 +161,14 @@ class ShardExecutor:
             folder.mark_done()
         except BaseException as exc:
             if not started:
-                # An engine that failed to start (or a stop signal meanwhile) still leaves a run, ended with why.
-                self.observer.on_start(start)
+                # An engine that failed to start (or a stop signal meanwhile) still leaves a run, ended with why;
+                # a tracking failure on top of it is only logged: ``exc`` is what the caller must see.
+                try:
+                    self.observer.on_start(start)
+                except Exception as tracking_error:  # noqa: BLE001
+                    log.warning(
+                        "could not record the failed start: %s: %s", type(tracking_error).__name__, tracking_error
+                    )
             _release_after(self.steps, exc)
             self.observer.on_end(exc)
             raise
