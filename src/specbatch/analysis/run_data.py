@@ -73,7 +73,7 @@ class RunData:
 
     @property
     def dtype(self) -> str:
-        """The weights as the run.s backend labels them (Engine.weights_label): model.dtype, or gguf on llama.cpp."""
+        """The weights as the run's backend labels them (Engine.weights_label): model.dtype, or gguf on llama.cpp."""
         return recorded_backend(self.config).weights_label(self.config)
 
     @property
