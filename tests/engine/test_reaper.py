@@ -222,3 +222,54 @@ def test_mapped_files_reads_this_process_maps_and_leaves_removed_files_out(tmp_p
             mapped.close()
     with pytest.raises(psutil.NoSuchProcess):
         _mapped_files(2**22 + 1)
+
+
+# A child of the job (as vLLM's engine core is) makes a SharedMemory segment, registered with the resource tracker it
+# shares with the job, and is killed before it can unlink it (vLLM's shutdown kills a core that is slow to exit).
+_LEAKER = textwrap.dedent(
+    """
+    import multiprocessing, os, signal, sys
+    from multiprocessing import shared_memory
+    from specbatch.engine.reaper import release_leaked_shm, shm_of_children
+
+    def make(queue):
+        segment = shared_memory.SharedMemory(create=True, size=4096)
+        queue.put(segment.name)
+        signal.pause()
+
+    if __name__ == "__main__":
+        spawn = multiprocessing.get_context("spawn")
+        queue = spawn.Queue()
+        child = spawn.Process(target=make, args=(queue,))
+        child.start()
+        name = queue.get(timeout=60)
+        seen = shm_of_children()
+        os.kill(child.pid, signal.SIGKILL)
+        child.join()
+        if sys.argv[1] == "release":
+            release_leaked_shm(seen)
+        print(name, sorted(seen))
+    """
+)
+
+
+@pytest.mark.parametrize("release", [True, False])
+def test_a_segment_whose_maker_was_killed_is_removed_and_leaves_no_tracker_warning(
+    release: bool, tmp_path: Path
+) -> None:
+    script = tmp_path / "leaker.py"  # a file: spawn re-imports the child's function from it
+    script.write_text(_LEAKER)
+    result = subprocess.run(
+        [sys.executable, str(script), "release" if release else "keep"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    name, seen = result.stdout.split(" ", 1)
+    assert f"/dev/shm/{name.lstrip('/')}" in seen, "the child's segment was found among what it maps"
+    assert not Path("/dev/shm", name.lstrip("/")).exists()
+    if release:
+        assert "resource_tracker" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+    else:  # what the job printed before: the tracker warns, then removes it itself
+        assert "leaked shared_memory objects" in result.stderr, result.stderr

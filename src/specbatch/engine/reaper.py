@@ -163,6 +163,30 @@ def shm_used_by(process: psutil.Process, maps: bool) -> set[str]:
     return paths
 
 
+def shm_of_children() -> set[str]:
+    """/dev/shm files this process's descendants (an engine's processes) hold open or map, and this process not."""
+    paths: set[str] = set()
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            paths |= shm_used_by(child, maps=True)
+    return paths - shm_used_by(psutil.Process(), maps=True)
+
+
+def release_leaked_shm(paths: set[str]) -> None:
+    """Python SharedMemory segments (``psm_*``) among ``paths`` that are still there once their makers are gone: vLLM's
+    shutdown killed the process that made one before it could unlink it. Removed, and taken off the resource tracker
+    the engine's processes share with this one, which would otherwise print "resource_tracker: There appear to be N
+    leaked shared_memory objects" when the job exits. Only for makers of this process's tracker that have exited."""
+    from multiprocessing import resource_tracker
+
+    for path in sorted(paths):
+        name = os.path.basename(path)
+        if name.startswith("psm_") and os.path.exists(path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            resource_tracker.unregister(f"/{name}", "shared_memory")
+
+
 def _mapped_files(pid: int) -> set[str]:
     """Paths in /proc/<pid>/maps. Not psutil's memory_maps(): that reads smaps, which walks the page tables of
     every mapping under the process's memory lock, far slower for a big engine process busy allocating."""

@@ -24,12 +24,15 @@ from typing import Any, Self
 
 from specbatch.config import JobConfig, SamplingConfig
 from specbatch.engine.base import Completion, Request, RequestRefused, Sample, engine_fingerprint
-from specbatch.engine.reaper import Reaper, make_ipc_dir, remove_ipc_dir
+from specbatch.engine.reaper import Reaper, make_ipc_dir, release_leaked_shm, remove_ipc_dir, shm_of_children
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
 from specbatch.engine.vllm_args import llm_kwargs, offline_environment, runs_in_process, vllm_environment
 from specbatch.engine.vllm_family import VllmFamily
 
 log = logging.getLogger(__name__)
+
+# How long close() gives vLLM's engine core to stop its worker and exit before vLLM kills it.
+SHUTDOWN_SECONDS = 10.0
 
 # vLLM metric names (vLLM 0.32; all cumulative over the life of the LLM).
 PROMPT_TOKENS = "vllm:prompt_tokens"
@@ -296,9 +299,13 @@ class VllmEngine(VllmFamily):
         self._running.clear()
         # vLLM 0.32's LLM has no close(); its engine-core client owns the worker processes.
         core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        engine_shm = shm_of_children() if self.reaper else set()  # multi-process: what its processes map
         if callable(getattr(core, "shutdown", None)):
-            core.shutdown()
+            # vLLM's default (5 s) is shorter than its engine core's own wait for its worker (5 s, then SIGTERM): on
+            # a busy machine the core was killed before it could unlink its ring buffer.
+            core.shutdown(timeout=SHUTDOWN_SECONDS)
         del llm
+        release_leaked_shm(engine_shm)
         # Only once vLLM's shutdown (which joins, and if need be kills, its processes) went through: if it raised,
         # the reaper stays and ends whatever is left when this process exits.
         reaper, self.reaper = self.reaper, None
