@@ -53,7 +53,13 @@ def test_a_kill_then_an_edited_data_file_is_refused_and_the_killed_run_ends_kill
     write_rows(data, original, "the quick brown fox number")
     args = local_args(tmp_path, data, "chunk_size=2", "tracking.experiment=edited")
     layout = RunFolder.for_job(compose_job(args))
-    kill_job_group_when(args, layout.part_path(0).exists, "chunk 0")
+    # The MLflow run starts on its own thread once the engine is built, so it may come just after chunk 0: the kill
+    # waits for both.
+    kill_job_group_when(
+        args,
+        lambda: layout.part_path(0).exists() and statuses(tmp_path, "edited") == ["RUNNING"],
+        "chunk 0 with its MLflow run",
+    )
     assert statuses(tmp_path, "edited") == ["RUNNING"]  # a SIGKILL ends nothing by itself
     written = row_ids(layout)
     assert written[:2] == ["q0", "q1"] and not layout.done_marker.exists()
