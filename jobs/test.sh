@@ -26,7 +26,11 @@ trap 'stop_build; exit 130' INT
 trap 'stop_build; exit 143' TERM
 echo "[test] building llama-server beside the tests when missing (log: $LOG)" >&2
 
-SPECBATCH_LLAMA_BUILD_PID=$build "$VENV/bin/python" -m pytest "$@"
+# Two workers (pytest-xdist), each running whole test modules, so a module's shared engine is built once: most of a
+# test's time is one process starting (imports, tokenizer, engine build) while the other core waits, and two workers
+# fill those gaps. Each worker has a temp folder of its own and computes on one OpenMP thread (tests/conftest.py says
+# why). `make test PYTEST_ARGS="-n 0"` runs the tests in one process (a later -n wins).
+SPECBATCH_LLAMA_BUILD_PID=$build "$VENV/bin/python" -m pytest -n "${SPECBATCH_TEST_WORKERS:-2}" --dist loadfile "$@"
 tests=$?
 
 wait "$build"
