@@ -17,9 +17,9 @@ from specbatch.config import ConfigError, JobConfig, register_configs, to_job_co
 from specbatch.config.dtype import log_dtype_choice
 from specbatch.config.overrides import check_overrides
 from specbatch.engine import validate_job
-from specbatch.engine.child_server import ServerStartError
-from specbatch.engine.serve_commands import batch_command, curl_example, serving_commands, vllm_console_script_broken
-from specbatch.engine.vllm_server import VllmServer
+from specbatch.serving.child_server import ServerStartError
+from specbatch.serving.command_lines import batch_command, curl_example, serving_commands, vllm_console_script_broken
+from specbatch.serving.vllm_server import VllmServer
 
 log = logging.getLogger("specbatch")
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"

@@ -16,7 +16,7 @@ from specbatch.config.overrides import (
     unknown_override_keys,
     without_keys,
 )
-from specbatch.engine.vllm_args import llm_kwargs
+from specbatch.serving.vllm_args import llm_kwargs
 
 GROUP_FILES = sorted((group, path.stem) for group in GROUPS for path in (CONF_DIR / group).glob("*.yaml"))
 MODEL_SPEC_FILES = sorted(path.stem for path in (CONF_DIR / "model_spec").glob("*.yaml"))

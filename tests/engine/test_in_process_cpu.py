@@ -9,7 +9,7 @@ import pytest
 
 from conftest import compose_job
 from specbatch.engine import start_engine
-from specbatch.engine.vllm_args import runs_in_process
+from specbatch.serving.vllm_args import runs_in_process
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,8 @@ import pytest
 from conftest import compose_job, run_generate
 from specbatch.analysis.report import find_runs, recorded_job, run_compare, serve_commands
 from specbatch.analysis.tables import format_comparison
-from specbatch.engine.serve_commands import vllm_serve_command
 from specbatch.run.folder import RunFolder, read_run
+from specbatch.serving.command_lines import vllm_serve_command
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 from conftest import GENERATE, PROJECT_ROOT, compose_job, run_generate
-from specbatch.engine.reaper import IPC_PREFIX
 from specbatch.run.folder import RunFolder
+from specbatch.serving.reaper import IPC_PREFIX
 
 pytestmark = pytest.mark.slow
 
@@ -139,7 +139,7 @@ def test_sigkill_of_the_job_leaves_no_engine_process_or_shm(tmp_path: Path) -> N
     result = run_generate(args, env={TAG_VARIABLE: tag})
     assert result.returncode == 0, result.stderr[-3000:]
     assert layout.done_marker.is_file()
-    assert "specbatch.engine.reaper" not in result.stderr, (
+    assert "specbatch.serving.reaper" not in result.stderr, (
         "the engine was closed normally: the reaper had nothing to end"
     )
     deadline = time.monotonic() + 5

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import LiveJob, assert_one_line_stop, compose_job, run_generate
 from mlflow_server import free_port
-from specbatch.engine.vllm_server import VllmServer
+from specbatch.serving.vllm_server import VllmServer
 
 pytestmark = pytest.mark.slow
 

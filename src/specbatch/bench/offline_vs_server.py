@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from specbatch.bench import machine_header
 from specbatch.config import compose_job
-from specbatch.engine.vllm_server import VllmServer
 from specbatch.pipeline import run_job
 from specbatch.run.output_rows import read_rows
 from specbatch.run.summary import Summary
+from specbatch.serving.vllm_server import VllmServer
 
 METHODS = (["spec=none"], ["spec=ngram"])
 

@@ -140,6 +140,6 @@ def leave_the_jobs_process_group() -> None:
     shut down on SIGTERM/SIGINT at once, so the job could not finish its chunks in flight. In a group of their
     own, only the job hears those signals and stops its engine itself. (Slurm signals every process of a step
     whatever its group: the job then abandons the chunks in flight instead, see run.streaming.) A job killed by
-    SIGKILL leaves them to specbatch.engine.reaper, which ends them by pid."""
+    SIGKILL leaves them to specbatch.serving.reaper, which ends them by pid."""
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)

@@ -1,7 +1,7 @@
 """The ``spec`` section: which speculative method runs, with its k and its own knobs (group ``spec/``).
 
 Which knob belongs to which method, and the method-specific rules, come from the registry in
-:mod:`specbatch.config.methods`; this module checks the values. ``specbatch.engine.vllm_args`` turns them into
+:mod:`specbatch.config.methods`; this module checks the values. ``specbatch.serving.vllm_args`` turns them into
 vLLM's ``speculative_config``.
 """
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from specbatch.config import JobConfig
 from specbatch.engine.base import Engine
-from specbatch.engine.serve_commands import vllm_console_script_broken, vllm_serve_command
-from specbatch.engine.vllm_args import check_vllm_rules
+from specbatch.serving.command_lines import vllm_console_script_broken, vllm_serve_command
+from specbatch.serving.vllm_args import check_vllm_rules
 
 
 class VllmFamily(Engine):

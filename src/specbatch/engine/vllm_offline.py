@@ -24,10 +24,17 @@ from typing import Any, Self
 
 from specbatch.config import JobConfig, SamplingConfig
 from specbatch.engine.base import Completion, Request, RequestRefused, Sample, engine_fingerprint
-from specbatch.engine.reaper import Reaper, make_ipc_dir, release_leaked_shm, remove_ipc_dir, shm_of_children
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
-from specbatch.engine.vllm_args import llm_kwargs, offline_environment, runs_in_process, vllm_environment
 from specbatch.engine.vllm_family import VllmFamily
+from specbatch.serving.reaper import Reaper, make_ipc_dir, release_leaked_shm, remove_ipc_dir, shm_of_children
+from specbatch.serving.vllm_args import (
+    SET_FOR_ENGINES,
+    ipc_path_chosen_by_user,
+    llm_kwargs,
+    offline_environment,
+    runs_in_process,
+    vllm_environment,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +57,6 @@ _SCALAR_FIELDS = {
 }
 
 
-# What _apply_environment set for an earlier engine of this process, so a later engine of another kind undoes it.
-_SET_BY_US: dict[str, str] = {}
 # Variables the offline engine decides per engine, whatever an earlier engine of this process set.
 _PER_ENGINE = ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_RPC_BASE_PATH")
 
@@ -61,12 +66,12 @@ def _apply_environment(shared: dict[str, str], offline: dict[str, str]) -> None:
     decides one process or several. vLLM caches its variables once an engine has started in this process
     (vllm.envs.enable_envs_cache); the cache is dropped so this engine reads them anew."""
     for name in _PER_ENGINE:
-        if name in _SET_BY_US and os.environ.get(name) == _SET_BY_US.pop(name):
+        if name in SET_FOR_ENGINES and os.environ.get(name) == SET_FOR_ENGINES.pop(name):
             del os.environ[name]
     for name, value in (shared | offline).items():
         if name == "VLLM_ENABLE_V1_MULTIPROCESSING" or name not in os.environ:
             os.environ[name] = value
-            _SET_BY_US[name] = value
+            SET_FOR_ENGINES[name] = value
     import vllm.envs
 
     vllm.envs.disable_envs_cache()
@@ -96,18 +101,13 @@ def _register_kernel_overrides_once() -> None:
     platform.register_triton_kernel_overrides = staticmethod(once)  # type: ignore[method-assign,assignment]
 
 
-def ipc_path_chosen_by_user() -> bool:
-    """Whether the user exported VLLM_RPC_BASE_PATH (rather than an earlier engine of this process setting it)."""
-    return "VLLM_RPC_BASE_PATH" in os.environ and "VLLM_RPC_BASE_PATH" not in _SET_BY_US
-
-
 def _private_ipc_dir() -> Path:
     """A folder of this engine's own for vLLM's IPC sockets (VLLM_RPC_BASE_PATH, unless the user chose where they go)
     and its processes' temp files, so that closing the engine, or the reaper after a kill, removes them."""
     path = make_ipc_dir()
     if not ipc_path_chosen_by_user():
         os.environ["VLLM_RPC_BASE_PATH"] = str(path)
-        _SET_BY_US["VLLM_RPC_BASE_PATH"] = str(path)
+        SET_FOR_ENGINES["VLLM_RPC_BASE_PATH"] = str(path)
     return path
 
 
@@ -183,7 +183,7 @@ class VllmEngine(VllmFamily):
         scheduler = getattr(getattr(llm.llm_engine, "vllm_config", None), "scheduler_config", None)
         super().__init__(fingerprint, concurrency=getattr(scheduler, "max_num_seqs", None))
         self.llm = llm
-        # Ends vLLM's processes if this job dies without close() (kill -9); see specbatch.engine.reaper.
+        # Ends vLLM's processes if this job dies without close() (kill -9); see specbatch.serving.reaper.
         self.reaper = reaper
         # The engine's own folder of IPC sockets and temp files (multi-process engines only), removed at close; see
         # _private_ipc_dir.

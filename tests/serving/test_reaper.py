@@ -29,7 +29,7 @@ SHM = Path("/dev/shm")
 JOB = textwrap.dedent(
     """
     import os, subprocess, sys, time
-    from specbatch.engine.reaper import Reaper
+    from specbatch.serving.reaper import Reaper
 
     older, newer, mode = sys.argv[1:4]
     reaper = Reaper.start()
@@ -204,7 +204,7 @@ def test_a_stop_after_the_engine_crashed_removes_what_it_left_in_shm(
 
 
 def test_mapped_files_reads_this_process_maps_and_leaves_removed_files_out(tmp_path: Path) -> None:
-    from specbatch.engine.reaper import _mapped_files
+    from specbatch.serving.reaper import _mapped_files
 
     kept, removed = tmp_path / "kept file", tmp_path / "removed"
     maps = []
@@ -230,7 +230,7 @@ _LEAKER = textwrap.dedent(
     """
     import multiprocessing, os, signal, sys
     from multiprocessing import shared_memory
-    from specbatch.engine.reaper import release_leaked_shm, shm_of_children
+    from specbatch.serving.reaper import release_leaked_shm, shm_of_children
 
     def make(queue):
         segment = shared_memory.SharedMemory(create=True, size=4096)

@@ -7,7 +7,7 @@ parses them back with vLLM's own parser. SGLang has its own speculative knobs: :
 an equivalent and refuses what has none.
 
 API keys: a key's value never goes into an argv (argv is visible in ``ps``). vLLM reads ``VLLM_API_KEY`` from its
-environment (vllm/envs.py; vllm/entrypoints/serve/middleware/register.py), so :mod:`specbatch.engine.vllm_server`
+environment (vllm/envs.py; vllm/entrypoints/serve/middleware/register.py), so :mod:`specbatch.serving.vllm_server`
 sets that, and printed commands refer to the variable by name (``"$OPENAI_API_KEY"``), never by value.
 """
 
@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from specbatch.common.environment import PROJECT_ROOT
 from specbatch.config import ConfigError, JobConfig, SpecMethod
 from specbatch.config.overrides import without_keys
-from specbatch.engine.vllm_args import llm_kwargs, vllm_environment
+from specbatch.serving.vllm_args import llm_kwargs, vllm_environment
 
 # The prompt of NVIDIA Dynamo's speculative-decoding guide, used for the ready curl.
 SAKURA_PROMPT = "Write a poem about why Sakura trees are beautiful."
@@ -93,7 +93,9 @@ def _engine_flags(job: JobConfig, speculative_flag: str = "--speculative-config"
             flags += [flag, json.dumps(value) if isinstance(value, dict) else str(value)]
         else:
             # A new LLM argument must reach the server too, or served and offline engines silently differ.
-            raise ValueError(f"llm_kwargs has {key!r}, which serve_commands does not map to a vLLM flag: add it")
+            raise ValueError(
+                f"llm_kwargs has {key!r}, which serving.command_lines does not map to a vLLM flag: add it"
+            )
     return flags
 
 

@@ -4,7 +4,7 @@ session, waited for until healthy, and stopped with its whole process group.
 Processes: the server gets its own session, hence its own process group holding every process it starts;
 :meth:`ChildServer.stop` ends that whole group (SIGTERM, SIGKILL after a grace period), and a Ctrl-C in the terminal
 reaches only the parent, which then stops the server in order. If the parent is killed outright (``kill -9``), the
-reaper of :mod:`specbatch.engine.reaper`, started before the server, finds the server among the dead parent's
+reaper of :mod:`specbatch.serving.reaper`, started before the server, finds the server among the dead parent's
 descendants and ends them and their shared memory, exactly as it does for the offline engine.
 """
 
@@ -25,7 +25,7 @@ from typing import Self
 import httpx
 import psutil
 
-from specbatch.engine.reaper import Reaper, remove_ipc_dir, shm_used_by
+from specbatch.serving.reaper import Reaper, remove_ipc_dir, shm_used_by
 
 log = logging.getLogger(__name__)
 

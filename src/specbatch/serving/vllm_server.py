@@ -3,7 +3,7 @@
 The server runs ``vllm_serve_argv(job)`` (every ``llm_kwargs`` argument of the offline job as a flag) with the
 environment the offline engine sets (``vllm_environment``), so what it serves is what the job measures.
 
-Processes, stopping and the kill-safety of the child are :class:`specbatch.engine.child_server.ChildServer`'s.
+Processes, stopping and the kill-safety of the child are :class:`specbatch.serving.child_server.ChildServer`'s.
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ from specbatch.assets.cache import EmbeddedAssetError
 from specbatch.assets.prepare import ensure_embedded
 from specbatch.config import ConfigError, JobConfig
 from specbatch.config.preflight import preflight
-from specbatch.engine.child_server import ChildServer
-from specbatch.engine.reaper import make_ipc_dir
-from specbatch.engine.serve_commands import VLLM_API_KEY, listen_address, vllm_console_script_broken, vllm_serve_argv
-from specbatch.engine.vllm_args import vllm_environment
-from specbatch.engine.vllm_offline import ipc_path_chosen_by_user
+from specbatch.serving.child_server import ChildServer
+from specbatch.serving.command_lines import VLLM_API_KEY, listen_address, vllm_console_script_broken, vllm_serve_argv
+from specbatch.serving.reaper import make_ipc_dir
+from specbatch.serving.vllm_args import ipc_path_chosen_by_user, vllm_environment
 
 log = logging.getLogger(__name__)
 

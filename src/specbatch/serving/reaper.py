@@ -7,7 +7,7 @@ keep running under PID 1, and their shared-memory ring buffers stay in /dev/shm;
 finalizers) never runs in a process killed that way.
 
 How: ``Reaper.start()`` (called by ``VllmEngine.start`` before the ``LLM`` is built) starts ``python -m
-specbatch.engine.reaper`` in its own session and passes it the read end of a pipe. The job keeps the write end,
+specbatch.serving.reaper`` in its own session and passes it the read end of a pipe. The job keeps the write end,
 close-on-exec, so the engine's spawned processes do not hold it. While the job lives, the reaper records the job's
 descendants (pid and creation time, through psutil) and the /dev/shm files they hold open. The job dies -> the pipe
 reaches EOF (or, if a forked child holds the write end, the reaper's parent changes): the reaper then ends the
@@ -39,7 +39,7 @@ from pathlib import Path
 import psutil
 
 # Named, not __name__: run as ``python -m`` this module is __main__.
-log = logging.getLogger("specbatch.engine.reaper")
+log = logging.getLogger("specbatch.serving.reaper")
 
 SHM = Path("/dev/shm")
 # How often the reaper records the job's descendants, and how soon it notices a parent change.
@@ -81,7 +81,7 @@ class Reaper:
                 [
                     sys.executable,
                     "-m",
-                    "specbatch.engine.reaper",
+                    "specbatch.serving.reaper",
                     str(os.getpid()),
                     str(reader),
                     *([str(ipc_dir)] if ipc_dir else []),

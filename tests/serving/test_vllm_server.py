@@ -22,10 +22,10 @@ import pytest
 
 from conftest import PROJECT_ROOT, LiveJob, compose_job
 from specbatch.config import ConfigError
-from specbatch.engine import child_server, reaper, vllm_server
-from specbatch.engine.child_server import ServerStartError
-from specbatch.engine.serve_commands import SAKURA_MAX_TOKENS, SAKURA_PROMPT
-from specbatch.engine.vllm_server import VllmServer
+from specbatch.serving import child_server, reaper, vllm_server
+from specbatch.serving.child_server import ServerStartError
+from specbatch.serving.command_lines import SAKURA_MAX_TOKENS, SAKURA_PROMPT
+from specbatch.serving.vllm_server import VllmServer
 
 SERVE = PROJECT_ROOT / "jobs" / "serve.py"
 # Sessions on this machine share its two cores: whoever starts a vLLM engine holds this lock (flock).
@@ -209,7 +209,7 @@ def test_the_server_dies_with_a_parent_killed_outright(tmp_path: Path) -> None:
 import sys
 from hydra import compose, initialize_config_dir
 from specbatch.config import register_configs, to_job_config
-from specbatch.engine import reaper, vllm_server
+from specbatch.serving import reaper, vllm_server
 register_configs()
 with initialize_config_dir(config_dir={str(PROJECT_ROOT / "conf")!r}, version_base="1.3"):
     job = to_job_config(compose("config", overrides=["engine.url=http://127.0.0.1:{port}/v1",

@@ -1,13 +1,16 @@
 """The job in vLLM's terms: the arguments of ``vllm.LLM`` (and so of ``vllm serve``), the environment vLLM reads, and
 vLLM's own rules about the job, which it would otherwise break only once the model is loading.
 
-Pure: nothing here imports vLLM, so config tests check GPU presets with these functions on any machine, and the
-command builders of the serving side take their arguments from here, so what is served is what the job measures.
+Pure: nothing here imports vLLM, so config tests check GPU presets with these functions on any machine. The offline
+backend (``specbatch.engine.vllm_offline``) and the server command lines (``specbatch.serving.command_lines``) both
+take their arguments from here, so what is served is what the job measures; it sits in serving, the lower of the two
+packages, so that both can.
 """
 
 from __future__ import annotations
 
 import enum
+import os
 from typing import Any
 
 from specbatch.common.machine import this_machine
@@ -18,6 +21,16 @@ from specbatch.config.spec import knob_owners, schedule_must_cover
 
 # Knobs of another engine's (llama.cpp's GGUF draft): never in vLLM's speculative_config.
 _NOT_VLLM = ("draft_gguf",)
+
+
+# What the offline engine (specbatch.engine.vllm_offline) set in os.environ for an earlier engine of this process, so
+# a later engine of another kind undoes it, and a server tells it from what the user exported.
+SET_FOR_ENGINES: dict[str, str] = {}
+
+
+def ipc_path_chosen_by_user() -> bool:
+    """Whether the user exported VLLM_RPC_BASE_PATH (rather than an earlier engine of this process setting it)."""
+    return "VLLM_RPC_BASE_PATH" in os.environ and "VLLM_RPC_BASE_PATH" not in SET_FOR_ENGINES
 
 
 def speculative_config(spec: SpecConfig) -> dict[str, Any] | None:

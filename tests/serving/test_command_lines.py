@@ -21,7 +21,8 @@ from specbatch.analysis.report import serve_commands
 from specbatch.common.atomic_files import atomic_write_json
 from specbatch.config import ConfigError, JobConfig, to_plain_dict
 from specbatch.engine import vllm_offline
-from specbatch.engine.serve_commands import (
+from specbatch.serving import vllm_args
+from specbatch.serving.command_lines import (
     SAKURA_MAX_TOKENS,
     SAKURA_PROMPT,
     batch_command,
@@ -35,8 +36,8 @@ from specbatch.engine.serve_commands import (
     vllm_serve_argv,
     vllm_serve_command,
 )
-from specbatch.engine.vllm_args import llm_kwargs, offline_environment, speculative_config, vllm_environment
-from specbatch.engine.vllm_server import server_process_environment
+from specbatch.serving.vllm_args import llm_kwargs, offline_environment, speculative_config, vllm_environment
+from specbatch.serving.vllm_server import server_process_environment
 
 SERVE = PROJECT_ROOT / "jobs" / "serve.py"
 GPU_PRESETS = [
@@ -329,7 +330,9 @@ def test_the_offline_engine_sets_the_shared_environment_and_decides_multiprocess
     for name in names:  # setenv first, so monkeypatch restores whatever was there before the test
         monkeypatch.setenv(name, "before")
         monkeypatch.delenv(name)
-    monkeypatch.setattr(vllm_offline, "_SET_BY_US", {})
+    fresh: dict[str, str] = {}  # what earlier engines of this test process set: none here
+    monkeypatch.setattr(vllm_offline, "SET_FOR_ENGINES", fresh)
+    monkeypatch.setattr(vllm_args, "SET_FOR_ENGINES", fresh)
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "7")  # the user's own value wins...
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # ...but engine.multiprocessing decides this one
     vllm_offline._apply_environment(vllm_environment(job), offline_environment(job))
