@@ -26,14 +26,7 @@ trap 'stop_build; exit 130' INT
 trap 'stop_build; exit 143' TERM
 echo "[test] building llama-server beside the tests when missing (log: $LOG)" >&2
 
-# Two workers (pytest-xdist), each running whole test modules, so a module's shared engine is built once: most of a
-# test's time is one process starting (imports, tokenizer, engine build) while the other core waits, and two workers
-# fill those gaps. Each worker has a temp folder of its own and computes on one OpenMP thread (tests/conftest.py says
-# why). xdist hands out the modules with the most tests first, so on a fresh machine the llama.cpp module starts early
-# on one worker and waits there for the build, which gets that worker's core meanwhile (fresh clone, 2 cores: the
-# build took 14 of the suite's 34 minutes, the other worker ran the rest). `make test PYTEST_ARGS="-n 0"` runs the
-# tests in one process (a later -n wins), with the llama.cpp tests last.
-SPECBATCH_LLAMA_BUILD_PID=$build "$VENV/bin/python" -m pytest -n "${SPECBATCH_TEST_WORKERS:-2}" --dist loadfile "$@"
+SPECBATCH_LLAMA_BUILD_PID=$build "$VENV/bin/python" -m pytest "$@"
 tests=$?
 
 wait "$build"

@@ -5,11 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -249,30 +247,6 @@ LLAMA_BUILD_BOUND_SECONDS = 45 * 60
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{NEEDS_LLAMA_SERVER}: starts llama-server; runs last, once it is built")
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker:
-        _own_temp_folder(config, worker)
-        _one_thread_per_worker()
-
-
-def _own_temp_folder(config: pytest.Config, worker: str) -> None:
-    """Each pytest-xdist worker (make test runs two) gets a temp folder of its own, for itself and every job it
-    starts: tests that check what an engine leaves in the temp folder (vLLM's sockets, rendezvous files, the
-    engine's own folder) compare it before and after, and must not see the other worker's engines come and go."""
-    folder = tempfile.mkdtemp(prefix=f"specbatch-tests-{worker}-")
-    os.environ["TMPDIR"] = folder
-    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
-    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
-
-
-def _one_thread_per_worker() -> None:
-    """Each worker's engines (and the jobs it starts) compute on one OpenMP thread: two workers' engines with a
-    thread per core each would share both cores, and each engine step waits for its slowest thread. Two jobs at once
-    on a 2-core AMD EPYC with AVX-512 BF16 took 63 s with two threads each and 36 s with one (one job alone: 25 s
-    with two)."""
-    os.environ["OMP_NUM_THREADS"] = "1"  # read when libgomp loads, with torch: before any test imports it
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
