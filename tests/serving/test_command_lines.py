@@ -330,9 +330,7 @@ def test_the_offline_engine_sets_the_shared_environment_and_decides_multiprocess
     for name in names:  # setenv first, so monkeypatch restores whatever was there before the test
         monkeypatch.setenv(name, "before")
         monkeypatch.delenv(name)
-    fresh: dict[str, str] = {}  # what earlier engines of this test process set: none here
-    monkeypatch.setattr(vllm_offline, "SET_FOR_ENGINES", fresh)
-    monkeypatch.setattr(vllm_args, "SET_FOR_ENGINES", fresh)
+    monkeypatch.setattr(vllm_args, "_SET_FOR_ENGINES", {})  # what earlier engines of this test process set: none
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "7")  # the user's own value wins...
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # ...but engine.multiprocessing decides this one
     vllm_offline._apply_environment(vllm_environment(job), offline_environment(job))

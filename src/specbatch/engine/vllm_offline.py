@@ -28,11 +28,11 @@ from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_l
 from specbatch.engine.vllm_family import VllmFamily
 from specbatch.serving.reaper import Reaper, make_ipc_dir, release_leaked_shm, remove_ipc_dir, shm_of_children
 from specbatch.serving.vllm_args import (
-    SET_FOR_ENGINES,
-    ipc_path_chosen_by_user,
     llm_kwargs,
     offline_environment,
     runs_in_process,
+    set_engine_environment,
+    use_ipc_dir,
     vllm_environment,
 )
 
@@ -57,21 +57,10 @@ _SCALAR_FIELDS = {
 }
 
 
-# Variables the offline engine decides per engine, whatever an earlier engine of this process set.
-_PER_ENGINE = ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_RPC_BASE_PATH")
-
-
 def _apply_environment(shared: dict[str, str], offline: dict[str, str]) -> None:
-    """Set this engine's variables in os.environ: a value the user exported wins, except that engine.multiprocessing
-    decides one process or several. vLLM caches its variables once an engine has started in this process
-    (vllm.envs.enable_envs_cache); the cache is dropped so this engine reads them anew."""
-    for name in _PER_ENGINE:
-        if name in SET_FOR_ENGINES and os.environ.get(name) == SET_FOR_ENGINES.pop(name):
-            del os.environ[name]
-    for name, value in (shared | offline).items():
-        if name == "VLLM_ENABLE_V1_MULTIPROCESSING" or name not in os.environ:
-            os.environ[name] = value
-            SET_FOR_ENGINES[name] = value
+    """Set this engine's variables in os.environ (set_engine_environment). vLLM caches its variables once an engine
+    has started in this process (vllm.envs.enable_envs_cache); the cache is dropped so this engine reads them anew."""
+    set_engine_environment(shared | offline)
     import vllm.envs
 
     vllm.envs.disable_envs_cache()
@@ -105,9 +94,7 @@ def _private_ipc_dir() -> Path:
     """A folder of this engine's own for vLLM's IPC sockets (VLLM_RPC_BASE_PATH, unless the user chose where they go)
     and its processes' temp files, so that closing the engine, or the reaper after a kill, removes them."""
     path = make_ipc_dir()
-    if not ipc_path_chosen_by_user():
-        os.environ["VLLM_RPC_BASE_PATH"] = str(path)
-        SET_FOR_ENGINES["VLLM_RPC_BASE_PATH"] = str(path)
+    use_ipc_dir(str(path))
     return path
 
 

@@ -23,14 +23,35 @@ from specbatch.config.spec import knob_owners, schedule_must_cover
 _NOT_VLLM = ("draft_gguf",)
 
 
-# What the offline engine (specbatch.engine.vllm_offline) set in os.environ for an earlier engine of this process, so
-# a later engine of another kind undoes it, and a server tells it from what the user exported.
-SET_FOR_ENGINES: dict[str, str] = {}
+# What set_engine_environment set in os.environ for an earlier offline engine of this process, so a later engine of
+# another kind undoes it, and a server tells it from what the user exported.
+_SET_FOR_ENGINES: dict[str, str] = {}
+# Variables the offline engine decides per engine, whatever an earlier engine of this process set.
+_PER_ENGINE = ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_RPC_BASE_PATH")
+
+
+def set_engine_environment(variables: dict[str, str]) -> None:
+    """Set an offline engine's variables in os.environ: a value the user exported wins, except that
+    engine.multiprocessing decides one process or several; what an earlier engine of this process set is undone."""
+    for name in _PER_ENGINE:
+        if name in _SET_FOR_ENGINES and os.environ.get(name) == _SET_FOR_ENGINES.pop(name):
+            del os.environ[name]
+    for name, value in variables.items():
+        if name == "VLLM_ENABLE_V1_MULTIPROCESSING" or name not in os.environ:
+            os.environ[name] = value
+            _SET_FOR_ENGINES[name] = value
 
 
 def ipc_path_chosen_by_user() -> bool:
     """Whether the user exported VLLM_RPC_BASE_PATH (rather than an earlier engine of this process setting it)."""
-    return "VLLM_RPC_BASE_PATH" in os.environ and "VLLM_RPC_BASE_PATH" not in SET_FOR_ENGINES
+    return "VLLM_RPC_BASE_PATH" in os.environ and "VLLM_RPC_BASE_PATH" not in _SET_FOR_ENGINES
+
+
+def use_ipc_dir(path: str) -> None:
+    """Point this process's engine's IPC sockets (VLLM_RPC_BASE_PATH) at ``path``, unless the user chose where."""
+    if not ipc_path_chosen_by_user():
+        os.environ["VLLM_RPC_BASE_PATH"] = path
+        _SET_FOR_ENGINES["VLLM_RPC_BASE_PATH"] = path
 
 
 def speculative_config(spec: SpecConfig) -> dict[str, Any] | None:
