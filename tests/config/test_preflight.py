@@ -72,7 +72,12 @@ def test_mtp_k_must_fit_the_layer_count(job_factory, tmp_path: Path) -> None:
 
 
 def test_unreadable_hub_config_skips_with_a_warning(monkeypatch, caplog) -> None:
+    from huggingface_hub import constants
+
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import; an earlier test imported it, so the setting is patched
+    # where the download reads it (the environment alone let it try the network here until its timeout: 23 s).
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     assert read_model_config("nobody/no-such-model-xyz") is None
     assert "skipping the checks that need it" in caplog.text
 
