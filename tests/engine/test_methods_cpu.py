@@ -8,60 +8,86 @@ test_generate_cpu.py.)
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import compose_job, run_generate
+from conftest import run_generate
 from specbatch.engine.spec_metrics import accepted_per_position_from_histogram
 from specbatch.run.folder import RunFolder
+from specbatch.run.multirun import sweep_jobs
 
 pytestmark = pytest.mark.slow
 
 N_PROMPTS = 3
 MAX_TOKENS = 32
 
-# name → (model preset, overrides). The tiny family is built on first use by the job itself (model.embedded).
-RUNS = {
-    "none": ("tiny_llama", ["spec=none"]),
-    "draft_model": ("tiny_llama", ["spec=draft_model"]),
-    "draft_copy": ("tiny_llama", ["spec=draft_model", "spec.model=${specbatch_cache:}/tiny/draft_copy"]),
-    "eagle": ("tiny_llama", ["spec=eagle"]),
-    "eagle3": ("tiny_llama", ["spec=eagle3"]),
-    "mimo_none": ("tiny_mimo", ["spec=none"]),
-    "mtp": ("tiny_mimo", ["spec=mtp"]),
+# One multirun (`-m`) per model: its jobs run one after another in one process, as a user's sweep does, which saves
+# a process start (~10 s of imports here, twice that on slower CPUs) per method. Name → spec choice, per model; the
+# tiny family is built on first use by the job itself (model.embedded).
+SWEEPS = {
+    "tiny_llama": {
+        "none": "none",
+        "draft_model": "draft_model",
+        "draft_copy": "draft_copy",
+        "eagle": "eagle",
+        "eagle3": "eagle3",
+    },
+    "tiny_mimo": {"mimo_none": "none", "mtp": "mtp"},
 }
 BASELINE = {"draft_model": "none", "draft_copy": "none", "eagle": "none", "eagle3": "none", "mtp": "mimo_none"}
-
-
-def overrides(root: Path, name: str) -> list[str]:
-    model, extra = RUNS[name]
-    return [
-        f"output_root={root}",
-        f"model={model}",
-        *extra,
-        f"run_name={name}",
-        "dataset=humaneval",
-        f"max_samples={N_PROMPTS}",
-        f"sampling.max_tokens={MAX_TOKENS}",
-        "tracking=off",
-    ]
+# spec=draft_copy: a preset of the test's own config folder (--config-dir, as users add theirs): draft_model with
+# an exact copy of the target as the draft.
+DRAFT_COPY_PRESET = """defaults:
+  - draft_model
+model: ${specbatch_cache:}/tiny/draft_copy
+"""
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("methods")
+    (root / "conf" / "spec").mkdir(parents=True)
+    (root / "conf" / "spec" / "draft_copy.yaml").write_text(DRAFT_COPY_PRESET)
     out: dict[str, dict] = {}
-    for name in RUNS:
-        result = run_generate(overrides(root, name))
-        assert result.returncode == 0, f"{name}: {result.stderr[-4000:]}"
-        layout = RunFolder.for_job(compose_job(overrides(root, name)))
-        out[name] = {
-            "rows": {r["row_id"]: r for r in pq.read_table(layout.part_path(0)).to_pylist()},
-            "summary": json.loads(layout.stats_path.read_text()),
-        }
+    for model, choices in SWEEPS.items():
+        sweep_dir = root / f"sweep-{model}"
+        result = run_generate(
+            [
+                "--config-dir",
+                str(root / "conf"),
+                "-m",
+                f"spec={','.join(choices.values())}",
+                f"model={model}",
+                f"output_root={root}",
+                f"hydra.sweep.dir={sweep_dir}",
+                "dataset=humaneval",
+                f"max_samples={N_PROMPTS}",
+                f"sampling.max_tokens={MAX_TOKENS}",
+                "tracking=off",
+            ]
+        )
+        assert result.returncode == 0, f"{model}: {result.stderr[-4000:]}"
+        # Hydra runs a sweep's jobs in the order of the swept values; each job names its run folder.
+        jobs = sweep_jobs(sweep_dir)
+        assert [failed for _, failed in jobs] == [None] * len(choices)
+        for name, (folder, _) in zip(choices, jobs, strict=True):
+            layout = RunFolder(folder)
+            out[name] = {
+                "config": json.loads(layout.run_json.read_text())["config"],
+                "rows": {r["row_id"]: r for r in pq.read_table(layout.part_path(0)).to_pylist()},
+                "summary": json.loads(layout.stats_path.read_text()),
+            }
     return out
+
+
+def test_each_sweep_job_ran_its_own_method_and_draft(runs: dict[str, dict]) -> None:
+    for choices in SWEEPS.values():
+        for name in choices:
+            spec = runs[name]["config"]["spec"]
+            assert spec["method"] == name.removeprefix("mimo_").replace("draft_copy", "draft_model"), name
+    assert runs["draft_copy"]["config"]["spec"]["model"].endswith("/tiny/draft_copy")
+    assert runs["draft_model"]["config"]["spec"]["model"].endswith("/tiny/draft")
 
 
 @pytest.mark.parametrize("name", sorted(BASELINE))
