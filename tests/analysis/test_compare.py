@@ -24,6 +24,7 @@ from specbatch.config import ConfigError, to_plain_dict
 from specbatch.config.overrides import override_values
 from specbatch.engine.spec_metrics import Counters
 from specbatch.run.folder import RunFolder
+from specbatch.run.formats import RUN_FORMAT
 from specbatch.run.multirun import JOB_FILE, SWEEP_FILE
 from specbatch.run.output_rows import SCHEMA, write_parquet
 from specbatch.run.status_merge import RunIncompleteError
@@ -45,7 +46,8 @@ def write_run(
     """A finished one-shard run folder: run.json, one part, its summary with the given throughput, done marker.
 
     ``concurrency``: the engine's batch, as a streamed run records it (None: as runs written before streaming).
-    ``legacy``: run.json's config without the keys added since (engine.backend)."""
+    ``legacy``: run.json as versions before run formats wrote it: no format, and the config without the keys added
+    since (engine.backend, spec.k_schedule, repeat)."""
     job = job_factory("tracking=off", "max_samples=2", "model.dtype=float32", *overrides)
     layout = RunFolder.for_job(job)
     method, k = job.spec.method.value, job.spec.k
@@ -64,9 +66,10 @@ def write_run(
         for row_id, ids in tokens.items()
     ]
     config = to_plain_dict(job)
+    record = {"format": RUN_FORMAT, "config": config, "shard_count": 1, "created_with": {}}
     if legacy:
-        del config["engine"]["backend"]
-    atomic_write_json(layout.run_json, {"config": config, "shard_count": 1, "created_with": {}})
+        del record["format"], config["engine"]["backend"], config["spec"]["k_schedule"], config["repeat"]
+    atomic_write_json(layout.run_json, record)
     write_parquet(records, layout.part_path(0), to_plain_dict(job))
     out = sum(len(ids) for ids in tokens.values())
     counters = Counters(prompt_tokens=10, generation_tokens=out)

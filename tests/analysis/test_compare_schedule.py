@@ -3,6 +3,8 @@ that equals its largest k, labelled as a schedule in the table, the files, the r
 
 from __future__ import annotations
 
+import json
+
 from test_compare import SAME, write_run
 
 from specbatch.analysis.compare import compare
@@ -43,9 +45,9 @@ def test_a_schedule_is_its_own_set_up_next_to_the_same_largest_k(job_factory) ->
 def test_runs_written_before_schedules_still_compare_as_fixed_k(job_factory) -> None:
     base = write_run(job_factory, SAME, 100.0, "spec=none", legacy=True)
     old = write_run(job_factory, SAME, 150.0, legacy=True)
-    run = load_run(old)
     # An older run.json has no spec.k_schedule at all.
-    del run.config["spec"]["k_schedule"]
+    assert "k_schedule" not in json.loads((old / "run.json").read_text())["config"]["spec"]
+    run = load_run(old)
     assert run.k_schedule is None
     result = compare([load_run(base), run])
     assert [r.k_schedule for r in result.rows] == [None, None] and result.recommendations[0].k == 3

@@ -45,12 +45,12 @@ class RunData:
 
     @property
     def k_schedule(self) -> list[list[int]] | None:
-        """The run's k per batch size (spec.k_schedule), or None for one k; runs written before it had one k."""
-        return self.config["spec"].get("k_schedule")
+        """The run's k per batch size (spec.k_schedule), or None for one k."""
+        return self.config["spec"]["k_schedule"]
 
     @property
     def repeat(self) -> int:
-        return int(self.config.get("repeat", 0))
+        return int(self.config["repeat"])
 
     @property
     def batch_size(self) -> int:
@@ -68,7 +68,7 @@ class RunData:
 
     @property
     def engine(self) -> str:
-        """engine.backend; runs written before it existed ran on vLLM."""
+        """engine.backend."""
         return recorded_backend(self.config).name
 
     @property

@@ -14,6 +14,7 @@ takes its declared ``OLD_RUNS_DEFAULT``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -99,8 +100,26 @@ def project(plain: dict[str, Any], identity: Identity, prefix: str = "") -> dict
     for key, declared in fields.items():
         parent, _, name = key.rpartition(".")
         missing = name not in plain and declared.old_runs_default is not _NO_DEFAULT
-        if missing and parent == prefix.removesuffix(".") and identity in declared.identities:
+        # A field left out while null stays out when an old run had it null.
+        absent = declared.absent_when_null and declared.old_runs_default is None
+        if missing and not absent and parent == prefix.removesuffix(".") and identity in declared.identities:
             out[name] = declared.old_runs_default
+    return out
+
+
+def with_old_run_defaults(plain: dict[str, Any]) -> dict[str, Any]:
+    """A run's recorded plain config with every field it was written without that declares ``OLD_RUNS_DEFAULT``
+    (a field added since) set to that value, as today's version would record the same run; a copy."""
+    out = copy.deepcopy(plain)
+    for key, declared in field_identities().items():
+        if declared.old_runs_default is _NO_DEFAULT:
+            continue
+        *sections, name = key.split(".")
+        section: Any = out
+        for part in sections:
+            section = section.get(part) if isinstance(section, dict) else None
+        if isinstance(section, dict) and name not in section:
+            section[name] = copy.deepcopy(declared.old_runs_default)
     return out
 
 

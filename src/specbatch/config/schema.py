@@ -19,7 +19,7 @@ from omegaconf import MISSING
 
 from specbatch.assets.cache import embedded_locations
 from specbatch.common.masking import mask_uri
-from specbatch.config.declarations import ABSENT_WHEN_NULL, Identity, identities
+from specbatch.config.declarations import ABSENT_WHEN_NULL, OLD_RUNS_DEFAULT, Identity, identities
 from specbatch.config.dtype import Dtype, DtypeChoice, choose_dtype
 from specbatch.config.engine import EngineConfig
 from specbatch.config.errors import ConfigError, require
@@ -283,7 +283,7 @@ class JobConfig:
     chunk_size: int = field(default=256, metadata=identities(_FOLDER))
     # Repeat number of the same set-up (its own run folder, -rep<n>); jobs/compare.py reports the spread of repeats.
     # In no digest: the folder name carries it, and a comparison pools the repeats of one set-up.
-    repeat: int = field(default=0, metadata=identities())
+    repeat: int = field(default=0, metadata={**identities(), OLD_RUNS_DEFAULT: 0})
     # After SIGTERM or SIGINT, how long the chunks in flight may take to finish and be written before they are
     # abandoned (nothing of theirs written) and the job stops. Below Slurm's KillWait (30 s by default), which
     # follows SIGTERM with SIGKILL; jobs/slurm/generate.sbatch, warned 300 s ahead, passes 240.

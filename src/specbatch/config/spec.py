@@ -13,7 +13,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from specbatch.config.declarations import ABSENT_WHEN_NULL
+from specbatch.config.declarations import ABSENT_WHEN_NULL, OLD_RUNS_DEFAULT
 from specbatch.config.errors import ConfigError, require
 from specbatch.config.methods import METHODS, SpecMethod, methods_owning, spec_caption, spec_label
 
@@ -71,7 +71,7 @@ class SpecConfig:
     # k=0 where speculation should stop; vLLM's num_speculative_tokens_per_batch_size. Sets num_speculative_tokens
     # to its largest k (vLLM caps every k of a schedule at it). Typed loosely so the checks below word the errors.
     # Left out of the digests while null, so runs written before it keep their folders.
-    k_schedule: list[Any] | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
+    k_schedule: list[Any] | None = field(default=None, metadata={ABSENT_WHEN_NULL: True, OLD_RUNS_DEFAULT: None})
 
     def __post_init__(self) -> None:
         if self.k_schedule is not None:

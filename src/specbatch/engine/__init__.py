@@ -34,9 +34,8 @@ def backend_class(name: str) -> type[Engine]:
 
 
 def recorded_backend(config: dict[str, Any]) -> type[Engine]:
-    """The backend of a run from its recorded config (run.json's ``config``); runs written before engine.backend
-    existed ran on vLLM."""
-    return backend_class(config["engine"].get("backend", "vllm"))
+    """The backend of a run from its recorded config (run.json's ``config`` as RunFolder.read_run_record gives it)."""
+    return backend_class(config["engine"]["backend"])
 
 
 def validate_job(job: JobConfig) -> None:

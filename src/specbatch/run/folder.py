@@ -27,6 +27,7 @@ from typing import Any
 
 from specbatch.common.atomic_files import atomic_write_json, atomic_write_text, create_json_once, temporaries_in
 from specbatch.config import JobConfig, run_folder_digest
+from specbatch.run.formats import RUN_FORMAT, upgrade_run_record
 from specbatch.run.summary import Summary
 
 log = logging.getLogger(__name__)
@@ -78,15 +79,17 @@ class RunFolder:
         return self.config_yaml.read_text()
 
     def read_run_record(self) -> dict[str, Any]:
+        """The run record in today's shape, whichever version wrote it (run/formats.py)."""
         if not self.run_json.is_file():
             raise FileNotFoundError(
                 f"{self.root} is not a run folder (no run.json): pass outputs/runs/<dataset>/<model>/<run>"
             )
-        return json.loads(self.run_json.read_text())
+        return upgrade_run_record(json.loads(self.run_json.read_text()), self.run_json)
 
     def claim_run_record(self, record: dict[str, Any]) -> bool:
-        """Create run.json unless it exists (atomically: of two racing launches one wins); True for the winner."""
-        return create_json_once(self.run_json, record)
+        """Create run.json, stamped with the format this version writes, unless it exists (atomically: of two racing
+        launches one wins); True for the winner."""
+        return create_json_once(self.run_json, {"format": RUN_FORMAT, **record})
 
     @property
     def manifest_path(self) -> Path:

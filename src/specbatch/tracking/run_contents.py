@@ -64,9 +64,9 @@ def run_name(
     (specbatch/<data set>); the model closes the name because one experiment may hold several. ``part`` replaces the
     shard (e.g. ``merged``)."""
     spec = config["spec"]
-    parts = [spec_label(spec["method"], spec.get("num_speculative_tokens"), spec.get("k_schedule"))]
+    parts = [spec_label(spec["method"], spec["num_speculative_tokens"], spec["k_schedule"])]
     parts.append(batch_caption(config, prompts, concurrency))
-    if config.get("repeat"):
+    if config["repeat"]:
         parts.append(f"rep{config['repeat']}")
     if part:
         parts.append(part)
@@ -82,7 +82,7 @@ def run_identity(
     """Name, description and tags of a shard's run, from the run's (masked) plain config; ``rows`` are the data
     set's rows (every shard), ``shard_rows`` this shard's (they cap its batch size in the name)."""
     spec = config["spec"]
-    k, schedule = spec.get("num_speculative_tokens"), spec.get("k_schedule")
+    k, schedule = spec["num_speculative_tokens"], spec["k_schedule"]
     label = spec_label(spec["method"], k, schedule)
     model, dataset = config["model"]["name"], config["dataset"]["name"]
     shard = f"{folder.shard_index}/{folder.shard_count}"
@@ -105,7 +105,7 @@ def run_identity(
         "dataset": dataset,
         "dtype": str(config["model"]["dtype"]),
         "shard": shard,
-        "repeat": str(config.get("repeat", 0)),
+        "repeat": str(config["repeat"]),
         "run_folder": str(folder.root),
         "engine": backend.name,
     }

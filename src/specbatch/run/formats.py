@@ -1,0 +1,37 @@
+"""Run records written by older versions of the job, read as today's: the one place that knows how they differ.
+
+``run.json`` carries ``format``. Format 1 is every record written before that key existed: its config may lack
+fields added since, and each such field declares the value those runs had (``OLD_RUNS_DEFAULT`` in
+:mod:`specbatch.config`: ``engine.backend`` vllm, ``spec.k_schedule`` none, ``repeat`` 0). Reading a record fills
+them in, so every reader sees today's shape and none has to know what was "written before". The file on disk is never
+rewritten: it belongs to the run, and its digests (run folder, workload) come out the same either way, because the
+identities fill in the same declared values.
+
+A new field of the config needs no new format: declare its ``OLD_RUNS_DEFAULT`` and format-1 and format-2 records
+both get it. A new format is for a change in the shape of the record itself; its upgrade goes here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from specbatch.config import ConfigError
+from specbatch.config.identity import with_old_run_defaults
+
+# The format this version writes into run.json.
+RUN_FORMAT = 2
+
+
+def upgrade_run_record(record: dict[str, Any], path: Path) -> dict[str, Any]:
+    """A run record as today's version writes it, whatever version wrote it; refused when a newer one did."""
+    found = record.get("format", 1)
+    if not isinstance(found, int) or found > RUN_FORMAT:
+        raise ConfigError(
+            f"{path} was written by a newer version of specbatch (run format {found}; this one reads formats up to "
+            f"{RUN_FORMAT}): read it with that version, or update this checkout"
+        )
+    upgraded = {**record, "format": RUN_FORMAT}
+    if isinstance(record.get("config"), dict):
+        upgraded["config"] = with_old_run_defaults(record["config"])
+    return upgraded
