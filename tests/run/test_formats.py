@@ -4,10 +4,8 @@ today's, and keeps its digests. A record from a newer version is refused in one 
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,15 +19,26 @@ from specbatch.run.formats import RUN_FORMAT
 from specbatch.run.status_merge import run_status
 
 
-def as_format_1(record: dict[str, Any]) -> dict[str, Any]:
-    """A run record as versions before run formats wrote it: no format, and none of the config fields added since
-    (each of which declares the value those runs had)."""
-    old = copy.deepcopy(record)
-    del old["format"]
-    del old["config"]["engine"]["backend"]
-    del old["config"]["spec"]["k_schedule"]
-    del old["config"]["repeat"]
-    return old
+def as_format_1(folder: RunFolder) -> None:
+    """Rewrite a run folder of today's job as the first versions wrote it: run.json without format and without the
+    config fields added since (each declares the value those runs had); part stats without their launch, checksum
+    and batch, and with the chunk's own generate seconds; no launch records."""
+    record = json.loads(folder.run_json.read_text())
+    del record["format"]
+    del record["config"]["engine"]["backend"]
+    del record["config"]["spec"]["k_schedule"]
+    del record["config"]["repeat"]
+    folder.run_json.write_text(json.dumps(record))
+    for number in folder.part_numbers():
+        path = folder.part_stats_path(number)
+        stats = json.loads(path.read_text())
+        for key in ("launch", "part", "concurrency"):
+            del stats[key]
+        # Each chunk had its own generate call, and its stats its own seconds (not the launch's time so far).
+        stats["seconds"] = stats.pop("elapsed")
+        path.write_text(json.dumps(stats))
+    for launch in folder.stats_dir.glob("launch-*.json"):
+        launch.unlink()
 
 
 OLDER_FORMATS = {1: as_format_1}
@@ -46,8 +55,8 @@ def test_a_run_of_an_older_format_is_found_read_merged_and_compared_as_today(
         runs[spec] = (job, result.folder)
     today = {spec: json.loads(folder.run_json.read_text()) for spec, (_, folder) in runs.items()}
     assert {record["format"] for record in today.values()} == {RUN_FORMAT}
-    for spec, (_, folder) in runs.items():
-        folder.run_json.write_text(json.dumps(OLDER_FORMATS[version](today[spec])))
+    for _, folder in runs.values():
+        OLDER_FORMATS[version](folder)
 
     for spec, (job, folder) in runs.items():
         # Read as today's version writes it, with the same workload digest (the baseline is found the same way).
@@ -60,6 +69,17 @@ def test_a_run_of_an_older_format_is_found_read_merged_and_compared_as_today(
         assert [s.state for s in run_status(folder.root)] == ["done"]
         merged = merge_run(folder.root, log_to_mlflow=False)
         assert merged.summary.rows == 4
+    # A shard of the old format killed after its last part, before its summary: the relaunch generates nothing and
+    # sums the summary from the old parts' own figures (no launch recorded them).
+    # Both runs, so that compare sees both batches as such runs had them (a chunk per call: chunk_size=2).
+    for job, folder in runs.values():
+        before = folder.read_summary()
+        folder.done_marker.unlink()
+        folder.stats_path.unlink()
+        again = run_job(job, engine=fake_engine(job))
+        assert not again.generated and again.summary.rows == 4 and again.summary.counters_scope == "requests"
+        assert again.summary.accepted_tokens == before.accepted_tokens and again.summary.drafts == before.drafts
+        assert again.summary.concurrency is None
     # The file on disk is the run's: reading it never rewrote it.
     assert "format" not in json.loads(runs["ngram"][1].run_json.read_text())
 
@@ -67,7 +87,7 @@ def test_a_run_of_an_older_format_is_found_read_merged_and_compared_as_today(
     rows = {row.method: row for row in compared.comparison.rows}
     assert set(rows) == {"none", "ngram"}
     assert rows["ngram"].engine == "vllm" and rows["ngram"].k_schedule is None and rows["ngram"].repeats == 1
-    assert rows["ngram"].rows_compared == 4
+    assert rows["ngram"].rows_compared == 4 and rows["ngram"].batch_size == 2
 
 
 def test_a_run_of_a_newer_format_is_one_error_naming_the_file(local_job_factory) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from specbatch.common.atomic_files import atomic_write_json, atomic_write_text, create_json_once, temporaries_in
 from specbatch.config import JobConfig, run_folder_digest
-from specbatch.run.formats import RUN_FORMAT, upgrade_run_record
+from specbatch.run.formats import RUN_FORMAT, upgrade_launch_record, upgrade_part_stats, upgrade_run_record
 from specbatch.run.summary import Summary
 
 log = logging.getLogger(__name__)
@@ -134,15 +134,17 @@ class RunFolder:
         return self.stats_dir / f"part-{part:05d}.json"
 
     def read_part_stats(self, part: int) -> dict[str, Any]:
-        return json.loads(self.part_stats_path(part).read_text())
+        return upgrade_part_stats(json.loads(self.part_stats_path(part).read_text()))
 
     def launch_record_path(self, launch: str) -> Path:
         """One launch's streaming loop: the parts it wrote, its wall time and engine counter differences."""
         return self.stats_dir / f"launch-{launch}.json"
 
     def read_launch_record(self, launch: str | None) -> dict[str, Any] | None:
-        """A launch's record of its loop; None for parts written before launches were recorded, or a killed launch."""
-        return _read_json_if_present(self.launch_record_path(launch)) if launch else None
+        """A launch's record of its loop; None for a killed launch, or parts written before launches were recorded
+        (their stats name no launch)."""
+        record = _read_json_if_present(self.launch_record_path(launch)) if launch else None
+        return upgrade_launch_record(record) if record is not None else None
 
     @property
     def source_record_path(self) -> Path:

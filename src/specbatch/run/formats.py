@@ -7,6 +7,9 @@ them in, so every reader sees today's shape and none has to know what was "writt
 rewritten: it belongs to the run, and its digests (run folder, workload) come out the same either way, because the
 identities fill in the same declared values.
 
+The shard's own records (``stats/<shard>/``) are read through here too: a part's stats and a launch's record get the
+keys added since, with what they meant for the records written without them, so their readers index them plainly.
+
 A new field of the config needs no new format: declare its ``OLD_RUNS_DEFAULT`` and format-1 and format-2 records
 both get it. A new format is for a change in the shape of the record itself; its upgrade goes here.
 """
@@ -35,3 +38,21 @@ def upgrade_run_record(record: dict[str, Any], path: Path) -> dict[str, Any]:
     if isinstance(record.get("config"), dict):
         upgraded["config"] = with_old_run_defaults(record["config"])
     return upgraded
+
+
+# Keys of a part's stats added since the first version, with their value in stats written without them: the launch
+# that wrote the part (none: one generate call per chunk, before the engine was streamed), the part's size and
+# checksum (none: only its Parquet footer can be checked), the engine's batch (unknown).
+_PART_STATS_ADDED = {"launch": None, "part": None, "concurrency": None}
+# Keys of a launch record added since: whose work its counters count (before the key: this job's engine alone).
+_LAUNCH_RECORD_ADDED = {"counters_scope": "engine"}
+
+
+def upgrade_part_stats(stats: dict[str, Any]) -> dict[str, Any]:
+    """A part's stats (stats/<shard>/part-<n>.json) with every key today's version writes."""
+    return {**_PART_STATS_ADDED, **stats}
+
+
+def upgrade_launch_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A launch's record (stats/<shard>/launch-<id>.json) with every key today's version writes."""
+    return {**_LAUNCH_RECORD_ADDED, **record}

@@ -57,13 +57,13 @@ def part_problem(folder: RunFolder, number: int) -> str | None:
     if not part.is_file():
         return "it is missing"
     try:
-        recorded = folder.read_part_stats(number).get("part")
+        recorded = folder.read_part_stats(number)["part"]
     except FileNotFoundError:
         recorded = None  # parts written by hand, or before stats existed
     except (OSError, ValueError) as exc:
         return f"its stats file {stats_path.name} cannot be read ({type(exc).__name__})"
     if recorded is None:
-        # Written before parts carried a checksum: the Parquet footer must at least parse (catches truncation).
+        # No checksum recorded (run/formats.py): the Parquet footer must at least parse (catches truncation).
         try:
             pq.read_metadata(part)
         except Exception as exc:  # noqa: BLE001 - Arrow reports damage with several exception types

@@ -30,24 +30,24 @@ def summarize_shard(folder: RunFolder, job: JobConfig, parts: list[Path], engine
     by_launch: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
     for number, part in enumerate(parts):
         stats = folder.read_part_stats(number)
-        by_launch[stats.get("launch")].append({**stats, "number": number})
+        by_launch[stats["launch"]].append({**stats, "number": number})
         for record in pq.read_table(part, columns=_SUMMARY_COLUMNS).to_pylist():
             totals.add(record)
     counters, seconds, scopes = Counters(), 0.0, set()
-    concurrency = max((s.get("concurrency") or 0 for stats in by_launch.values() for s in stats), default=0)
+    concurrency = max((s["concurrency"] or 0 for stats in by_launch.values() for s in stats), default=0)
     for launch, stats in by_launch.items():
         record = folder.read_launch_record(launch)
         own = record is not None and sorted(record["parts"]) == sorted(s["number"] for s in stats)
         if own and record["counters"] is not None:
             counters = counters + Counters.from_dict(record["counters"])
-            scopes.add(record.get("counters_scope", "engine"))
+            scopes.add(record["counters_scope"])
         else:
             for s in stats:
                 counters = counters + Counters.from_dict(s["counters"])
             scopes.add("requests")
         if own:
             seconds += record["seconds"]
-        elif launch is None:  # parts written before streaming: each chunk's own generate time
+        elif launch is None:  # one generate call per chunk (before streaming): each chunk's own time
             seconds += sum(s["seconds"] for s in stats)
         else:
             seconds += max(s["elapsed"] for s in stats)
