@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,6 +48,29 @@ def job_args(root: Path) -> list[str]:
     ]
 
 
+# Where a job's state ends (scontrol's JobState).
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL"}
+
+
+def wait_for_array(job_id: str, env: dict[str, str], tasks: int, timeout: float = 1500) -> dict[str, tuple[str, str]]:
+    """Wait until every task of array job ``job_id`` has ended; {task id: (JobState, ExitCode)}. Polled every half
+    second with scontrol (slurmctld keeps ended jobs for MinJobAge, 300 s): `sbatch --wait` polls at growing
+    intervals, and its last poll came up to half a minute after the tasks ended (74 s for a 40 s array)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        shown = subprocess.run(
+            ["scontrol", "--oneliner", "show", "job", job_id], env=env, capture_output=True, text=True, timeout=60
+        )
+        records = [
+            dict(word.split("=", 1) for word in line.split() if "=" in word) for line in shown.stdout.splitlines()
+        ]
+        states = {r.get("ArrayTaskId", ""): (r.get("JobState", ""), r.get("ExitCode", "")) for r in records}
+        if len(states) == tasks and all(state in ENDED for state, _ in states.values()):
+            return states
+        assert time.monotonic() < deadline, f"array job {job_id} has not ended in {timeout:.0f} s: {states}"
+        time.sleep(0.5)
+
+
 def check_merged(root_args: list[str], shards: int) -> None:
     layout = RunFolder.for_job(compose_job(root_args), 0, shards)
     assert [s.state for s in run_status(layout.root)] == ["done"] * shards
@@ -66,7 +90,7 @@ def test_plain_sbatch_array_then_merge(slurm_env: dict[str, str], tmp_path: Path
     submit = subprocess.run(
         [
             "sbatch",
-            "--wait",
+            "--parsable",
             "--array=0-1",
             "--cpus-per-task=1",
             "--mem=6G",
@@ -79,10 +103,12 @@ def test_plain_sbatch_array_then_merge(slurm_env: dict[str, str], tmp_path: Path
         env={**slurm_env, "SPECBATCH_PYTHON": sys.executable, "SPECBATCH_HOME": str(PROJECT_ROOT)},
         capture_output=True,
         text=True,
-        timeout=1500,
+        timeout=120,
     )
+    assert submit.returncode == 0, submit.stderr
+    ended = wait_for_array(submit.stdout.strip().split(";")[0], slurm_env, tasks=2)
     task_logs = "\n".join(p.read_text()[-3000:] for p in sorted(logs.glob("*.out")))
-    assert submit.returncode == 0, submit.stderr + task_logs
+    assert set(ended.values()) == {("COMPLETED", "0:0")}, f"{ended}\n{task_logs}"
     assert "shard 0/2" in task_logs and "shard 1/2" in task_logs  # each task took its shard from the array
     check_merged(job_args(tmp_path), 2)
 
