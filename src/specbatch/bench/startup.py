@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from specbatch.common.machine import machine_line, this_machine
+from specbatch.bench import machine_header
 
 # A job small enough that start-up dominates: four prompts, sixteen new tokens each.
 WORKLOAD = ["max_samples=4", "sampling.max_tokens=16", "chunk_size=4"]
@@ -40,7 +40,7 @@ def startup_bench(checkouts: list[Path], repeats: int, root: Path, stamp: str) -
         for number, checkout in enumerate(checkouts):
             measured[checkout].append(_one_launch(checkout, root / f"startup-{stamp}" / f"{number}-{repeat}"))
     lines = [
-        f"machine: {machine_line(this_machine())}",
+        machine_header(),
         f"(e) start-up: jobs/generate.py {' '.join(WORKLOAD)} (tracking=sqlite), {repeats} launches per checkout, "
         "in turn; medians",
         f"{'checkout':<40} {'wall s':>8} {'engine s':>9} {'rest s':>8} {'wall ÷ first':>13}",
