@@ -81,11 +81,12 @@ def identity_fields(identity: Identity) -> list[str]:
 
 
 def project(plain: dict[str, Any], identity: Identity, prefix: str = "") -> dict[str, Any]:
-    """The part of a plain config (``to_plain_dict``, or a run's recorded config) that belongs to ``identity``."""
+    """The part of a plain config that belongs to ``identity``: of ``to_plain_dict``, or of a run's recorded config
+    once ``with_old_run_defaults`` has given it the fields added since."""
     fields = field_identities()
     out: dict[str, Any] = {}
-    # Whose backend-only fields count: the section's own backend (a run written before it existed: the default).
-    backend = plain.get("backend", getattr(fields.get(prefix + "backend"), "old_runs_default", None))
+    # Whose backend-only fields count: the section's own backend.
+    backend = plain.get("backend")
     for name, value in plain.items():
         declared = fields.get(prefix + name)
         if declared is None:
@@ -97,13 +98,6 @@ def project(plain: dict[str, Any], identity: Identity, prefix: str = "") -> dict
         elif identity in declared.identities:
             nested = declared.section and isinstance(value, dict)
             out[name] = project(value, identity, f"{prefix}{name}.") if nested else value
-    for key, declared in fields.items():
-        parent, _, name = key.rpartition(".")
-        missing = name not in plain and declared.old_runs_default is not _NO_DEFAULT
-        # A field left out while null stays out when an old run had it null.
-        absent = declared.absent_when_null and declared.old_runs_default is None
-        if missing and not absent and parent == prefix.removesuffix(".") and identity in declared.identities:
-            out[name] = declared.old_runs_default
     return out
 
 
@@ -144,7 +138,7 @@ def engine_identity(job: JobConfig) -> str:
 
 def workload_config(plain: dict[str, Any]) -> dict[str, Any]:
     """What must match for two runs to be compared, from a run's recorded plain config (old runs' included)."""
-    return project(plain, Identity.workload)
+    return project(with_old_run_defaults(plain), Identity.workload)
 
 
 def workload_digest(plain: dict[str, Any]) -> str:
