@@ -3,14 +3,13 @@
 #
 #   bash jobs/test.sh [pytest arguments...]
 #
-# On a fresh machine building llama-server takes 8 minutes of both cores, a sixth of the suite's budget; the suite
-# keeps the cores busy only part of the time (processes starting, servers and Slurm waited for). So the build (a
-# no-op once built) runs while the tests run, in the idle scheduling class (SCHED_IDLE: it gets a core only when no
-# test wants it), and the llama.cpp tests, collected last, wait for it (SPECBATCH_LLAMA_BUILD_PID; tests/conftest.py).
-# Not merely niced: vLLM's CPU engine runs one OpenMP thread per core and each step waits for the slowest, so a
-# compiler at nice 10 on one core slowed the vLLM fixtures 2-4x (k_schedule_cpu 330 s against 86 s), more than the
-# overlap saved. The build never outlives this script: it is waited for at the end (so the machine is set up whatever
-# the tests selected) and stopped with its whole process group if the tests are.
+# On a fresh machine building llama-server takes 8 minutes of both cores, a sixth of the suite's budget; the tests
+# leave the cores idle part of the time (servers and Slurm waited for). So the build (a no-op once built) runs while
+# the tests run, in the idle scheduling class (SCHED_IDLE: it gets a core only when no test wants it), and the
+# llama.cpp tests, collected last, wait for it (SPECBATCH_LLAMA_BUILD_PID; tests/conftest.py). Not merely niced: a
+# compiler at nice 10 slowed the vLLM fixtures 2-4x when their engines ran a thread per core. The build never outlives
+# this script: it is waited for at the end (so the machine is set up whatever the tests selected) and stopped with its
+# whole process group if the tests are.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
@@ -26,7 +25,11 @@ trap 'stop_build; exit 130' INT
 trap 'stop_build; exit 143' TERM
 echo "[test] building llama-server beside the tests when missing (log: $LOG)" >&2
 
-SPECBATCH_LLAMA_BUILD_PID=$build "$VENV/bin/python" -m pytest "$@"
+# Two workers, one test file each at a time (a module's shared engine stays in one process): a job keeps about one
+# core busy (imports, Python between engine steps, servers and Slurm waited for), so two side by side fill both cores.
+# Each worker runs its engines on one OpenMP thread, in a temporary folder of its own (tests/conftest.py). Later
+# arguments win: make test PYTEST_ARGS="-n 0" runs the tests one after another.
+SPECBATCH_LLAMA_BUILD_PID=$build "$VENV/bin/python" -m pytest -n 2 --dist loadfile "$@"
 tests=$?
 
 wait "$build"

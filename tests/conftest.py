@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -247,6 +249,38 @@ LLAMA_BUILD_BOUND_SECONDS = 45 * 60
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{NEEDS_LLAMA_SERVER}: starts llama-server; runs last, once it is built")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        config.stash[WORKER_TMP] = isolate_worker(worker)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if WORKER_TMP in config.stash:
+        shutil.rmtree(config.stash[WORKER_TMP], ignore_errors=True)
+
+
+# jobs/test.sh runs the suite in pytest-xdist workers, one test file per worker at a time (--dist loadfile: a
+# module's shared engine serves its tests in one process). The temporary folder this worker made for itself.
+WORKER_TMP = pytest.StashKey[Path]()
+
+
+def isolate_worker(worker: str) -> Path:
+    """What one xdist worker and the jobs its tests start need so that another worker running beside it changes
+    nothing they see:
+    - a temporary folder of its own (TMPDIR, inherited by every job): vLLM puts its IPC sockets and rendezvous files
+      there, and tests count them before and after a job to show that a stop leaves none;
+    - one thread per vLLM engine (unless OMP_NUM_THREADS / NUMBA_NUM_THREADS are set): vLLM's CPU engine ends every
+      step at an OpenMP barrier, so an engine with a thread per core, beside anything busy, waits at every step for
+      its thread that lost its core (measured: a busy loop on the other core made an n-gram job 3.2x slower; with
+      one thread, not slower at all). Numba's too: at the first call of vLLM's n-gram matcher (numba, parallel)
+      its OpenMP layer sets the process's OpenMP team, torch's included, to NUMBA_NUM_THREADS (default: every core).
+    Returns the folder, removed when the worker ends."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"specbatch-{worker}-"))
+    os.environ["TMPDIR"] = str(tmp)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+    return tmp
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
