@@ -27,9 +27,10 @@ echo "[test] building llama-server beside the tests when missing (log: $LOG)" >&
 
 # Two workers, one test file each at a time (a module's shared engine stays in one process): a job keeps about one
 # core busy (imports, Python between engine steps, servers and Slurm waited for), so two side by side fill both cores.
-# Each worker runs its engines on one OpenMP thread, in a temporary folder of its own (tests/conftest.py). Later
-# arguments win: make test PYTEST_ARGS="-n 0" runs the tests one after another.
-SPECBATCH_LLAMA_BUILD_PID=$build "$VENV/bin/python" -m pytest -n 2 --dist loadfile "$@"
+# Each worker runs its engines on one thread, in a temporary folder of its own; files go in the order
+# tests/conftest.py sorts them (not xdist's, which reorders by test count). Later arguments win:
+# make test PYTEST_ARGS="-n 0" runs the tests one after another.
+SPECBATCH_LLAMA_BUILD_PID=$build "$VENV/bin/python" -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"
 tests=$?
 
 wait "$build"

@@ -284,8 +284,15 @@ def isolate_worker(worker: str) -> Path:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Stable: the other tests keep their order, the llama.cpp ones follow them, so the build has the most time.
-    items.sort(key=lambda item: item.get_closest_marker(NEEDS_LLAMA_SERVER) is not None)
+    """Files in the order that ends the suite soonest on two xdist workers (jobs/test.sh keeps it: --dist loadfile
+    --no-loadscope-reorder): the files that start vLLM first, then the llama.cpp file, so the build beside the
+    tests has had the most time, then the quick files, which the other worker runs while llama.cpp's do. The sort
+    is stable: inside each group, files keep their collection order."""
+    groups: dict[Path, int] = {}
+    for item in items:
+        group = 1 if item.get_closest_marker(NEEDS_LLAMA_SERVER) else 0 if item.get_closest_marker("slow") else 2
+        groups[item.path] = min(groups.get(item.path, 2), group)
+    items.sort(key=lambda item: groups[item.path])
 
 
 def wait_for_llama_build(bound: float = LLAMA_BUILD_BOUND_SECONDS) -> None:
