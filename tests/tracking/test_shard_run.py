@@ -12,7 +12,7 @@ from specbatch.engine import Request, engine_fingerprint
 from specbatch.engine.dummy import DummyEngine
 from specbatch.pipeline import run_job
 from specbatch.run.folder import RunFolder
-from specbatch.tracking import shard_run, store
+from specbatch.tracking import shard_run
 
 
 class GatedEngine(DummyEngine):
@@ -33,7 +33,7 @@ class GatedEngine(DummyEngine):
 def test_generation_goes_on_while_the_mlflow_run_is_created(job_factory, monkeypatch) -> None:
     job = job_factory("max_samples=3", "tracking.experiment=overlap")
     opening, allow, threads = threading.Event(), threading.Event(), []
-    real_client = store.new_client
+    real_client = shard_run.new_client
 
     def slow_client(cfg):
         threads.append(threading.current_thread())
@@ -41,7 +41,8 @@ def test_generation_goes_on_while_the_mlflow_run_is_created(job_factory, monkeyp
         assert allow.wait(30), "the job waited for MLflow before generating"
         return real_client(cfg)
 
-    monkeypatch.setattr(store, "new_client", slow_client)
+    # The client of the shard's run is made on the observer's thread (from on_locked, beside the engine's start).
+    monkeypatch.setattr(shard_run, "new_client", slow_client)
     engine = GatedEngine(job, opening, allow)
     result = run_job(job, engine=engine)
 

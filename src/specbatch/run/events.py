@@ -36,7 +36,8 @@ class RunObserver(Protocol):
     """
 
     def on_locked(self, folder: RunFolder) -> None:
-        """This process now holds the shard's lock: what a killed earlier launch left can be settled."""
+        """This process now holds the shard's lock: what a killed earlier launch left can be settled, and slow
+        preparation started (in a thread) beside the engine's start."""
 
     def on_start(self, start: RunStart) -> None:
         """Generation starts: the engine is built and warm (or there was none to build). Slow work started here (in

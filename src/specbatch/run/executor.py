@@ -146,8 +146,9 @@ class ShardExecutor:
         folder = start.folder
         started = False
         try:
-            # A shard starts in this order: the engine (tens of seconds), then tracking, whose start (MLflow: a
-            # second or two, mostly I/O) runs on the observer's own thread while the chunks generate.
+            # A shard starts in this order: the engine (seconds to minutes), then tracking's run, opened on the
+            # observer's own thread while the chunks generate (MLflow's slow part, importing it and opening the
+            # store, began there at on_locked, beside the engine's start).
             self.steps.start_engine(todo)
             self.observer.on_start(start)
             started = True

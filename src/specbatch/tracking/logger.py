@@ -11,6 +11,7 @@ import logging
 import re
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -176,12 +177,14 @@ def mlflow_run(
     description: str,
     parent_run_id: str | None = None,
     later: str = "python jobs/log_run.py <run folder>",
+    client: Future[Any] | None = None,
 ) -> Iterator[RunLogger | None]:
     """An MLflow run that ends FINISHED, FAILED when the body raises, KILLED when it was stopped by SIGTERM.
 
-    With ``parent_run_id`` (a sweep's parent run) the run is nested under it in the UI. Yields None when tracking
-    is off, so callers write ``if run: ...``; when the store cannot be reached the logger is already inert
-    (``run.failure`` says why) and the body runs anyway.
+    With ``parent_run_id`` (a sweep's parent run) the run is nested under it in the UI. ``client``: new_client(cfg)
+    started beforehand on another thread; its error counts as the store's. Yields None when tracking is off, so
+    callers write ``if run: ...``; when the store cannot be reached the logger is already inert (``run.failure`` says
+    why) and the body runs anyway.
     """
     if not cfg.enabled:
         yield None
@@ -191,12 +194,12 @@ def mlflow_run(
         tags["mlflow.parentRunId"] = parent_run_id
     logger = RunLogger(None, None, None, cfg.uri, later)
     try:
-        client, experiment_id = open_client(cfg)
-        run = client.create_run(experiment_id, run_name=run_name, tags=tags)
+        opened, experiment_id = open_client(cfg, client.result() if client else None)
+        run = opened.create_run(experiment_id, run_name=run_name, tags=tags)
     except Exception as exc:  # noqa: BLE001 - see RunLogger: tracking never stops the job
         logger.fail("starting the run", exc)
     else:
-        logger.client, logger.run_id, logger.experiment_id = client, run.info.run_id, experiment_id
+        logger.client, logger.run_id, logger.experiment_id = opened, run.info.run_id, experiment_id
         log.info(
             "MLflow run %s (%s) in experiment %r at %s", run_name, run.info.run_id, cfg.experiment, mask_uri(cfg.uri)
         )

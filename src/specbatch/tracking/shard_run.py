@@ -6,10 +6,12 @@ A killed process cannot end its MLflow run, so while the run is open its id stay
 (``mlflow_active``) and the next launch of the shard ends that run KILLED. When MLflow failed, a pending note
 (``mlflow_pending``) tells jobs/log_run.py what to log later.
 
-Creating the run costs seconds (importing mlflow, opening or creating the store), none of which the engine needs:
-it runs on a worker thread while the engine starts, and every later MLflow call of the run goes to the same thread
-in event order (one thread uses the client, as before). The executor still sees each event finished when it
-returns, except on_start: on_finish and on_end wait for it first and raise what it raised.
+Tracking costs seconds before the run exists (importing mlflow, opening or creating the store), none of which the
+engine needs: that starts on a worker thread as soon as the shard's lock is held (on_locked), beside the engine's
+start; the run itself opens once the engine is up (on_start), on the same thread, while the chunks generate. Every
+later MLflow call of the run goes to that thread in event order (one thread uses the client). The executor sees
+each event finished when it returns, except those two: on_finish and on_end wait for them first and raise what
+on_start raised.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from specbatch.run.multirun import SweepJob
 from specbatch.run.summary import Summary
 from specbatch.tracking.logger import RunLogger, mark_run_killed, mlflow_run
 from specbatch.tracking.run_contents import RunIdentity, log_params, log_shard_results, run_identity
+from specbatch.tracking.store import new_client
 
 log = logging.getLogger(__name__)
 
@@ -50,26 +53,33 @@ class TrackingObserver:
         self._config: dict[str, Any] = {}
         # True once the run's id is in the run folder, so on_end knows to remove it.
         self._recorded_run = False
-        # The thread every MLflow call of the run goes to, from on_start to on_end, and on_start's pending work.
+        # The thread every MLflow call of the run goes to, from on_locked to on_end; the client it is making, and
+        # on_start's pending work.
         self._worker: ThreadPoolExecutor | None = None
+        self._client: Future[Any] | None = None
         self._starting: Future[None] | None = None
 
     def on_locked(self, folder: RunFolder) -> None:
-        """An MLflow run left RUNNING by a killed launch of this shard is ended KILLED (it can never finish)."""
+        """An MLflow run left RUNNING by a killed launch of this shard is ended KILLED (it can never finish); then the
+        client of this launch's run is made on the worker thread, while the engine starts."""
         active = folder.read_active_run()
-        if active is None:
-            return
-        if not self.tracking.enabled or not mark_run_killed(self.tracking, active["run_id"]):
-            return  # keep the record: a later launch that reaches the store ends the run
-        folder.mlflow_active_path.unlink(missing_ok=True)
+        if active is not None and self.tracking.enabled and mark_run_killed(self.tracking, active["run_id"]):
+            folder.mlflow_active_path.unlink(missing_ok=True)
+        # (Otherwise the record stays: a later launch that reaches the store ends the run.)
+        if self.tracking.enabled:
+            self._client = self._worker_thread().submit(new_client, self.tracking)
 
     def on_start(self, start: RunStart) -> None:
         """Opens the run on the worker thread and returns at once: the chunks generate meanwhile."""
         if not self.tracking.enabled:
             self._start(start)  # nothing to wait for: no client, no store
             return
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow")
-        self._starting = self._worker.submit(self._start, start)
+        self._starting = self._worker_thread().submit(self._start, start)
+
+    def _worker_thread(self) -> ThreadPoolExecutor:
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow")
+        return self._worker
 
     def on_finish(self, summary: Summary, parts: list[Path]) -> None:
         self._on_worker(self._finish, summary, parts)
@@ -108,7 +118,9 @@ class TrackingObserver:
         tags.update(self.sweep.tags() if self.sweep else {})
         later = f"python jobs/log_run.py {folder.root}"
         run = self._run = self._open.enter_context(
-            mlflow_run(self.tracking, identity.name, tags, identity.description, self._parent_run_id, later)
+            mlflow_run(
+                self.tracking, identity.name, tags, identity.description, self._parent_run_id, later, self._client
+            )
         )
         if run and run.run_id:
             # Left behind only if this process is killed: the next launch of the shard ends the run KILLED.

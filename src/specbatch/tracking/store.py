@@ -98,9 +98,10 @@ def new_client(cfg: TrackingConfig) -> Any:
     return MlflowClient(tracking_uri=cfg.uri)
 
 
-def open_client(cfg: TrackingConfig) -> tuple[Any, str]:
-    """A client on the configured store and the id of the configured experiment (created if needed)."""
-    client = new_client(cfg)
+def open_client(cfg: TrackingConfig, client: Any = None) -> tuple[Any, str]:
+    """A client on the configured store (``client``, made by new_client beforehand, or a new one) and the id of the
+    configured experiment (created if needed)."""
+    client = client or new_client(cfg)
     experiment = client.get_experiment_by_name(cfg.experiment)
     if experiment is not None:
         return client, experiment.experiment_id
