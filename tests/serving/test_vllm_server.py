@@ -107,6 +107,23 @@ def test_a_busy_port_is_refused_naming_engine_url_before_anything_starts(tmp_pat
         assert not (tmp_path / "_serve").exists()
 
 
+def test_a_server_program_that_cannot_run_leaves_no_reaper_and_no_ipc_folder(tmp_path: Path) -> None:
+    # The reaper starts before the server; when the server's program cannot even be started, both go again.
+    ipc_dir = reaper.make_ipc_dir()
+    before = psutil.Process().children(recursive=True)
+    with pytest.raises(FileNotFoundError):
+        child_server.ChildServer.launch(
+            [str(tmp_path / "no-such-server")],
+            dict(os.environ),
+            "http://127.0.0.1:9/v1",
+            tmp_path / "server.log",
+            timeout=5,
+            ipc_dir=ipc_dir,
+        )
+    assert not ipc_dir.exists()
+    assert [p for p in psutil.Process().children(recursive=True) if p not in before and p.is_running()] == []
+
+
 def test_a_host_of_another_machine_is_refused(tmp_path: Path) -> None:
     # 192.0.2.0/24 is reserved for documentation: never an address of this machine.
     with pytest.raises(ConfigError, match="engine.url=http://192.0.2.1:8000/v1: cannot listen"):

@@ -26,7 +26,14 @@ from specbatch.config import JobConfig, SamplingConfig
 from specbatch.engine.base import Completion, Request, RequestRefused, Sample, engine_fingerprint
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
 from specbatch.engine.vllm_family import VllmFamily
-from specbatch.serving.reaper import Reaper, make_ipc_dir, release_leaked_shm, remove_ipc_dir, shm_of_children
+from specbatch.serving.reaper import (
+    Reaper,
+    abandon_start,
+    make_ipc_dir,
+    release_leaked_shm,
+    remove_ipc_dir,
+    shm_of_children,
+)
 from specbatch.serving.vllm_args import (
     llm_kwargs,
     offline_environment,
@@ -209,11 +216,7 @@ class VllmEngine(VllmFamily):
             with _temp_dir_of_new_processes(ipc_dir):
                 llm = LLM(**kwargs)
         except BaseException:
-            # vLLM ends the processes of an engine that failed to start.
-            if reaper:
-                reaper.stop()
-            if ipc_dir:
-                remove_ipc_dir(ipc_dir)
+            abandon_start(reaper, ipc_dir)  # vLLM ends the processes of an engine that failed to start
             raise
         engine = cls(llm, engine_fingerprint(job), reaper)
         engine.ipc_dir = ipc_dir

@@ -25,7 +25,7 @@ from typing import Self
 import httpx
 import psutil
 
-from specbatch.serving.reaper import Reaper, remove_ipc_dir, shm_used_by
+from specbatch.serving.reaper import Reaper, abandon_start, remove_ipc_dir, shm_used_by
 
 log = logging.getLogger(__name__)
 
@@ -117,10 +117,7 @@ class ChildServer:
                     start_new_session=True,
                 )
         except BaseException:
-            if reaper:
-                reaper.stop()
-            if ipc_dir:
-                remove_ipc_dir(ipc_dir)
+            abandon_start(reaper, ipc_dir)
             raise
         server = cls(process, url, log_path, reaper, ipc_dir)
         try:

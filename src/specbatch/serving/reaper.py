@@ -148,6 +148,14 @@ def remove_ipc_dir(path: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
+def abandon_start(reaper: Reaper | None, ipc_dir: Path | None) -> None:
+    """A start raised, leaving no process (none started, or vLLM ended its own): the reaper and IPC folder go."""
+    if reaper:
+        reaper.stop()
+    if ipc_dir:
+        remove_ipc_dir(ipc_dir)
+
+
 def _shm_entries() -> set[ShmEntry]:
     if not SHM.is_dir():
         return set()
