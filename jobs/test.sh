@@ -6,10 +6,10 @@
 # On a fresh machine building llama-server takes 8 minutes of both cores, a sixth of the suite's budget; the tests
 # leave the cores idle part of the time (servers and Slurm waited for). So the build (a no-op once built) runs while
 # the tests run, in the idle scheduling class (SCHED_IDLE: it gets a core only when no test wants it), and the
-# llama.cpp tests, collected last, wait for it (SPECBATCH_LLAMA_BUILD_PID; tests/conftest.py). Not merely niced: a
-# compiler at nice 10 slowed the vLLM fixtures 2-4x when their engines ran a thread per core. The build never outlives
-# this script: it is waited for at the end (so the machine is set up whatever the tests selected) and stopped with its
-# whole process group if the tests are.
+# llama.cpp tests, run after the vLLM ones, wait for it (SPECBATCH_LLAMA_BUILD_PID; tests/conftest.py). Not merely
+# niced: a compiler at nice 10 slowed the vLLM fixtures 2-4x when their engines ran a thread per core. The build never
+# outlives this script: it is waited for at the end (so the machine is set up whatever the tests selected) and
+# stopped with its whole process group if the tests are.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"

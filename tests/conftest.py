@@ -241,14 +241,14 @@ def log_records(output: str) -> list[str]:
     return records
 
 
-# Tests that start the llama-server jobs/test.sh builds beside the suite: collected last, after waiting for it.
+# Tests that start the llama-server jobs/test.sh builds beside the suite: run after the vLLM files, once it is built.
 NEEDS_LLAMA_SERVER = "needs_llama_server"
 # How long a llama.cpp test waits for that build: it takes 8 minutes of both cores, longer beside the tests.
 LLAMA_BUILD_BOUND_SECONDS = 45 * 60
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{NEEDS_LLAMA_SERVER}: starts llama-server; runs last, once it is built")
+    config.addinivalue_line("markers", f"{NEEDS_LLAMA_SERVER}: starts llama-server, once it is built")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         config.stash[WORKER_TMP] = isolate_worker(worker)
