@@ -204,7 +204,7 @@ def test_a_stop_after_the_engine_crashed_removes_what_it_left_in_shm(
 
 
 def test_mapped_files_reads_this_process_maps_and_leaves_removed_files_out(tmp_path: Path) -> None:
-    from specbatch.serving.reaper import _mapped_files
+    from specbatch.serving.shm import _mapped_files
 
     kept, removed = tmp_path / "kept file", tmp_path / "removed"
     maps = []
@@ -230,7 +230,7 @@ _LEAKER = textwrap.dedent(
     """
     import multiprocessing, os, signal, sys
     from multiprocessing import shared_memory
-    from specbatch.serving.reaper import release_leaked_shm, shm_of_children
+    from specbatch.serving.shm import release_leaked_shm, shm_of_children
 
     def make(queue):
         segment = shared_memory.SharedMemory(create=True, size=4096)
@@ -248,7 +248,7 @@ _LEAKER = textwrap.dedent(
         child.join()
         if sys.argv[1] == "release":
             release_leaked_shm(seen)
-        print(name, sorted(seen))
+        print(name, sorted(seen.paths))
     """
 )
 
@@ -273,3 +273,51 @@ def test_a_segment_whose_maker_was_killed_is_removed_and_leaves_no_tracker_warni
         assert "resource_tracker" not in result.stderr and "Traceback" not in result.stderr, result.stderr
     else:  # what the job printed before: the tracker warns, then removes it itself
         assert "leaked shared_memory objects" in result.stderr, result.stderr
+
+
+# A child that unlinks its own segment on SIGTERM, after a second of other clean-up: what vLLM's worker does when Slurm
+# signals it together with its engine core, whose shutdown then returns while the worker is still closing.
+_CLOSING = textwrap.dedent(
+    """
+    import multiprocessing, signal, sys, time
+    from multiprocessing import shared_memory
+    from specbatch.serving.shm import release_leaked_shm, shm_of_children
+
+    def make(queue):
+        segment = shared_memory.SharedMemory(create=True, size=4096)
+        def close(signum, frame):
+            time.sleep(1.0)
+            segment.close()
+            try:
+                segment.unlink()
+            except FileNotFoundError:
+                sys.exit(3)  # removed under it: vLLM prints a traceback here
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, close)
+        queue.put(segment.name)
+        signal.pause()
+
+    if __name__ == "__main__":
+        spawn = multiprocessing.get_context("spawn")
+        queue = spawn.Queue()
+        child = spawn.Process(target=make, args=(queue,))
+        child.start()
+        name = queue.get(timeout=60)
+        seen = shm_of_children()
+        child.terminate()
+        release_leaked_shm(seen)
+        child.join()
+        print(name, child.exitcode)
+    """
+)
+
+
+def test_a_segment_whose_maker_is_still_closing_is_left_for_it_to_unlink(tmp_path: Path) -> None:
+    script = tmp_path / "closing.py"
+    script.write_text(_CLOSING)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    name, exitcode = result.stdout.split()
+    assert exitcode == "0", "the job removed the segment while its maker was still closing"
+    assert not Path("/dev/shm", name.lstrip("/")).exists()
+    assert "Traceback" not in result.stderr and "resource_tracker" not in result.stderr, result.stderr

@@ -26,14 +26,8 @@ from specbatch.config import JobConfig, SamplingConfig
 from specbatch.engine.base import Completion, Request, RequestRefused, Sample, engine_fingerprint
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
 from specbatch.engine.vllm_family import VllmFamily
-from specbatch.serving.reaper import (
-    Reaper,
-    abandon_start,
-    make_ipc_dir,
-    release_leaked_shm,
-    remove_ipc_dir,
-    shm_of_children,
-)
+from specbatch.serving.reaper import Reaper, abandon_start, make_ipc_dir, remove_ipc_dir
+from specbatch.serving.shm import ChildShm, release_leaked_shm, shm_of_children
 from specbatch.serving.vllm_args import (
     llm_kwargs,
     offline_environment,
@@ -289,7 +283,7 @@ class VllmEngine(VllmFamily):
         self._running.clear()
         # vLLM 0.32's LLM has no close(); its engine-core client owns the worker processes.
         core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
-        engine_shm = shm_of_children() if self.reaper else set()  # multi-process: what its processes map
+        engine_shm = shm_of_children() if self.reaper else ChildShm()  # multi-process: what its processes map
         if callable(getattr(core, "shutdown", None)):
             # vLLM's default (5 s) is shorter than its engine core's own wait for its worker (5 s, then SIGTERM): on
             # a busy machine the core was killed before it could unlink its ring buffer.

@@ -25,7 +25,8 @@ from typing import Self
 import httpx
 import psutil
 
-from specbatch.serving.reaper import Reaper, abandon_start, remove_ipc_dir, shm_used_by
+from specbatch.serving.reaper import Reaper, abandon_start, remove_ipc_dir
+from specbatch.serving.shm import shm_used_by
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import select
 import shutil
 import signal
@@ -38,10 +37,11 @@ from pathlib import Path
 
 import psutil
 
+from specbatch.serving.shm import creator_pid, gone, remove_if_unchanged, shm_entries, shm_used_by
+
 # Named, not __name__: run as ``python -m`` this module is __main__.
 log = logging.getLogger("specbatch.serving.reaper")
 
-SHM = Path("/dev/shm")
 # How often the reaper records the job's descendants, and how soon it notices a parent change.
 POLL_SECONDS = 0.5
 # Between SIGTERM (vLLM's processes shut down on it) and SIGKILL.
@@ -58,8 +58,6 @@ STOP_TIMEOUT_SECONDS = 10.0
 # After a normal stop, how long the reaper waits for the makers of leftover semaphores to exit (the job waits for the
 # reaper, so this is time on the job's clock; well inside STOP_TIMEOUT_SECONDS).
 TIDY_WAIT_SECONDS = 1.0
-
-ShmEntry = tuple[str, int]  # path, inode
 
 
 class Reaper:
@@ -156,60 +154,6 @@ def abandon_start(reaper: Reaper | None, ipc_dir: Path | None) -> None:
         remove_ipc_dir(ipc_dir)
 
 
-def _shm_entries() -> set[ShmEntry]:
-    if not SHM.is_dir():
-        return set()
-    return {(entry.path, entry.inode()) for entry in os.scandir(SHM)}
-
-
-def shm_used_by(process: psutil.Process, maps: bool) -> set[str]:
-    """/dev/shm files the process holds open; with ``maps`` also those it maps."""
-    prefix = f"{SHM}/"
-    paths = {f.path for f in process.open_files() if f.path.startswith(prefix)}
-    if maps:
-        paths.update(path for path in _mapped_files(process.pid) if path.startswith(prefix))
-    return paths
-
-
-def shm_of_children() -> set[str]:
-    """/dev/shm files this process's descendants (an engine's processes) hold open or map, and this process not."""
-    paths: set[str] = set()
-    for child in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            paths |= shm_used_by(child, maps=True)
-    return paths - shm_used_by(psutil.Process(), maps=True)
-
-
-def release_leaked_shm(paths: set[str]) -> None:
-    """Python SharedMemory segments (``psm_*``) among ``paths`` that are still there once their makers are gone: vLLM's
-    shutdown killed the process that made one before it could unlink it. Removed, and taken off the resource tracker
-    the engine's processes share with this one, which would otherwise print "resource_tracker: There appear to be N
-    leaked shared_memory objects" when the job exits. Only for makers of this process's tracker that have exited."""
-    from multiprocessing import resource_tracker
-
-    for path in sorted(paths):
-        name = os.path.basename(path)
-        if name.startswith("psm_") and os.path.exists(path):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            resource_tracker.unregister(f"/{name}", "shared_memory")
-
-
-def _mapped_files(pid: int) -> set[str]:
-    """Paths in /proc/<pid>/maps. Not psutil's memory_maps(): that reads smaps, which walks the page tables of
-    every mapping under the process's memory lock, far slower for a big engine process busy allocating."""
-    try:
-        text = Path(f"/proc/{pid}/maps").read_text(errors="replace")
-    except FileNotFoundError:
-        raise psutil.NoSuchProcess(pid) from None
-    except PermissionError:
-        raise psutil.AccessDenied(pid) from None
-    # address perms offset dev inode [path]; a path may hold spaces. A file removed already is left out: its name
-    # may belong to a new file by now.
-    fields = (line.split(maxsplit=5) for line in text.splitlines())
-    return {f[5] for f in fields if len(f) == 6 and not f[5].endswith(" (deleted)")}
-
-
 class Watch:
     """What the reaper knows of the job: its descendants and the /dev/shm files they used."""
 
@@ -217,7 +161,7 @@ class Watch:
         self.job_pid = job_pid
         self.ipc_dir = ipc_dir
         self.job = psutil.Process(job_pid)
-        self.shm_before = _shm_entries()
+        self.shm_before = shm_entries()
         self.processes: set[psutil.Process] = set()  # hashed by pid and creation time: a reused pid is another
         # Every pid of the job's tree seen alive: a group kill can end them all before the last record.
         self.pids: set[int] = {job_pid}
@@ -247,32 +191,32 @@ class Watch:
         when vLLM's shutdown returns), for at most TIDY_WAIT_SECONDS: the job waits for this."""
         candidates = [
             (path, inode)
-            for path, inode in sorted(_shm_entries() - self.shm_before)
-            if _creator_pid(path) in self.pids and _creator_pid(path) != self.job_pid
+            for path, inode in sorted(shm_entries() - self.shm_before)
+            if creator_pid(path) in self.pids and creator_pid(path) != self.job_pid
         ]
-        makers = {p for p in self.processes if p.pid in {_creator_pid(path) for path, _ in candidates}}
+        makers = {p for p in self.processes if p.pid in {creator_pid(path) for path, _ in candidates}}
         deadline = time.monotonic() + TIDY_WAIT_SECONDS
-        while not all(_gone(p) for p in makers) and time.monotonic() < deadline:
+        while not all(gone(p) for p in makers) and time.monotonic() < deadline:
             time.sleep(0.05)
-        running = {p.pid for p in makers if not _gone(p)}
+        running = {p.pid for p in makers if not gone(p)}
         for path, inode in candidates:
-            if _creator_pid(path) not in running and _remove_if_unchanged(path, inode):
-                log.debug("removed %s left by the engine's process %s", path, _creator_pid(path))
+            if creator_pid(path) not in running and remove_if_unchanged(path, inode):
+                log.debug("removed %s left by the engine's process %s", path, creator_pid(path))
 
     def remove_left_shm(self) -> None:
         """After the job said its engine's processes are gone (a crash): remove the /dev/shm entries that appeared
         since the reaper started and that they used or made, unless a process of the job still running uses them
         (the job's own are never touched)."""
-        running = [p for p in self.processes if not _gone(p)]
+        running = [p for p in self.processes if not gone(p)]
         in_use: set[str] = set()
         for process in [self.job, *running]:
             with contextlib.suppress(psutil.Error):
                 in_use |= shm_used_by(process, maps=True)
         dead_pids = self.pids - {p.pid for p in running} - {self.job_pid}
-        for path, inode in sorted(_shm_entries() - self.shm_before):
-            if path in in_use or not (path in self.shm_paths or _creator_pid(path) in dead_pids):
+        for path, inode in sorted(shm_entries() - self.shm_before):
+            if path in in_use or not (path in self.shm_paths or creator_pid(path) in dead_pids):
                 continue
-            if _remove_if_unchanged(path, inode):
+            if remove_if_unchanged(path, inode):
                 log.warning("removed %s left by the crashed engine of job %d", path, self.job_pid)
 
     def reap(self) -> None:
@@ -303,42 +247,15 @@ class Watch:
         _signal(alive, signal.SIGKILL)
         owned = {
             (path, inode)
-            for path, inode in _shm_entries() - self.shm_before
-            if path in self.shm_paths or _creator_pid(path) in self.pids
+            for path, inode in shm_entries() - self.shm_before
+            if path in self.shm_paths or creator_pid(path) in self.pids
         }
         for path, inode in sorted(owned):
-            if _remove_if_unchanged(path, inode):
+            if remove_if_unchanged(path, inode):
                 log.warning("removed %s left by job %d", path, self.job_pid)
         if self.ipc_dir is not None and self.ipc_dir.exists():
             remove_ipc_dir(self.ipc_dir)
             log.warning("removed %s left by job %d", self.ipc_dir, self.job_pid)
-
-
-def _remove_if_unchanged(path: str, inode: int) -> bool:
-    """Unlink ``path`` if it is still the file recorded (same inode) and ours; whether it was removed."""
-    with contextlib.suppress(FileNotFoundError):
-        stat = os.stat(path)
-        if stat.st_ino == inode and stat.st_uid == os.getuid():
-            os.unlink(path)
-            return True
-    return False
-
-
-def _gone(process: psutil.Process) -> bool:
-    try:
-        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-# loky's named semaphores (vLLM's EngineCore makes one) carry their creator's pid in the name. They are mapped, never
-# held open, so when a group kill leaves no survivor to read the maps of, the name is what ties them to the job.
-_LOKY_SEMAPHORE = re.compile(r"sem\.loky-(\d+)-")
-
-
-def _creator_pid(path: str) -> int | None:
-    match = _LOKY_SEMAPHORE.match(os.path.basename(path))
-    return int(match.group(1)) if match else None
 
 
 def _name(process: psutil.Process) -> str:
