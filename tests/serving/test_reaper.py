@@ -225,61 +225,13 @@ def test_mapped_files_reads_this_process_maps_and_leaves_removed_files_out(tmp_p
 
 
 # A child of the job (as vLLM's engine core is) makes a SharedMemory segment, registered with the resource tracker it
-# shares with the job, and is killed before it can unlink it (vLLM's shutdown kills a core that is slow to exit).
+# shares with the job. "release"/"keep": the child is killed before it can unlink it (vLLM's shutdown kills a core
+# that is slow to exit), then the job releases what its children leaked, or not. "closing": the child unlinks its own
+# segment on SIGTERM after a second of other clean-up (vLLM's worker, signalled by Slurm together with its engine
+# core, whose shutdown then returns while the worker is still closing), and the job releases at once.
 _LEAKER = textwrap.dedent(
     """
-    import multiprocessing, os, signal, sys
-    from multiprocessing import shared_memory
-    from specbatch.serving.shm import release_leaked_shm, shm_of_children
-
-    def make(queue):
-        segment = shared_memory.SharedMemory(create=True, size=4096)
-        queue.put(segment.name)
-        signal.pause()
-
-    if __name__ == "__main__":
-        spawn = multiprocessing.get_context("spawn")
-        queue = spawn.Queue()
-        child = spawn.Process(target=make, args=(queue,))
-        child.start()
-        name = queue.get(timeout=60)
-        seen = shm_of_children()
-        os.kill(child.pid, signal.SIGKILL)
-        child.join()
-        if sys.argv[1] == "release":
-            release_leaked_shm(seen)
-        print(name, sorted(seen.paths))
-    """
-)
-
-
-@pytest.mark.parametrize("release", [True, False])
-def test_a_segment_whose_maker_was_killed_is_removed_and_leaves_no_tracker_warning(
-    release: bool, tmp_path: Path
-) -> None:
-    script = tmp_path / "leaker.py"  # a file: spawn re-imports the child's function from it
-    script.write_text(_LEAKER)
-    result = subprocess.run(
-        [sys.executable, str(script), "release" if release else "keep"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    name, seen = result.stdout.split(" ", 1)
-    assert f"/dev/shm/{name.lstrip('/')}" in seen, "the child's segment was found among what it maps"
-    assert not Path("/dev/shm", name.lstrip("/")).exists()
-    if release:
-        assert "resource_tracker" not in result.stderr and "Traceback" not in result.stderr, result.stderr
-    else:  # what the job printed before: the tracker warns, then removes it itself
-        assert "leaked shared_memory objects" in result.stderr, result.stderr
-
-
-# A child that unlinks its own segment on SIGTERM, after a second of other clean-up: what vLLM's worker does when Slurm
-# signals it together with its engine core, whose shutdown then returns while the worker is still closing.
-_CLOSING = textwrap.dedent(
-    """
-    import multiprocessing, signal, sys, time
+    import multiprocessing, os, signal, sys, time
     from multiprocessing import shared_memory
     from specbatch.serving.shm import release_leaked_shm, shm_of_children
 
@@ -298,26 +250,48 @@ _CLOSING = textwrap.dedent(
         signal.pause()
 
     if __name__ == "__main__":
+        mode = sys.argv[1]
         spawn = multiprocessing.get_context("spawn")
         queue = spawn.Queue()
         child = spawn.Process(target=make, args=(queue,))
         child.start()
         name = queue.get(timeout=60)
         seen = shm_of_children()
-        child.terminate()
-        release_leaked_shm(seen)
+        os.kill(child.pid, signal.SIGTERM if mode == "closing" else signal.SIGKILL)
+        if mode == "closing":
+            release_leaked_shm(seen)
         child.join()
-        print(name, child.exitcode)
+        if mode == "release":
+            release_leaked_shm(seen)
+        print(name, child.exitcode, sorted(seen.paths))
     """
 )
 
 
-def test_a_segment_whose_maker_is_still_closing_is_left_for_it_to_unlink(tmp_path: Path) -> None:
-    script = tmp_path / "closing.py"
-    script.write_text(_CLOSING)
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+def run_leaker(tmp_path: Path, mode: str) -> tuple[str, str, str, str]:
+    """The segment's name, the child's exit code, the paths seen, and the job's stderr."""
+    script = tmp_path / "leaker.py"  # a file: spawn re-imports the child's function from it
+    script.write_text(_LEAKER)
+    result = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
-    name, exitcode = result.stdout.split()
-    assert exitcode == "0", "the job removed the segment while its maker was still closing"
+    name, exitcode, seen = result.stdout.split(" ", 2)
+    assert f"/dev/shm/{name.lstrip('/')}" in seen, "the child's segment was found among what it maps"
     assert not Path("/dev/shm", name.lstrip("/")).exists()
-    assert "Traceback" not in result.stderr and "resource_tracker" not in result.stderr, result.stderr
+    return name, exitcode, seen, result.stderr
+
+
+@pytest.mark.parametrize("release", [True, False])
+def test_a_segment_whose_maker_was_killed_is_removed_and_leaves_no_tracker_warning(
+    release: bool, tmp_path: Path
+) -> None:
+    _, _, _, stderr = run_leaker(tmp_path, "release" if release else "keep")
+    if release:
+        assert "resource_tracker" not in stderr and "Traceback" not in stderr, stderr
+    else:  # what the job printed before: the tracker warns, then removes it itself
+        assert "leaked shared_memory objects" in stderr, stderr
+
+
+def test_a_segment_whose_maker_is_still_closing_is_left_for_it_to_unlink(tmp_path: Path) -> None:
+    _, exitcode, _, stderr = run_leaker(tmp_path, "closing")
+    assert exitcode == "0", "the job removed the segment while its maker was still closing"
+    assert "Traceback" not in stderr and "resource_tracker" not in stderr, stderr
