@@ -13,7 +13,7 @@ import pytest
 from specbatch.data.prompts import Prompt
 from specbatch.engine import Sample
 from specbatch.engine.vllm_offline import row_figures
-from specbatch.run.output_rows import SCHEMA, build_records, read_config_metadata, write_parquet
+from specbatch.run.output_rows import SCHEMA, build_output_rows, read_config_metadata, write_parquet
 
 
 class FakeMetrics:  # shaped like vLLM's per-request spec decode metrics
@@ -36,9 +36,9 @@ PROMPT = Prompt(row_id="r0", text="say hi", token_ids=[1, 2])
 
 
 def test_rows_round_trip_with_schema_and_config(tmp_path: Path) -> None:
-    records = build_records(PROMPT, output(True), "ngram", 2) + build_records(PROMPT, output(False), "none", None)
+    rows = build_output_rows(PROMPT, output(True), "ngram", 2) + build_output_rows(PROMPT, output(False), "none", None)
     path = tmp_path / "data" / "part-00000.parquet"
-    write_parquet(records, path, {"spec": {"method": "ngram"}})
+    write_parquet(rows, path, {"spec": {"method": "ngram"}})
     table = pq.read_table(path)
     assert table.schema.remove_metadata() == SCHEMA
     spec_row, base_row = table.to_pylist()
@@ -52,7 +52,7 @@ def test_rows_round_trip_with_schema_and_config(tmp_path: Path) -> None:
 
 
 def test_failed_write_leaves_no_file(tmp_path: Path) -> None:
-    bad = [{**build_records(PROMPT, output(False), "none", None)[0], "prompt_tokens": "not a number"}]
+    bad = [{**build_output_rows(PROMPT, output(False), "none", None)[0], "prompt_tokens": "not a number"}]
     path = tmp_path / "part-00000.parquet"
     with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError)):
         write_parquet(bad, path, {})

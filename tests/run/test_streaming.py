@@ -43,7 +43,7 @@ def test_a_failing_row_is_isolated_and_its_later_turns_are_errors(setup) -> None
     job, tokenizer = setup
     engine = DummyEngine(engine_fingerprint(job), k=job.spec.k, refuse=refuse_poison, keep_requests=True)
     [chunk], result = stream(engine, job, tokenizer, [(0, rows())])
-    got = {(r["row_id"], r["turn"]): (r["status"], r["error"]) for r in chunk.records}
+    got = {(r["row_id"], r["turn"]): (r["status"], r["error"]) for r in chunk.output_rows}
     assert got[("r1", 1)] == ("ok", None) and got[("r1", 2)] == ("ok", None) and got[("r3", 1)] == ("ok", None)
     assert got[("r2", 1)] == ("error", "refused by the engine: token id out of range")
     assert got[("r2", 2)] == ("error", f"turn 1 failed: {got[('r2', 1)][1]}")
@@ -52,19 +52,19 @@ def test_a_failing_row_is_isolated_and_its_later_turns_are_errors(setup) -> None
     assert got[("r5", 1)][0] == "error" and got[("r5", 1)][1].startswith("prompt too long")
     assert got[("r5", 3)] == ("error", f"turn 1 failed: {got[('r5', 1)][1]}")
     # Records in row order, then turn: the part reads like the data file whatever order requests finished in.
-    assert [(r["row_id"], r["turn"]) for r in chunk.records] == [
+    assert [(r["row_id"], r["turn"]) for r in chunk.output_rows] == [
         ("r1", 1), ("r1", 2), ("r2", 1), ("r2", 2), ("r3", 1), ("r5", 1), ("r5", 2), ("r5", 3), ("r4", 1)
     ]  # fmt: skip
     # Turn 2 only for the row still alive, asked with r1's own turn-1 answer in the conversation.
     assert [(r.row_id, r.turn) for r in engine.added] == [("r1", 1), ("r3", 1), ("r1", 2)]
-    first_answer = next(r["completion"] for r in chunk.records if r["row_id"] == "r1" and r["turn"] == 1)
-    r1_turn2 = next(r for r in chunk.records if r["row_id"] == "r1" and r["turn"] == 2)
+    first_answer = next(r["completion"] for r in chunk.output_rows if r["row_id"] == "r1" and r["turn"] == 1)
+    r1_turn2 = next(r for r in chunk.output_rows if r["row_id"] == "r1" and r["turn"] == 2)
     assert first_answer in r1_turn2["prompt"]
     # The chunk's figures are its requests' own; over one chunk they equal the engine counter differences.
     assert chunk.counters == result.counters and chunk.counters.generation_tokens > 0
-    generated = sum(r["completion_tokens"] for r in chunk.records if r["status"] == "ok")
+    generated = sum(r["completion_tokens"] for r in chunk.output_rows if r["status"] == "ok")
     assert chunk.counters.generation_tokens == generated
-    assert chunk.counters.drafts == sum(r["spec_steps"] for r in chunk.records if r["status"] == "ok")
+    assert chunk.counters.drafts == sum(r["spec_steps"] for r in chunk.output_rows if r["status"] == "ok")
 
 
 def test_chunks_are_written_as_they_finish_and_the_engine_is_never_drained(setup) -> None:
@@ -101,7 +101,7 @@ def test_admission_is_bounded_and_a_stop_finishes_what_was_admitted(setup) -> No
     written, result = stream(engine, job, tokenizer, chunks(), stop_requested=lambda: engine.completed >= 6)
     assert result.stopped and sorted(result.chunks) == admitted == list(range(len(admitted)))
     assert len(admitted) < 10  # a bounded look-ahead, not the whole generator
-    assert all(len(c.records) == 2 for c in written)
+    assert all(len(c.output_rows) == 2 for c in written)
 
 
 def test_an_engine_failure_cancels_what_is_in_flight(setup) -> None:
@@ -128,12 +128,12 @@ def test_a_request_the_engine_gave_up_on_is_an_error_row_and_its_later_turns_too
     job, tokenizer = setup
     engine = AnswersWithAnError(engine_fingerprint(job), k=job.spec.k)
     [chunk], _ = stream(engine, job, tokenizer, [(0, rows()[:3])])
-    got = {(r["row_id"], r["turn"]): (r["status"], r["error"]) for r in chunk.records}
+    got = {(r["row_id"], r["turn"]): (r["status"], r["error"]) for r in chunk.output_rows}
     assert got[("r1", 1)] == ("error", "the server answered HTTP 500: boom")
     assert got[("r1", 2)] == ("error", "turn 1 failed: the server answered HTTP 500: boom")
     assert got[("r3", 1)] == ("ok", None)
     # The failed request's prompt is kept on its error row, so the row shows what was asked.
-    assert next(r for r in chunk.records if r["row_id"] == "r1")["prompt"]
+    assert next(r for r in chunk.output_rows if r["row_id"] == "r1")["prompt"]
 
 
 def test_counters_that_went_backwards_are_not_used(setup) -> None:
@@ -158,7 +158,7 @@ def test_a_row_too_big_to_fit_is_an_error_row_and_is_never_tokenized(setup, monk
     )
     engine = DummyEngine(engine_fingerprint(job), k=job.spec.k, keep_requests=True)
     [chunk], _ = stream(engine, job, tokenizer, [(0, [SourceRow("big", turns=[huge, "next"]), *rows()[:1]])])
-    got = {(r["row_id"], r["turn"]): (r["status"], r["error"]) for r in chunk.records}
+    got = {(r["row_id"], r["turn"]): (r["status"], r["error"]) for r in chunk.output_rows}
     assert got[("big", 1)][0] == "error" and "characters cannot fit model.max_model_len" in got[("big", 1)][1]
     assert got[("big", 2)][1].startswith("turn 1 failed: prompt too long")
     assert got[("r1", 1)] == ("ok", None)

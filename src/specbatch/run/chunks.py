@@ -37,7 +37,7 @@ class ChunkWriter:
 
     def write(self, chunk: ChunkResult) -> None:
         def write_part(tmp: Path) -> None:
-            write_parquet_file(chunk.records, tmp, self.config)
+            write_parquet_file(chunk.output_rows, tmp, self.config)
             stats = {
                 "counters": asdict(chunk.counters),
                 # Which launch wrote it (and at what engine concurrency), and when in that launch's loop: the time
@@ -54,7 +54,7 @@ class ChunkWriter:
         log.info(
             "chunk %d written: %d rows (%d of %d chunks)",
             chunk.number,
-            len(chunk.records),
+            len(chunk.output_rows),
             len(self.written),
             self.todo,
         )

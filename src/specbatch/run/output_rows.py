@@ -55,7 +55,7 @@ _EMPTY_OUTPUT = dict.fromkeys(
 )
 
 
-def build_records(prompt: Prompt, samples: list[Sample], method: str, k: int | None) -> list[dict[str, Any]]:
+def build_output_rows(prompt: Prompt, samples: list[Sample], method: str, k: int | None) -> list[dict[str, Any]]:
     """Output rows from a prompt and the engine's samples for it: one per completion (sampling.n)."""
     rows = []
     for index, completion in enumerate(samples):
@@ -86,7 +86,7 @@ def build_records(prompt: Prompt, samples: list[Sample], method: str, k: int | N
     return rows
 
 
-def error_record(
+def error_output_row(
     row_id: str,
     turn: int,
     category: str | None,
@@ -111,17 +111,17 @@ def error_record(
     }
 
 
-def write_parquet(records: list[dict[str, Any]], path: Path, config: dict[str, Any]) -> None:
+def write_parquet(rows: list[dict[str, Any]], path: Path, config: dict[str, Any]) -> None:
     """Write under a temporary name in the same folder, then rename: a reader sees the whole file or none."""
-    atomic_write(path, lambda tmp: write_parquet_file(records, tmp, config))
+    atomic_write(path, lambda tmp: write_parquet_file(rows, tmp, config))
 
 
-def write_parquet_file(records: list[dict[str, Any]], path: Path, config: dict[str, Any]) -> None:
-    """Write ``path`` as it is (not atomic: callers that need to, write it through common.files.atomic_write)."""
+def write_parquet_file(rows: list[dict[str, Any]], path: Path, config: dict[str, Any]) -> None:
+    """Write ``path`` as it is (not atomic: callers that need to write through common.atomic_files.atomic_write)."""
     schema = SCHEMA.with_metadata(
         {CONFIG_METADATA_KEY: json.dumps(config, sort_keys=True).encode(), SCHEMA_VERSION_KEY: SCHEMA_VERSION}
     )
-    pq.write_table(pa.Table.from_pylist(records, schema=schema), path)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
 
 
 def read_config_metadata(path: Path) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from specbatch.data.prompts import Prompt, length_error, oversized_error, render
 from specbatch.data.rows import SourceRow
 from specbatch.engine import Completion, Engine, Request, RequestRefused
 from specbatch.engine.spec_metrics import Counters
-from specbatch.run.output_rows import build_records, error_record
+from specbatch.run.output_rows import build_output_rows, error_output_row
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class ChunkResult:
     """A finished chunk: its output rows in row order (then turn, then sample) and what its requests counted."""
 
     number: int
-    records: list[dict[str, Any]]
+    output_rows: list[dict[str, Any]]
     # From the per-request figures of the chunk's completions (the engine counters cannot be split by chunk).
     counters: Counters
     # Seconds from the start of the loop to this chunk's last completion.
@@ -64,7 +64,7 @@ class StreamResult:
 class _Chunk:
     number: int
     rows: list[SourceRow]
-    records: list[tuple[tuple[int, int, int], dict[str, Any]]] = field(default_factory=list)
+    output_rows: list[tuple[tuple[int, int, int], dict[str, Any]]] = field(default_factory=list)
     counters: Counters = field(default_factory=Counters)
     # Row turns asked and not answered yet; the chunk is finished when none are left.
     in_flight: int = 0
@@ -105,8 +105,8 @@ class ChunkStreamer:
         def finish(chunk: _Chunk) -> None:
             nonlocal open_chunks
             open_chunks -= 1
-            records = [record for _, record in sorted(chunk.records, key=lambda item: item[0])]
-            on_chunk(ChunkResult(chunk.number, records, chunk.counters, time.perf_counter() - began))
+            output_rows = [out for _, out in sorted(chunk.output_rows, key=lambda item: item[0])]
+            on_chunk(ChunkResult(chunk.number, output_rows, chunk.counters, time.perf_counter() - began))
             result.chunks.append(chunk.number)
 
         try:
@@ -215,8 +215,8 @@ class ChunkStreamer:
             if not chunk.in_flight:
                 finish(chunk)
             return
-        for record in build_records(asked.prompt, completion.samples, self.method, self.k):
-            chunk.records.append(((position, record["turn"], record["sample_index"]), record))
+        for out in build_output_rows(asked.prompt, completion.samples, self.method, self.k):
+            chunk.output_rows.append(((position, out["turn"], out["sample_index"]), out))
         counters = _request_counters(completion)
         chunk.counters = chunk.counters + counters
         self._answered_requests += 1
@@ -234,8 +234,8 @@ class ChunkStreamer:
         later = why if row.error is not None else f"turn {turn} failed: {why}"
         for t in range(turn, max(row.num_turns, turn) + 1):
             message, shown = (why, prompt) if t == turn else (later, None)
-            record = error_record(row.row_id, t, row.category, message, self.method, self.k, shown)
-            chunk.records.append(((position, t, 0), record))
+            out = error_output_row(row.row_id, t, row.category, message, self.method, self.k, shown)
+            chunk.output_rows.append(((position, t, 0), out))
 
     def _prompt_problem(self, prompt: Prompt) -> str | None:
         if not prompt.token_ids:

@@ -60,10 +60,10 @@ class RowTotals:
                 mine[key] += theirs[key]
 
     @classmethod
-    def of(cls, records: Iterable[dict[str, Any]], by_category: bool = False) -> RowTotals:
+    def of(cls, rows: Iterable[dict[str, Any]], by_category: bool = False) -> RowTotals:
         totals = cls(by_category=by_category)
-        for record in records:
-            totals.add(record)
+        for row in rows:
+            totals.add(row)
         return totals
 
 
