@@ -227,8 +227,8 @@ def test_mapped_files_reads_this_process_maps_and_leaves_removed_files_out(tmp_p
 # A child of the job (as vLLM's engine core is) makes a SharedMemory segment, registered with the resource tracker it
 # shares with the job. "release"/"keep": the child is killed before it can unlink it (vLLM's shutdown kills a core
 # that is slow to exit), then the job releases what its children leaked, or not. "closing": the child unlinks its own
-# segment on SIGTERM after a second of other clean-up (vLLM's worker, signalled by Slurm together with its engine
-# core, whose shutdown then returns while the worker is still closing), and the job releases at once.
+# segment on SIGTERM, a second after unmapping it (vLLM's worker, signalled by Slurm together with its engine core,
+# whose shutdown then returns while the worker is still closing), and the job releases at once.
 _LEAKER = textwrap.dedent(
     """
     import multiprocessing, os, signal, sys, time
@@ -238,8 +238,8 @@ _LEAKER = textwrap.dedent(
     def make(queue):
         segment = shared_memory.SharedMemory(create=True, size=4096)
         def close(signum, frame):
+            segment.close()  # unmapped: nothing shows it is still in use but that its maker still runs
             time.sleep(1.0)
-            segment.close()
             try:
                 segment.unlink()
             except FileNotFoundError:

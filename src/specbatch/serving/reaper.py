@@ -37,7 +37,14 @@ from pathlib import Path
 
 import psutil
 
-from specbatch.serving.shm import creator_pid, gone, remove_if_unchanged, shm_entries, shm_used_by
+from specbatch.serving.shm import (
+    creator_pid,
+    gone,
+    remove_if_unchanged,
+    shm_entries,
+    shm_used_by,
+    still_running,
+)
 
 # Named, not __name__: run as ``python -m`` this module is __main__.
 log = logging.getLogger("specbatch.serving.reaper")
@@ -195,10 +202,7 @@ class Watch:
             if creator_pid(path) in self.pids and creator_pid(path) != self.job_pid
         ]
         makers = {p for p in self.processes if p.pid in {creator_pid(path) for path, _ in candidates}}
-        deadline = time.monotonic() + TIDY_WAIT_SECONDS
-        while not all(gone(p) for p in makers) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        running = {p.pid for p in makers if not gone(p)}
+        running = {p.pid for p in still_running(makers, TIDY_WAIT_SECONDS)}
         for path, inode in candidates:
             if creator_pid(path) not in running and remove_if_unchanged(path, inode):
                 log.debug("removed %s left by the engine's process %s", path, creator_pid(path))

@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,15 +81,14 @@ def release_leaked_shm(seen: ChildShm, wait_seconds: float = RELEASE_WAIT_SECOND
     from multiprocessing import resource_tracker
 
     started = time.monotonic()
-    while not all(gone(p) for p in seen.processes) and time.monotonic() < started + wait_seconds:
-        time.sleep(0.05)
     in_use: set[str] = set()
-    for process in seen.processes:
+    for process in still_running(seen.processes, wait_seconds):
         with contextlib.suppress(psutil.Error):
-            if not gone(process):
-                in_use |= shm_used_by(process, maps=True)
+            in_use |= shm_used_by(process, maps=True)
     log.debug(
-        "engine processes gone after %.2f s; %d /dev/shm files still in use", time.monotonic() - started, len(in_use)
+        "waited %.2f s for the engine's processes; %d /dev/shm files still in use",
+        time.monotonic() - started,
+        len(in_use),
     )
     for path in sorted(seen.paths - in_use):
         name = os.path.basename(path)
@@ -128,6 +128,16 @@ def gone(process: psutil.Process) -> bool:
         return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def still_running(processes: Iterable[psutil.Process], wait_seconds: float) -> list[psutil.Process]:
+    """Those of ``processes`` still running after waiting at most ``wait_seconds`` for all of them to exit (a zombie
+    has exited: it is not reaped here, so a child's parent still can)."""
+    waited = list(processes)
+    deadline = time.monotonic() + wait_seconds
+    while not all(gone(p) for p in waited) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in waited if not gone(p)]
 
 
 # loky's named semaphores (vLLM's EngineCore makes one) carry their creator's pid in the name. They are mapped, never
