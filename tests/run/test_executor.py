@@ -46,6 +46,9 @@ class Steps:
     def chunk_digests(self) -> list[str]:
         return [f"digest-{n}" for n in range(self.chunks)]
 
+    def load_engine(self, todo: list[int]) -> None:
+        self.timeline.append(f"engine loaded for {todo}")
+
     def start_engine(self, todo: list[int]) -> None:
         self.timeline.append("engine built")
         if self.fail_start is not None:
@@ -123,9 +126,19 @@ def test_a_run_is_observed_from_lock_to_end_and_marked_done_last(job_factory) ->
 
 
 def test_the_executor_builds_the_engine_then_starts_tracking_then_generates(job_factory) -> None:
+    # The engine's library is imported before on_locked (tracking's set-up would take turns with it at the
+    # interpreter), and built after it.
     observer = Recorder()
     ShardExecutor(job_factory("spec=none"), Steps(timeline=observer.events), observer).run()
-    assert observer.events == ["locked", "engine built", "start", "generate", "finish 2 parts", "end None"]
+    assert observer.events == [
+        "engine loaded for [0, 1]",
+        "locked",
+        "engine built",
+        "start",
+        "generate",
+        "finish 2 parts",
+        "end None",
+    ]
 
 
 def test_an_engine_that_fails_to_start_still_leaves_a_run_ended_with_why(job_factory) -> None:
@@ -133,7 +146,7 @@ def test_an_engine_that_fails_to_start_still_leaves_a_run_ended_with_why(job_fac
     steps = Steps(fail_start=RuntimeError("no memory for the KV cache"), timeline=observer.events)
     with pytest.raises(RuntimeError, match="KV cache"):
         ShardExecutor(job_factory("spec=none"), steps, observer).run()
-    assert observer.events == ["locked", "engine built", "start", "end RuntimeError"]
+    assert observer.events == ["engine loaded for [0, 1]", "locked", "engine built", "start", "end RuntimeError"]
     assert steps.calls == ["check", "prepare", ("release", None, None)]
 
 
@@ -181,3 +194,20 @@ def test_another_shard_count_is_refused_before_the_data_is_read(job_factory) -> 
     with pytest.raises(ConfigError, match="shard.count=1"):
         ShardExecutor(job_factory("spec=none", "shard.index=1", "shard.count=2"), steps, observer).run()
     assert steps.calls == ["check"] and observer.events == []
+
+
+def test_rows_changed_since_the_shard_started_refuse_it_before_the_engine_and_tracking(job_factory) -> None:
+    job = job_factory("spec=none")
+    with pytest.raises(KeyError):
+        ShardExecutor(job, Steps(fail=KeyError("killed")), Recorder()).run()
+    write_parquet([], RunFolder.for_job(job).part_path(0), {})
+
+    class Edited(Steps):
+        def chunk_digests(self) -> list[str]:
+            return ["digest-0 edited", "digest-1"]
+
+    observer = Recorder()
+    with pytest.raises(ConfigError, match="rows of chunk 0"):
+        ShardExecutor(job, Edited(timeline=observer.events), observer).run()
+    # Neither the engine's library nor tracking's client was started for a launch that was going to be refused.
+    assert observer.events == []

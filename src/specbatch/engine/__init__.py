@@ -58,6 +58,11 @@ def figures_from_a_server(job: JobConfig) -> bool:
     return backend_class(job.engine.backend).figures_from_a_server
 
 
+def import_engine_library(job: JobConfig) -> None:
+    """Import the library this job's backend builds its engine with (Engine.import_library), before start_engine."""
+    backend_class(job.engine.backend).import_library(job)
+
+
 def start_engine(job: JobConfig) -> Engine:
     """Start the engine ``engine.backend`` names (warm-up included); the caller closes it."""
     return backend_class(job.engine.backend).start(job)
@@ -75,6 +80,7 @@ __all__ = [
     "check_engine",
     "preflight_skipped",
     "engine_fingerprint",
+    "import_engine_library",
     "recorded_backend",
     "start_engine",
     "validate_job",

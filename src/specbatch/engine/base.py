@@ -132,6 +132,13 @@ class Engine(ABC):
         """Drop every unfinished request (after a failure), so a shared engine starts the next job empty."""
 
     @classmethod
+    def import_library(cls, job: JobConfig) -> None:  # noqa: B027 (a backend with nothing heavy to import keeps this)
+        """Import into this process the library ``start`` builds the engine with. The executor does it before
+        tracking's set-up begins on its thread (both hold the interpreter for seconds), so that ``start`` is left
+        with the build, during which this process mostly waits. Nothing, unless a backend says otherwise."""
+        return None
+
+    @classmethod
     @abstractmethod
     def start(cls, job: JobConfig) -> Self:
         """Build the engine for ``job`` and warm it up (``warm_up``, when engine.warmup); the caller closes it."""

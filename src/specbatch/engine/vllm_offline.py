@@ -187,6 +187,13 @@ class VllmEngine(VllmFamily):
         self._refusals: tuple[type[BaseException], ...] = (ValueError, TypeError, VLLMClientError)
 
     @classmethod
+    def import_library(cls, job: JobConfig) -> None:
+        # vLLM's engine stack (~3 s of this process's CPU once torch is loaded); its variables are set first, as
+        # start() sets them, for what reads them on import.
+        _apply_environment(vllm_environment(job), offline_environment(job))
+        from vllm import LLM  # noqa: F401
+
+    @classmethod
     def start(cls, job: JobConfig) -> Self:
         _apply_environment(vllm_environment(job), offline_environment(job))
         from vllm import LLM

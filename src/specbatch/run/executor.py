@@ -60,6 +60,10 @@ class ShardSteps(Protocol):
         """A digest of each chunk's source rows, to refuse resuming over changed data."""
         ...
 
+    def load_engine(self, todo: list[int]) -> None:
+        """Import the engine's library into this process when chunks ``todo`` need an engine and none was handed
+        in (Engine.import_library), so that start_engine is left with the build."""
+
     def start_engine(self, todo: list[int]) -> None:
         """Build and warm up the engine when chunks ``todo`` need one and none was handed in."""
 
@@ -112,7 +116,6 @@ class ShardExecutor:
                 # Another launch finished the shard between this one's first look and taking the lock.
                 log.info("shard %s was finished by another process meanwhile; nothing to do: %s", shard, folder.root)
                 return _finished_result(folder)
-            self.observer.on_locked(folder)
             folder.remove_stale_temporaries()
             _check_source(folder, self.job, self.steps.chunk_digests())
             _drop_damaged_parts(folder)
@@ -125,6 +128,12 @@ class ShardExecutor:
                 plan.chunks,
                 len(todo),
             )
+            # The engine's library is imported before tracking's set-up starts on its thread: both are seconds of
+            # this process's interpreter and would only take turns at it (vLLM's import took 3 s longer beside
+            # MLflow's); tracking's set-up then runs beside the engine's build, while this process waits on the
+            # engine's own processes.
+            self.steps.load_engine(todo)
+            self.observer.on_locked(folder)
             parts = [folder.part_path(n) for n in range(plan.chunks)]
             summary = self._generate(start, todo, parts)
         log.info("summary of %s (shard %s)\n%s", folder.root, shard, format_table(summary))
@@ -148,7 +157,7 @@ class ShardExecutor:
         try:
             # A shard starts in this order: the engine (seconds to minutes), then tracking's run, opened on the
             # observer's own thread while the chunks generate (MLflow's slow part, importing it and opening the
-            # store, began there at on_locked, beside the engine's start).
+            # store, began there at on_locked, beside the engine's build).
             self.steps.start_engine(todo)
             self.observer.on_start(start)
             started = True

@@ -22,7 +22,15 @@ from specbatch.config import ConfigError, JobConfig
 from specbatch.config.preflight import preflight
 from specbatch.data.prompts import check_chat_template, load_tokenizer
 from specbatch.data.rows import RowSource, SourceRow, open_rows
-from specbatch.engine import Engine, check_engine, engine_fingerprint, preflight_skipped, start_engine, validate_job
+from specbatch.engine import (
+    Engine,
+    check_engine,
+    engine_fingerprint,
+    import_engine_library,
+    preflight_skipped,
+    start_engine,
+    validate_job,
+)
 from specbatch.run.chunks import ChunkWriter
 from specbatch.run.executor import ShardPlan
 from specbatch.run.folder import RunFolder
@@ -84,6 +92,10 @@ class ShardGeneration:
 
     def chunk_digests(self) -> list[str]:
         return [rows_digest(self._rows(number)) for number in range(len(self._chunks))]
+
+    def load_engine(self, todo: list[int]) -> None:
+        if todo and self.engine is None:
+            import_engine_library(self.job)
 
     def start_engine(self, todo: list[int]) -> None:
         if self.job.model.trust_remote_code:

@@ -7,11 +7,11 @@ A killed process cannot end its MLflow run, so while the run is open its id stay
 (``mlflow_pending``) tells jobs/log_run.py what to log later.
 
 Tracking costs seconds before the run exists (importing mlflow, opening or creating the store), none of which the
-engine needs: that starts on a worker thread as soon as the shard's lock is held (on_locked), beside the engine's
-start; the run itself opens once the engine is up (on_start), on the same thread, while the chunks generate. Every
-later MLflow call of the run goes to that thread in event order (one thread uses the client). The executor sees
-each event finished when it returns, except those two: on_finish and on_end wait for them first and raise what
-on_start raised.
+engine needs: that starts on a worker thread once the shard's lock is held and the engine's library imported
+(on_locked), beside the engine's build; the run itself opens once the engine is up (on_start), on the same thread,
+while the chunks generate. Every later MLflow call of the run goes to that thread in event order (one thread uses the
+client). The executor sees each event finished when it returns, except those two: on_finish and on_end wait for them
+first and raise what on_start raised.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class TrackingObserver:
 
     def on_locked(self, folder: RunFolder) -> None:
         """An MLflow run left RUNNING by a killed launch of this shard is ended KILLED (it can never finish); then the
-        client of this launch's run is made on the worker thread, while the engine starts."""
+        client of this launch's run is made on the worker thread, while the engine is built."""
         active = folder.read_active_run()
         if active is not None and self.tracking.enabled and mark_run_killed(self.tracking, active["run_id"]):
             folder.mlflow_active_path.unlink(missing_ok=True)
