@@ -16,7 +16,7 @@ from specbatch.engine import Sample
 # Key of the resolved config in the Parquet file's schema metadata.
 CONFIG_METADATA_KEY = b"specbatch.config"
 SCHEMA_VERSION_KEY = b"specbatch.schema_version"
-SCHEMA_VERSION = b"3"
+SCHEMA_VERSION = b"4"
 
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
@@ -47,6 +47,11 @@ SCHEMA = pa.schema(
         pa.field("accepted_tokens", pa.int64()),
         pa.field("acceptance_length", pa.float64()),
         pa.field("acceptance_histogram", pa.list_(pa.int64())),
+        # Added in schema 4, null in older parts. The prompt as the engine got it, and the order in which this
+        # launch's engine answered the request (0, 1, ...): what replaying drafting on the run needs
+        # (specbatch.prediction; suffix decoding's cache grows in that order).
+        pa.field("prompt_token_ids", pa.list_(pa.int32())),
+        pa.field("answer_order", pa.int64()),
     ]
 )
 _EMPTY_OUTPUT = dict.fromkeys(
@@ -55,8 +60,11 @@ _EMPTY_OUTPUT = dict.fromkeys(
 )
 
 
-def build_output_rows(prompt: Prompt, samples: list[Sample], method: str, k: int | None) -> list[dict[str, Any]]:
-    """Output rows from a prompt and the engine's samples for it: one per completion (sampling.n)."""
+def build_output_rows(
+    prompt: Prompt, samples: list[Sample], method: str, k: int | None, answer_order: int | None = None
+) -> list[dict[str, Any]]:
+    """Output rows from a prompt and the engine's samples for it: one per completion (sampling.n);
+    ``answer_order``: how many requests the engine had answered before this one in this launch."""
     rows = []
     for index, completion in enumerate(samples):
         figures = completion.spec if k is not None else None
@@ -81,6 +89,8 @@ def build_output_rows(prompt: Prompt, samples: list[Sample], method: str, k: int
                 "accepted_tokens": figures.accepted_tokens if figures else None,
                 "acceptance_length": figures.acceptance_length if figures else None,
                 "acceptance_histogram": figures.acceptance_histogram if figures else None,
+                "prompt_token_ids": list(prompt.token_ids),
+                "answer_order": answer_order,
             }
         )
     return rows
@@ -108,6 +118,8 @@ def error_output_row(
         "method": method,
         "num_speculative_tokens": k,
         **_EMPTY_OUTPUT,
+        "prompt_token_ids": None,
+        "answer_order": None,
     }
 
 

@@ -215,7 +215,8 @@ class ChunkStreamer:
             if not chunk.in_flight:
                 finish(chunk)
             return
-        for out in build_output_rows(asked.prompt, completion.samples, self.method, self.k):
+        order = self._answered_requests
+        for out in build_output_rows(asked.prompt, completion.samples, self.method, self.k, order):
             chunk.output_rows.append(((position, out["turn"], out["sample_index"]), out))
         counters = _request_counters(completion)
         chunk.counters = chunk.counters + counters
