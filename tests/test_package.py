@@ -29,6 +29,7 @@ LAYERS = [
     "engine",
     "run",
     "tracking",
+    "prediction",
     "analysis",
     "pipeline",
     "bench",

@@ -19,8 +19,14 @@ from mlflow.tracking import MlflowClient
 
 from conftest import compose_job, run_generate
 from specbatch.engine.spec_metrics import accepted_per_position_from_histogram
+from specbatch.prediction.predict_run import log_prediction, predict, write_prediction
+from specbatch.prediction.replay import replay
+from specbatch.prediction.setups import NgramSetup, SuffixSetup
+from specbatch.prediction.turns import read_turns
 from specbatch.run.folder import RunFolder
+from specbatch.run.multirun import sweep_jobs
 from specbatch.run.output_rows import SCHEMA, read_config_metadata
+from specbatch.tracking.comparison import folder_run_ids
 
 pytestmark = pytest.mark.slow
 
@@ -186,3 +192,66 @@ def test_rerun_of_a_finished_run_exits_without_loading_the_model(runs: dict[str,
     assert "already complete" in result.stdout + result.stderr
     assert "starting vLLM" not in result.stdout + result.stderr
     assert {r["row_id"] for r in pq.read_table(runs["ngram"]["part"]).to_pylist()} == set(runs["ngram"]["rows"])
+
+
+@pytest.fixture(scope="module")
+def batch_one(root: Path) -> dict[str, Path]:
+    """n-gram and suffix again at batch 1 (one request in the engine at a time), in one process (a multirun)."""
+    sweep = root / "batch-one"
+    # An experiment of their own: the other tests read EXPERIMENT's runs as the module's three.
+    same = [o for o in overrides(root, "ngram,suffix") if not o.startswith("tracking.experiment=")]
+    batch_one = ["engine.max_num_seqs=1", f"hydra.sweep.dir={sweep}", f"tracking.experiment={EXPERIMENT}-batch-one"]
+    result = run_generate(["-m", *same, *batch_one])
+    assert result.returncode == 0, result.stderr[-4000:]
+    folders = [folder for folder, failed in sweep_jobs(sweep) if failed is None]
+    return dict(zip(("ngram", "suffix"), folders, strict=True))
+
+
+def _engine_rows(folder: Path) -> dict[tuple[str, int, int], dict]:
+    layout = RunFolder(folder)
+    return {(r["row_id"], r["turn"], r["sample_index"]): r for r in pq.read_table(layout.part_path(0)).to_pylist()}
+
+
+@pytest.mark.parametrize("batch", ["full", "one"])
+def test_replayed_ngram_drafting_is_the_engines_own(runs: dict[str, dict], batch_one, batch: str) -> None:
+    """Replaying n-gram (k=3, lookup 2..4) on the baseline's tokens gives, row by row, the drafts and draft tokens
+    the n-gram engine counted, and its accepted tokens per position wherever the run's tokens can tell: only a
+    draft running past a completion's end is checked by the engine against tokens it cut (``unverified``)."""
+    # At full batch from the baseline's tokens (the same as n-gram's: test_greedy_float32_is_token_identical_to_none);
+    # at batch 1 from the run's own.
+    folder = runs["ngram"]["layout"].root if batch == "full" else batch_one["ngram"]
+    engine = _engine_rows(folder)
+    tokens = read_turns(runs["none"]["layout"].root if batch == "full" else folder)
+    replayed = replay(tokens.turns, NgramSetup(3, 2, 4), max_model_len=2048)
+    assert len(replayed) == len(engine) == N_PROMPTS
+    for turn, figures in replayed:
+        row = engine[turn.key]
+        assert (figures.drafts, figures.draft_tokens) == (row["spec_steps"], row["draft_tokens"]), turn.key
+        theirs = accepted_per_position_from_histogram(row["acceptance_histogram"])
+        ours = (figures.per_position + [0] * 3)[:3]
+        if figures.unverified == 0:
+            assert ours == theirs, turn.key
+        else:
+            assert all(a <= b for a, b in zip(ours, theirs, strict=True)), turn.key
+            assert 0 <= row["accepted_tokens"] - figures.accepted <= figures.unverified, turn.key
+    assert sum(f.accepted for _, f in replayed) > 0
+
+
+@pytest.mark.parametrize("batch", ["full", "one"])
+def test_replayed_suffix_decoding_is_within_five_percent_of_the_engine(runs, batch_one, batch: str) -> None:
+    """Suffix decoding replayed in engine steps at the run's batch: AL within 5 % of the engine's (the engine also
+    cached the tokens it cut past each completion's end, which no run keeps, and its batch order can differ)."""
+    folder = runs["suffix"]["layout"].root if batch == "full" else batch_one["suffix"]
+    prediction = predict(folder, [SuffixSetup(5)])
+    [overall] = prediction.overall
+    summary = json.loads(RunFolder(folder).stats_path.read_text())
+    assert overall["rows"] == N_PROMPTS and overall["drafts"] > 0
+    assert overall["acceptance_length"] == pytest.approx(summary["mean_acceptance_length"], rel=0.05)
+    # Beside the run, and on its MLflow run as a table.
+    out = write_prediction(prediction)
+    assert json.loads((out / "predicted.json").read_text())["setups"][0]["synthetic_acceptance_rates"]
+    assert log_prediction(prediction)
+    found = folder_run_ids([prediction.run.root])[prediction.run.root]
+    [run_id] = found.run_ids
+    listed = [a.path for a in found.client.list_artifacts(run_id, "prediction")]
+    assert "prediction/predicted.json" in listed

@@ -1,0 +1,191 @@
+"""Drafting replayed over finished completions, step by step as vLLM's engine runs it under greedy decoding.
+
+A completion of N tokens: the prefill samples token 0, undrafted. Then, while tokens are left, each step drafts from
+the context so far (prompt + completion[:pos]); the target accepts the draft's longest prefix equal to the
+completion's next tokens and adds one token of its own, so the step advances accepted + 1. A step without a draft
+advances 1 and is not a drafting step (vLLM counts only steps that drafted). The drafting code is the engine's own:
+vLLM's n-gram matcher (the numba function its proposer calls) and arctic-inference's suffix cache, with the
+arguments vLLM's proposers give them.
+
+The one gap to the engine's counters: a draft that runs past a completion's last token. The engine verifies those
+positions against tokens it generated and cut (max_tokens, a stop token), which no run keeps; the replay counts them
+as ``unverified`` (never accepted), at most one step per completion.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specbatch.prediction.setups import NgramSetup, Setup, SuffixSetup
+from specbatch.prediction.turns import ReplayTurn
+
+
+@dataclass
+class Drafting:
+    """Drafting figures of one completion (or a sum of them): steps that drafted, draft tokens, accepted tokens,
+    accepted[i] = drafts whose position i was accepted, and the draft tokens past the completion's end."""
+
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted: int = 0
+    per_position: list[int] = field(default_factory=list)
+    unverified: int = 0
+
+    def step(self, draft_length: int, accepted: int, unverified: int) -> None:
+        self.drafts += 1
+        self.draft_tokens += draft_length
+        self.accepted += accepted
+        self.unverified += unverified
+        if len(self.per_position) < accepted:
+            self.per_position.extend([0] * (accepted - len(self.per_position)))
+        for position in range(accepted):
+            self.per_position[position] += 1
+
+    def add(self, other: Drafting) -> None:
+        self.drafts += other.drafts
+        self.draft_tokens += other.draft_tokens
+        self.accepted += other.accepted
+        self.unverified += other.unverified
+        if len(self.per_position) < len(other.per_position):
+            self.per_position.extend([0] * (len(other.per_position) - len(self.per_position)))
+        for position, count in enumerate(other.per_position):
+            self.per_position[position] += count
+
+
+def _verify(draft: np.ndarray, completion: np.ndarray, pos: int) -> tuple[int, int]:
+    """(accepted, unverified) of ``draft`` proposed with completion[:pos] known: its longest prefix equal to the
+    completion's next tokens, and its tokens past the completion's end when the whole rest of it matched."""
+    ahead = completion[pos : pos + len(draft)]
+    matches = draft[: len(ahead)] == ahead
+    if matches.all():
+        return len(ahead), len(draft) - len(ahead)
+    return int(np.argmin(matches)), 0
+
+
+def _walk(
+    completion: np.ndarray, propose: Callable[[int], np.ndarray], grew: Callable[[np.ndarray], None]
+) -> Drafting:
+    """The engine's steps over one completion: ``propose(pos)`` drafts with completion[:pos] known, ``grew(tokens)``
+    hears the tokens each step added (the first one from the prefill included)."""
+    figures = Drafting()
+    grew(completion[:1])
+    pos = 1
+    while pos < len(completion):
+        draft = propose(pos)
+        accepted = 0
+        if len(draft):
+            accepted, unverified = _verify(draft, completion, pos)
+            figures.step(len(draft), accepted, unverified)
+        grew(completion[pos : pos + accepted + 1])
+        pos += accepted + 1
+    return figures
+
+
+def replay_ngram(turn: ReplayTurn, setup: NgramSetup, max_model_len: int) -> Drafting:
+    """n-gram drafting over one completion, through vLLM's own matcher."""
+    from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens as find
+
+    context = np.concatenate([turn.prompt, turn.completion]).astype(np.int32)
+    start = len(turn.prompt)
+
+    def propose(pos: int) -> np.ndarray:
+        return find(context[: start + pos], setup.min_n, setup.max_n, max_model_len, setup.k)
+
+    return _walk(turn.completion, propose, lambda tokens: None)
+
+
+@dataclass
+class _Running:
+    """A request in the replayed suffix engine: its completion so far (``pos`` tokens) and its pending draft."""
+
+    turn: ReplayTurn
+    context: np.ndarray
+    pos: int = 0
+    draft: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int32))
+    figures: Drafting = field(default_factory=Drafting)
+
+
+def replay_suffix(
+    turns: list[ReplayTurn], setup: SuffixSetup, max_model_len: int, concurrency: int | None
+) -> list[tuple[ReplayTurn, Drafting]]:
+    """Suffix decoding over one shard's completions through one arctic-inference cache, fed and asked as vLLM's
+    suffix proposer does, in engine steps: ``concurrency`` requests at once (None: all), admitted in the order the
+    job asked for them (a row's next turn first, when its turn before ends), and at each step every running request,
+    in batch order, verifies its draft, adds the tokens the step gave it to the cache and drafts again. So a request
+    sees the other requests' responses as far as the engine had them (exact for one request at a time; in a batch,
+    vLLM's admission and batch order within a step can differ)."""
+    from arctic_inference.suffix_decoding import SuffixDecodingCache
+
+    cache = SuffixDecodingCache(max_tree_depth=setup.max_tree_depth, max_cached_requests=setup.max_cached_requests)
+    keys = {turn.key for turn in turns}
+    later = {
+        (t.row_id, t.turn - 1, t.sample_index): t for t in turns if (t.row_id, t.turn - 1, t.sample_index) in keys
+    }
+    order = sorted(
+        (t for t in turns if t not in later.values()), key=lambda t: t.answered if concurrency == 1 else t.position
+    )
+    waiting = deque(order)
+    running: list[_Running] = []
+    done: list[tuple[ReplayTurn, Drafting]] = []
+
+    def propose(request: _Running) -> np.ndarray:
+        known = len(request.turn.prompt) + request.pos
+        pattern = request.context[max(0, known - setup.max_tree_depth) : known]
+        draft = cache.speculate(
+            request.turn.key,
+            pattern,
+            max_spec_tokens=min(setup.k, max_model_len - known - 1),
+            max_spec_factor=setup.max_spec_factor,
+            min_token_prob=setup.min_token_prob,
+        )
+        return np.asarray(draft.token_ids, dtype=np.int32)
+
+    while waiting or running:
+        while waiting and len(running) < (concurrency or len(turns)):
+            turn = waiting.popleft()
+            cache.start_request(turn.key, turn.prompt)
+            running.append(_Running(turn, np.concatenate([turn.prompt, turn.completion]).astype(np.int32)))
+        finished = []
+        for request in running:
+            completion, pos = request.turn.completion, request.pos
+            accepted = 0
+            if pos and len(request.draft):
+                accepted, unverified = _verify(request.draft, completion, pos)
+                request.figures.step(len(request.draft), accepted, unverified)
+            step = 1 if pos == 0 else accepted + 1  # the prefill samples the first token
+            cache.add_active_response(request.turn.key, completion[pos : pos + step].tolist())
+            request.pos += step
+            if request.pos >= len(completion):
+                finished.append(request)
+            else:
+                request.draft = propose(request)
+        for request in finished:
+            running.remove(request)
+            cache.stop_request(request.turn.key)
+            done.append((request.turn, request.figures))
+            following = later.get(request.turn.key)
+            if following is not None:
+                waiting.appendleft(following)
+    return done
+
+
+def replay(
+    turns: Iterable[ReplayTurn], setup: Setup, max_model_len: int, concurrency: dict[int, int | None] | None = None
+) -> list[tuple[ReplayTurn, Drafting]]:
+    """Each turn's drafting under ``setup``; suffix's shard by shard (one engine and cache each), ``concurrency``
+    giving each shard's requests at once (default: one at a time)."""
+    turns = list(turns)
+    if isinstance(setup, NgramSetup):
+        return [(turn, replay_ngram(turn, setup, max_model_len)) for turn in turns]
+    shards: dict[int, list[ReplayTurn]] = {}
+    for turn in turns:
+        shards.setdefault(turn.position[0], []).append(turn)
+    return [
+        pair
+        for shard, shard_turns in sorted(shards.items())
+        for pair in replay_suffix(shard_turns, setup, max_model_len, (concurrency or {}).get(shard, 1))
+    ]

@@ -1,0 +1,156 @@
+"""Replaying drafting on token ids (specbatch.prediction), on hand-made completions: the engine's step rule, the
+acceptance profile's arithmetic, what a run folder gives the replay, and jobs/predict.py's refusals. (Against the
+engine's own counters: tests/run/test_generate_cpu.py.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import PROJECT_ROOT
+from specbatch.common.atomic_files import atomic_write_json, atomic_write_text
+from specbatch.config import to_plain_dict
+from specbatch.prediction.figures import acceptance_profile, predicted_rows
+from specbatch.prediction.predict_run import format_prediction, predict, write_prediction
+from specbatch.prediction.replay import Drafting, replay
+from specbatch.prediction.setups import NgramSetup, SuffixSetup, default_setups
+from specbatch.prediction.turns import NoTokenIds, ReplayTurn, read_turns
+from specbatch.run.folder import RunFolder
+from specbatch.run.formats import RUN_FORMAT
+from specbatch.run.output_rows import SCHEMA, write_parquet
+
+
+def turn(prompt: list[int], completion: list[int], row: str = "r0", place: int = 0, category: str | None = None):
+    return ReplayTurn(
+        row_id=row,
+        turn=1,
+        sample_index=0,
+        category=category,
+        prompt=np.asarray(prompt, dtype=np.int32),
+        completion=np.asarray(completion, dtype=np.int32),
+        position=(0, 0, place),
+        answered=(0, 0, place),
+    )
+
+
+def test_ngram_steps_as_the_engine_does() -> None:
+    # Token 10 comes from the prefill, undrafted. With [10] known, the prompt's 10 is followed by 11 12 13: drafted
+    # and all accepted, plus the step's own token 99. With [.. 13 99] known nothing matches: a step without a draft.
+    [(_, figures)] = replay([turn([10, 11, 12, 13, 14, 15], [10, 11, 12, 13, 99, 100])], NgramSetup(3, 1, 2), 2048)
+    assert (figures.drafts, figures.draft_tokens, figures.accepted, figures.per_position) == (1, 3, 3, [1, 1, 1])
+    assert figures.unverified == 0
+    # A rejection: the draft 11 12 13 against 11 7 ...: one accepted, and the step advances by two.
+    [(_, figures)] = replay([turn([10, 11, 12, 13], [10, 11, 7, 8])], NgramSetup(3, 1, 2), 2048)
+    assert (figures.drafts, figures.accepted, figures.per_position) == (1, 1, [1])
+
+
+def test_a_draft_past_the_completions_end_is_unverified_not_accepted() -> None:
+    [(_, figures)] = replay([turn([10, 11, 12, 13, 14], [10, 11, 12])], NgramSetup(3, 1, 2), 2048)
+    assert (figures.draft_tokens, figures.accepted, figures.unverified) == (3, 2, 1)
+
+
+def test_ngram_respects_max_model_len_as_vllm_does() -> None:
+    # vLLM drafts at most max_model_len - context tokens: with 7 known of 8, one.
+    [(_, figures)] = replay([turn([10, 11, 12, 13, 14, 15], [10, 11, 12])], NgramSetup(3, 1, 2), max_model_len=8)
+    assert figures.draft_tokens == 1 and figures.accepted == 1
+
+
+def test_the_profile_adds_up_and_never_increases() -> None:
+    figures = Drafting()
+    for accepted in (3, 1, 0, 2):
+        figures.step(3, accepted, 0)
+    profile = acceptance_profile(figures, 3)
+    assert profile["accepted_per_position"] == [3, 2, 1]
+    assert profile["marginal_acceptance"] == [0.75, 0.5, 0.25]
+    assert profile["conditional_acceptance"] == pytest.approx([0.75, 2 / 3, 0.5])
+    assert profile["acceptance_length"] == pytest.approx(1 + sum(profile["marginal_acceptance"])) == 2.5
+    assert profile["acceptance_rate"] == pytest.approx(6 / 12)
+
+
+def test_rows_per_category_and_overall() -> None:
+    turns = [
+        turn([10, 11, 12, 13], [10, 11, 12, 13], "a", 0, "edit"),
+        turn([20, 21, 22, 23], [20, 21, 22, 23], "b", 1, "chat"),
+    ]
+    setup = NgramSetup(2, 1, 2)
+    rows = {row["category"]: row for row in predicted_rows(setup, replay(turns, setup, 2048))}
+    assert set(rows) == {"(all)", "edit", "chat"}
+    assert rows["(all)"]["rows"] == 2 and rows["edit"]["rows"] == rows["chat"]["rows"] == 1
+    assert rows["(all)"]["drafts"] == rows["edit"]["drafts"] + rows["chat"]["drafts"]
+
+
+def test_suffix_drafts_from_earlier_responses_and_the_batch_decides_how_much_it_saw() -> None:
+    # Row b's prompt says nothing of its answer; row a answered the same. One at a time, b drafts from a's whole
+    # response; side by side (in engine steps, a first in the batch) b sees a's response only as far as a got.
+    answer = [50, 51, 52, 53, 54, 55, 56, 57, 58, 59]
+    a, b = turn([1, 2, 3], answer, "a", 0), turn([4, 5, 6], answer, "b", 1)
+    setup = SuffixSetup(4, min_token_prob=0.0)
+    alone = dict((t.row_id, f) for t, f in replay([a, b], setup, 2048, {0: 1}))
+    together = dict((t.row_id, f) for t, f in replay([a, b], setup, 2048, {0: 2}))
+    assert alone["a"].accepted == together["a"].accepted == 0  # nothing before it to draft from
+    assert alone["b"].accepted == alone["b"].draft_tokens > 0  # every drafted token was a's, and right
+    # Side by side from the same step, a is never ahead of b: nothing of a's to draft from.
+    assert together["b"].accepted == 0
+
+
+def write_run(tmp_path: Path, job_factory, rows: list[dict], concurrency: int = 2) -> Path:
+    job = job_factory("tracking=off", "model.dtype=float32", f"output_root={tmp_path}")
+    layout = RunFolder.for_job(job)
+    config = to_plain_dict(job)
+    atomic_write_json(layout.run_json, {"format": RUN_FORMAT, "config": config, "shard_count": 1})
+    base = dict.fromkeys(SCHEMA.names) | {"turn": 1, "sample_index": 0, "status": "ok", "method": "ngram"}
+    write_parquet([base | row for row in rows], layout.part_path(0), config)
+    atomic_write_json(layout.stats_path, {"concurrency": concurrency})
+    atomic_write_text(layout.done_marker, "done\n")
+    return layout.root
+
+
+def test_a_run_folder_is_replayed_and_what_cannot_be_is_named(tmp_path: Path, job_factory) -> None:
+    rows = [
+        {"row_id": "ok", "prompt_token_ids": [10, 11, 12, 13], "completion_token_ids": [10, 11, 12, 13, 9]},
+        {"row_id": "failed", "status": "error", "error": "too long"},
+        {"row_id": "old", "completion_token_ids": [1, 2, 3]},
+    ]
+    root = write_run(tmp_path, job_factory, rows)
+    run = read_turns(root)
+    assert [t.row_id for t in run.turns] == ["ok"] and run.concurrency == {0: 2}
+    assert [(r, why.split(" (")[0]) for r, _, why in run.skipped] == [
+        ("failed", "error row"),
+        ("old", "no prompt token ids"),
+    ]
+    prediction = predict(root, default_setups(run.config, (1, 2), (), (3,)))
+    assert [row["setup"] for row in prediction.overall] == ["ngram-k1-n2-4", "ngram-k2-n2-4", "suffix-k3-d24-f1"]
+    text = format_prediction(prediction)
+    assert "not replayed (error row): 1: failed#1" in text and "old#1" in text
+    out = write_prediction(prediction)
+    assert (out / "predicted.json").is_file() and (out / "predicted.parquet").is_file()
+
+
+def test_a_run_without_prompt_token_ids_is_refused_with_why(tmp_path: Path, job_factory) -> None:
+    root = write_run(tmp_path, job_factory, [{"row_id": "old", "completion_token_ids": [1, 2, 3]}])
+    with pytest.raises(NoTokenIds, match="written before output schema 4"):
+        read_turns(root)
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--ngram-k", "0"], "--ngram-k"),
+        (["--methods", "eagle"], "--methods"),
+        (["--ngram-window", "4-2"], "--ngram-window"),
+    ],
+)
+def test_bad_arguments_get_one_line_naming_the_flag(tmp_path: Path, args: list[str], flag: str) -> None:
+    result = subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "jobs" / "predict.py"), str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    [line] = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert flag in line
