@@ -146,6 +146,19 @@ def test_row_figures_sum_to_engine_counter_differences(runs: dict[str, dict], sp
     assert runs["none"]["summary"]["mean_acceptance_length"] is None
 
 
+def test_speculative_runs_write_their_acceptance_profile(runs: dict[str, dict]) -> None:
+    assert not runs["none"]["layout"].profile_path.exists()
+    for spec in ("ngram", "suffix"):
+        summary, layout = runs[spec]["summary"], runs[spec]["layout"]
+        profile = json.loads(layout.profile_path.read_text())
+        assert (profile["method"], profile["rows"], profile["engine"]) == (spec, N_PROMPTS, "vllm")
+        assert profile["acceptance_length"] == pytest.approx(summary["mean_acceptance_length"])
+        assert profile["synthetic_acceptance_rates"] == pytest.approx(summary["acceptance_rate_per_position"])
+        found = folder_run_ids([layout.root])[layout.root]
+        listed = [a.path for a in found.client.list_artifacts(found.run_ids[0], "speculation_profile")]
+        assert listed == [f"speculation_profile/{layout.profile_path.name}"]
+
+
 def test_summary_table_is_printed(runs: dict[str, dict]) -> None:
     log = runs["ngram"]["log"]
     assert "mean acceptance length" in log and "output tok/s" in log and "engine start-up seconds" in log

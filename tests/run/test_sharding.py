@@ -138,7 +138,14 @@ def test_a_second_writer_of_the_same_shard_is_refused(make_job) -> None:
 
 def test_status_and_merge_refuse_until_every_shard_is_done_then_add_up(make_job, tmp_path: Path) -> None:
     jobs = [
-        make_job(f"shard.index={i}", "shard.count=3", "chunk_size=1", "tracking=sqlite", "tracking.experiment=shards")
+        make_job(
+            f"shard.index={i}",
+            "shard.count=3",
+            "chunk_size=1",
+            "tracking=sqlite",
+            "tracking.experiment=shards",
+            "spec=ngram",
+        )
         for i in range(3)
     ]
     first = run_job(jobs[0], engine=fake_engine(jobs[0]))
@@ -169,11 +176,19 @@ def test_status_and_merge_refuse_until_every_shard_is_done_then_add_up(make_job,
     assert result.summary.output_tokens == sum(s.output_tokens for s in shard_summaries)
     assert result.summary.generation_seconds == pytest.approx(sum(s.generation_seconds for s in shard_summaries))
     assert json.loads(result.summary_path.read_text()) == result.summary.to_dict()
+    # The speculation profile of each shard, and of the whole run: the same figures as the summaries.
+    profile = json.loads(RunFolder(root).merged_profile_path.read_text())
+    assert profile["drafts"] == result.summary.drafts > 0 and profile["rows"] == 7
+    assert profile["acceptance_length"] == pytest.approx(result.summary.mean_acceptance_length)
+    shard_drafts = [json.loads(RunFolder(root, i, 3).profile_path.read_text())["drafts"] for i in range(3)]
+    assert sum(shard_drafts) == profile["drafts"]
 
     client = MlflowClient(tracking_uri=jobs[0].tracking.uri)
     runs = client.search_runs([client.get_experiment_by_name("shards").experiment_id])
     [parent] = [r for r in runs if r.data.tags.get("merged") == "true"]
     assert parent.data.metrics["rows"] == 7 and parent.data.metrics["output_tokens"] == result.summary.output_tokens
+    listed = [a.path for a in client.list_artifacts(parent.info.run_id, "speculation_profile")]
+    assert listed == ["speculation_profile/speculation_profile.json"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert {r.data.tags["shard"] for r in children} >= {"0/3", "1/3", "2/3"}
     status = subprocess.run([sys.executable, str(STATUS), str(root)], capture_output=True, text=True, timeout=120)

@@ -91,6 +91,30 @@ def accepted_per_position_from_histogram(histogram: list[int]) -> list[int]:
     return [sum(histogram[j] for j in range(i + 1, k + 1)) for i in range(k)]
 
 
+def acceptance_profile(drafts: int, draft_tokens: int, accepted_per_position: list[int], k: int) -> dict[str, Any]:
+    """Acceptance of ``drafts`` drafting steps, position by position (0..k-1): AL, the draft acceptance rate, and
+    marginal[i] = drafts whose position i was accepted / drafts (the per-position *unconditional* rates vLLM's
+    synthetic rejection sampler takes as ``synthetic_acceptance_rates``: non-increasing, AL = 1 + their sum) and
+    conditional[i] = the same over the drafts whose position i-1 was accepted."""
+    per_position = (list(accepted_per_position) + [0] * k)[:k]
+    accepted = sum(per_position)
+    marginal = [count / drafts if drafts else 0.0 for count in per_position]
+    conditional = [
+        count / before if before else 0.0
+        for count, before in zip(per_position, [drafts, *per_position[:-1]], strict=True)
+    ]
+    return {
+        "drafts": drafts,
+        "draft_tokens": draft_tokens,
+        "accepted_tokens": accepted,
+        "acceptance_length": 1.0 + accepted / drafts if drafts else 1.0,
+        "acceptance_rate": accepted / draft_tokens if draft_tokens else 0.0,
+        "accepted_per_position": per_position,
+        "marginal_acceptance": marginal,
+        "conditional_acceptance": conditional,
+    }
+
+
 # What figures from a server's /metrics are worth; said beside them wherever they are shown.
 SERVER_WIDE_NOTE = (
     "drafts and acceptance are the server's /metrics over the shard (server-wide): valid when this job was the "

@@ -1,9 +1,7 @@
 """Replayed drafting added up per set-up, overall and per category, and the acceptance profile of a set-up.
 
-The profile (``speculation_profile.json``) is in the form vLLM's synthetic rejection sampler takes
-(``rejection_sample_method="synthetic"``, ``synthetic_acceptance_rates``: per-position unconditional rates,
-non-increasing, one per draft position): marginal[i] = drafts whose position i was accepted / drafts, and
-conditional[i] = the same over the drafts whose position i-1 was accepted. AL = 1 + sum(marginal).
+The profile is the one every speculative run writes (specbatch.run.speculation_profile; the arithmetic is
+engine.spec_metrics.acceptance_profile), in the form vLLM's synthetic rejection sampler takes.
 """
 
 from __future__ import annotations
@@ -11,32 +9,19 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from specbatch.prediction.replay import Drafting, Setup
+from specbatch.engine import spec_metrics
+from specbatch.prediction.replay import Drafting
+from specbatch.prediction.setups import Setup
 from specbatch.prediction.turns import ReplayTurn
 
 OVERALL = "(all)"
 
 
 def acceptance_profile(figures: Drafting, k: int) -> dict[str, Any]:
-    """AL, acceptance rate and the per-position rates of ``figures`` (positions 0..k-1)."""
-    per_position = (figures.per_position + [0] * k)[:k]
-    drafts = figures.drafts
-    marginal = [count / drafts if drafts else 0.0 for count in per_position]
-    conditional = []
-    for position, count in enumerate(per_position):
-        before = drafts if position == 0 else per_position[position - 1]
-        conditional.append(count / before if before else 0.0)
-    return {
-        "drafts": drafts,
-        "draft_tokens": figures.draft_tokens,
-        "accepted_tokens": figures.accepted,
-        "unverified_tokens": figures.unverified,
-        "acceptance_length": 1.0 + figures.accepted / drafts if drafts else 1.0,
-        "acceptance_rate": figures.accepted / figures.draft_tokens if figures.draft_tokens else 0.0,
-        "accepted_per_position": per_position,
-        "marginal_acceptance": marginal,
-        "conditional_acceptance": conditional,
-    }
+    """AL, acceptance rate and the per-position rates of ``figures`` (positions 0..k-1; engine.spec_metrics), and
+    its draft tokens past a completion's end."""
+    profile = spec_metrics.acceptance_profile(figures.drafts, figures.draft_tokens, figures.per_position, k)
+    return {**profile, "unverified_tokens": figures.unverified}
 
 
 def predicted_rows(setup: Setup, replayed: list[tuple[ReplayTurn, Drafting]]) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from specbatch.run.folder import RunFolder
 from specbatch.run.integrity import changed_chunks, damaged_parts, describe_damage
 from specbatch.run.locks import shard_lock
 from specbatch.run.sharding import Shard, resolve_shard
+from specbatch.run.speculation_profile import speculation_profile
 from specbatch.run.summary import Summary, format_table
 
 log = logging.getLogger(__name__)
@@ -148,6 +149,7 @@ class ShardExecutor:
             parts = folder.parts()
             summary = self.steps.summarize(folder, parts)
             folder.write_summary(summary)
+            _write_profile(folder, parts, public_config(self.job))
         return JobResult(folder, summary, parts, generated=False)
 
     def _generate(self, start: RunStart, todo: list[int], parts: list[Path]) -> Summary:
@@ -164,6 +166,7 @@ class ShardExecutor:
             self.steps.generate(folder, start.config, todo)
             summary = self.steps.summarize(folder, parts)
             folder.write_summary(summary)
+            _write_profile(folder, parts, start.config)
             self.observer.on_finish(summary, parts)
             # The engine's processes are gone before the shard counts as done (and a failed shutdown leaves it
             # not done, as when the engine was closed inside generate).
@@ -184,6 +187,13 @@ class ShardExecutor:
             raise
         self.observer.on_end(None)
         return summary
+
+
+def _write_profile(folder: RunFolder, parts: list[Path], config: dict[str, Any]) -> None:
+    """The shard's speculation profile beside its summary (none for spec=none, or without per-row figures)."""
+    profile = speculation_profile(parts, config)
+    if profile is not None:
+        atomic_write_json(folder.profile_path, profile)
 
 
 def _release_after(steps: ShardSteps, error: BaseException) -> None:

@@ -159,6 +159,15 @@ class RunFolder:
         """The shard summary."""
         return self.root / "stats" / f"{self.shard_tag}.json"
 
+    @property
+    def profile_path(self) -> Path:
+        """The shard's speculation profile (specbatch.run.speculation_profile), beside its summary."""
+        return self.root / "stats" / f"{self.shard_tag}.speculation_profile.json"
+
+    @property
+    def merged_profile_path(self) -> Path:
+        return self.root / "merged" / "speculation_profile.json"
+
     def write_summary(self, summary: Summary) -> None:
         atomic_write_json(self.stats_path, summary.to_dict())
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbatch.common.atomic_files import atomic_write_json
-from specbatch.run.folder import RunFolder, shard_folders
+from specbatch.run.folder import RunFolder, read_run, shard_folders
 from specbatch.run.integrity import damaged_parts, describe_damage
 from specbatch.run.locks import is_locked
+from specbatch.run.speculation_profile import speculation_profile
 from specbatch.run.summary import Summary, format_table, merge_summaries
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,9 @@ def merge_shards(root: Path) -> MergeResult:
         {"shard_count": len(shards), "rows": merged.rows, "parts": [str(p.relative_to(root)) for p in parts]},
     )
     atomic_write_json(summary_path, merged.to_dict())
+    profile = speculation_profile(parts, read_run(root)["config"])
+    if profile is not None:
+        atomic_write_json(RunFolder(root).merged_profile_path, profile)
     log.info("merged %d shards of %s: %d rows in %d parts", len(shards), root, merged.rows, len(parts))
     log.info("merged summary\n%s", format_table(merged))
     return MergeResult(merged, manifest, summary_path, parts)

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from specbatch.config import TrackingConfig
-from specbatch.run.folder import read_run
+from specbatch.run.folder import RunFolder, read_run
 from specbatch.run.summary import Summary
 from specbatch.tracking.logger import mlflow_run
 from specbatch.tracking.run_contents import run_name
@@ -44,6 +44,9 @@ def log_merged_run(
             return
         run.log_summary(summary)
         run.log_text(json.dumps(summary.to_dict(), indent=2), "summary.json")
+        profile = RunFolder(run_folder).merged_profile_path
+        if profile.is_file():
+            run.log_artifact(profile, "speculation_profile")
         folder_filter = f"tags.run_folder = '{run_folder}'"
         shards = run.client_call("finding the shard runs", "search_runs", [run.experiment_id], folder_filter)
         for child in shards or []:

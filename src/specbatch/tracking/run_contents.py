@@ -145,6 +145,8 @@ def log_shard_results(
     run.log_text(json.dumps(summary.to_dict(), indent=2), "summary.json")
     run.log_dataset(parquet_dataset(folder, parts, config["dataset"]["name"]), context="output")
     run.log_table(completion_sample(parts), "completions_sample.json")
+    if folder.profile_path.is_file():
+        run.log_artifact(folder.profile_path, "speculation_profile")
     if summary.acceptance_rate_per_position:
         with tempfile.TemporaryDirectory() as tmp:
             run.log_artifact(plot_run_acceptance(summary, Path(tmp) / "acceptance_by_position.png"))
