@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from conftest import compose_job
 from specbatch.config import ConfigError
-from specbatch.engine import EngineUnavailable
+from specbatch.engine import EngineUnavailable, Request, start_engine
 from specbatch.pipeline import run_job
 
 # What the fake server answers to one /v1/completions request: (HTTP status, content type, body).
@@ -181,6 +182,29 @@ def test_a_server_at_fault_stops_the_shard_and_the_rerun_generates_every_row(
     rerun = run_job(job)
     rows = pq.read_table(sorted(layout.data_dir.glob("part-*.parquet"))).to_pylist()
     assert len(rows) == 6 and all(r["status"] == "ok" for r in rows) and rerun.folder.done_marker.exists()
+
+
+def test_an_answer_that_finished_before_a_failure_is_handed_back_before_the_failure(serve, tmp_path: Path) -> None:
+    # Both requests finished before the job asked the engine for a step (a slow machine, a fast 503): the good
+    # answer still comes back first, so its chunk is written, and the failure at the next step. (Both in one step
+    # raised, and the finished answer was lost with it.)
+    server = serve(lambda n: GOOD if n == 0 else (503, "application/json", b'{"error": {"message": "down"}}'))
+    job = job_for(server, tmp_path, 2, "engine.max_concurrency=2")
+    engine = start_engine(job)
+    try:
+        for row in ("a", "b"):
+            engine.add(Request(row, 1, [5, 6, 7], job.sampling))
+        deadline = time.monotonic() + 60
+        while engine._finished.qsize() < 2:  # both answered, before the first step
+            assert time.monotonic() < deadline, "the fake server did not answer both requests"
+            time.sleep(0.01)
+        # Whichever of the two the server took first (they were sent together).
+        [first] = engine.step()
+        assert first.request.row_id in ("a", "b") and first.error is None
+        with pytest.raises(EngineUnavailable, match="HTTP 503"):
+            engine.step()
+    finally:
+        engine.close()
 
 
 def test_a_row_the_server_refuses_is_an_error_row_and_the_shard_finishes(serve, tmp_path: Path) -> None:

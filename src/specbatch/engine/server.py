@@ -183,16 +183,28 @@ class ServerEngine(VllmFamily):
                 keys.append(self._finished.get_nowait())
             except queue.Empty:
                 break
-        done = []
+        done, failed = [], []
         for key in keys:
-            future = self._pending.pop(key, None)
+            future = self._pending.get(key)
             if future is None or future.cancelled():
+                self._pending.pop(key, None)
                 continue
-            # ServerUnreachable (and anything unexpected) ends the shard here; error rows come back as completions.
+            if future.exception() is not None:
+                failed.append(key)
+                continue
+            del self._pending[key]
             completion = future.result()
             self._prompt_tokens += len(completion.request.prompt_token_ids) * max(1, len(completion.samples))
             self._generation_tokens += sum(len(s.token_ids) for s in completion.samples)
             done.append(completion)
+        if failed and done:
+            # What finished beside a failure is handed back first, so its chunk can still be written; the failure
+            # is raised at the next step.
+            for key in failed:
+                self._finished.put(key)
+        elif failed:
+            # ServerUnreachable (and anything unexpected) ends the shard here; error rows come back as completions.
+            self._pending.pop(failed[0]).result()
         return done
 
     def _wait_for_one(self) -> int:

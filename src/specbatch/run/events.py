@@ -29,16 +29,16 @@ class RunStart:
 class RunObserver(Protocol):
     """Events of one shard run, in order: on_locked, then on_start, on_finish (when it finished) and on_end.
 
-    A run found done (before or after taking the lock) or refused before it starts (bad source, another writer)
-    sends none. on_end follows every on_start, with the exception that ended the run
+    A run found done (before or after taking the lock) sends none; a run refused before it starts (bad source,
+    another writer) sends at most on_locked. on_end follows every on_start, with the exception that ended the run
     (StopRequested when SIGTERM stopped it) or None. An engine that failed to start still sends on_start, then on_end
     with its error, so the run is recorded with why it ended.
     """
 
     def on_locked(self, folder: RunFolder) -> None:
-        """This process holds the shard's lock and will run it, its engine's library imported (ShardSteps.load_engine):
-        what a killed earlier launch left can be settled, and slow preparation started (in a thread) beside the
-        engine's build."""
+        """This process now holds the shard's lock (its engine's library imported, ShardSteps.load_engine): what a
+        killed earlier launch left can be settled, and slow preparation started (in a thread) beside the engine's
+        build."""
 
     def on_start(self, start: RunStart) -> None:
         """Generation starts: the engine is built and warm (or there was none to build). Slow work started here (in

@@ -61,9 +61,9 @@ class ShardSteps(Protocol):
         """A digest of each chunk's source rows, to refuse resuming over changed data."""
         ...
 
-    def load_engine(self, todo: list[int]) -> None:
-        """Import the engine's library into this process when chunks ``todo`` need an engine and none was handed
-        in (Engine.import_library), so that start_engine is left with the build."""
+    def load_engine(self) -> None:
+        """Import the engine's library into this process when no engine was handed in (Engine.import_library), so
+        that start_engine is left with the build."""
 
     def start_engine(self, todo: list[int]) -> None:
         """Build and warm up the engine when chunks ``todo`` need one and none was handed in."""
@@ -111,12 +111,19 @@ class ShardExecutor:
         plan = self.steps.prepare(shard)
         start = RunStart(folder, public_config(self.job), runtime_info(), plan.source_rows, len(plan.span))
         _claim_run_record(start, self.job)
+        # The engine's library is imported before tracking's set-up starts on its thread (on_locked): both are
+        # seconds of this process's interpreter and would only take turns at it (vLLM's import took 3 s longer
+        # beside MLflow's); tracking's set-up then runs beside the engine's build, while this process waits on the
+        # engine's own processes. Before the lock, so that a launch refused under it still settles the runs a killed
+        # launch left (on_locked); a launch that then finds nothing to generate imported it for nothing.
+        self.steps.load_engine()
 
         with shard_lock(folder.lock_path, str(shard)):
             if folder.is_done() and not damaged_parts(folder):
                 # Another launch finished the shard between this one's first look and taking the lock.
                 log.info("shard %s was finished by another process meanwhile; nothing to do: %s", shard, folder.root)
                 return _finished_result(folder)
+            self.observer.on_locked(folder)
             folder.remove_stale_temporaries()
             _check_source(folder, self.job, self.steps.chunk_digests())
             _drop_damaged_parts(folder)
@@ -129,12 +136,6 @@ class ShardExecutor:
                 plan.chunks,
                 len(todo),
             )
-            # The engine's library is imported before tracking's set-up starts on its thread: both are seconds of
-            # this process's interpreter and would only take turns at it (vLLM's import took 3 s longer beside
-            # MLflow's); tracking's set-up then runs beside the engine's build, while this process waits on the
-            # engine's own processes.
-            self.steps.load_engine(todo)
-            self.observer.on_locked(folder)
             parts = [folder.part_path(n) for n in range(plan.chunks)]
             summary = self._generate(start, todo, parts)
         log.info("summary of %s (shard %s)\n%s", folder.root, shard, format_table(summary))

@@ -93,8 +93,8 @@ class ShardGeneration:
     def chunk_digests(self) -> list[str]:
         return [rows_digest(self._rows(number)) for number in range(len(self._chunks))]
 
-    def load_engine(self, todo: list[int]) -> None:
-        if todo and self.engine is None:
+    def load_engine(self) -> None:
+        if self.engine is None:
             import_engine_library(self.job)
 
     def start_engine(self, todo: list[int]) -> None:
