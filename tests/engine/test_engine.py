@@ -16,7 +16,9 @@ from specbatch.engine.dummy import DummyEngine
 
 SRC = PROJECT_ROOT / "src" / "specbatch"
 # The only module that may import vLLM: its backend (preflight finds installed packages without importing them).
-MAY_IMPORT_VLLM = {SRC / "engine" / "vllm_offline.py"}
+# The vLLM backend; and the prediction's replay, which calls vLLM's own n-gram matcher (no engine), so that a vLLM
+# upgrade that changes the matching changes the prediction too.
+MAY_IMPORT_VLLM = {SRC / "engine" / "vllm_offline.py", SRC / "prediction" / "replay.py"}
 
 
 def imports_vllm(path: Path) -> bool:

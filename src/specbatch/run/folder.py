@@ -161,8 +161,8 @@ class RunFolder:
 
     @property
     def profile_path(self) -> Path:
-        """The shard's speculation profile (specbatch.run.speculation_profile), beside its summary."""
-        return self.root / "stats" / f"{self.shard_tag}.speculation_profile.json"
+        """The shard's speculation profile (specbatch.run.speculation_profile), among its own records."""
+        return self.stats_dir / "speculation_profile.json"
 
     @property
     def merged_profile_path(self) -> Path:

@@ -3,7 +3,7 @@ engine, AL, draft acceptance rate and per-position conditional and marginal acce
 with ``synthetic_acceptance_rates`` as vLLM's synthetic rejection sampler takes them (so a simulator, or a Dynamo
 mocker, can replay this run's acceptance). Like NVIDIA ModelOpt's speculation_profile.json, from real runs.
 
-Per shard beside its summary (``stats/<shard>.speculation_profile.json``) and, once merged, for the whole run
+Per shard among its own records (``stats/<shard>/speculation_profile.json``) and, once merged, for the whole run
 (``merged/speculation_profile.json``). None for spec=none, and for rows without per-request figures (a server's
 figures are server-wide: no per-row histogram)."""
 
