@@ -66,21 +66,16 @@ def _verify(draft: np.ndarray, completion: np.ndarray, pos: int) -> tuple[int, i
     return int(np.argmin(matches)), 0
 
 
-def _walk(
-    completion: np.ndarray, propose: Callable[[int], np.ndarray], grew: Callable[[np.ndarray], None]
-) -> Drafting:
-    """The engine's steps over one completion: ``propose(pos)`` drafts with completion[:pos] known, ``grew(tokens)``
-    hears the tokens each step added (the first one from the prefill included)."""
+def _walk(completion: np.ndarray, propose: Callable[[int], np.ndarray]) -> Drafting:
+    """The engine's steps over one completion on its own: ``propose(pos)`` drafts with completion[:pos] known."""
     figures = Drafting()
-    grew(completion[:1])
-    pos = 1
+    pos = 1  # the prefill's token
     while pos < len(completion):
         draft = propose(pos)
         accepted = 0
         if len(draft):
             accepted, unverified = _verify(draft, completion, pos)
             figures.step(len(draft), accepted, unverified)
-        grew(completion[pos : pos + accepted + 1])
         pos += accepted + 1
     return figures
 
@@ -95,7 +90,7 @@ def replay_ngram(turn: ReplayTurn, setup: NgramSetup, max_model_len: int) -> Dra
     def propose(pos: int) -> np.ndarray:
         return find(context[: start + pos], setup.min_n, setup.max_n, max_model_len, setup.k)
 
-    return _walk(turn.completion, propose, lambda tokens: None)
+    return _walk(turn.completion, propose)
 
 
 @dataclass
