@@ -13,8 +13,7 @@ from specbatch.engine import spec_metrics
 from specbatch.prediction.replay import Drafting
 from specbatch.prediction.setups import Setup
 from specbatch.prediction.turns import ReplayTurn
-
-OVERALL = "(all)"
+from specbatch.run.speculation_profile import OVERALL
 
 
 def acceptance_profile(figures: Drafting, k: int) -> dict[str, Any]:

@@ -3,7 +3,6 @@ with each set-up's acceptance profile, and a Parquet table) and logged to its ML
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +16,6 @@ from specbatch.prediction.figures import OVERALL, predicted_rows
 from specbatch.prediction.replay import replay
 from specbatch.prediction.setups import Setup
 from specbatch.prediction.turns import RunTurns, read_turns
-
-log = logging.getLogger(__name__)
 
 PREDICTION_DIR = "prediction"
 

@@ -20,6 +20,7 @@ from specbatch.run.output_rows import STATUS_OK
 
 PROFILE_FILE = "speculation_profile.json"
 _COLUMNS = ["row_id", "category", "status", "spec_steps", "draft_tokens", "acceptance_histogram"]
+# The category name of the figures over every row.
 OVERALL = "(all)"
 
 
