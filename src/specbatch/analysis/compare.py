@@ -20,6 +20,7 @@ from typing import Any
 
 from specbatch.analysis.comparison_rows import BaselineConsistency, CompareRow, RunFigures
 from specbatch.analysis.k_schedules import KSchedule, build_schedules
+from specbatch.analysis.predicted import PredictedRow, predicted_rows
 from specbatch.analysis.recommend import MIN_REPEATS, REPEATS_OVERRIDE, Recommendation, recommend, speedup_stats
 from specbatch.analysis.run_data import RowKey, RunData
 from specbatch.config.methods import schedule_key
@@ -82,6 +83,8 @@ class Comparison:
     schedules: list[KSchedule] = field(default_factory=list)
     # Per compared run folder that has a baseline.
     run_figures: list[RunFigures] = field(default_factory=list)
+    # Per measured n-gram or suffix set-up: its AL and speedup predicted by replay (analysis/predicted.py).
+    predicted: list[PredictedRow] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,6 +94,7 @@ class Comparison:
             "notes": self.notes,
             "schedules": [asdict(s) | {"override": s.override} for s in self.schedules],
             "run_figures": [asdict(f) for f in self.run_figures],
+            "predicted": [asdict(p) for p in self.predicted],
         }
 
 
@@ -167,7 +171,10 @@ def compare(runs: Iterable[RunData]) -> Comparison:
         )
     all_runs = [run for members in groups.values() for run in members]
     schedules = build_schedules(recommendations, all_runs)
-    return Comparison(rows, recommendations, consistency, notes, schedules, figures)
+    # Beside each measured n-gram and suffix set-up, what replaying it on its baseline's tokens predicts.
+    predicted, unpredicted = predicted_rows(rows, baselines)
+    notes += unpredicted
+    return Comparison(rows, recommendations, consistency, notes, schedules, figures, predicted)
 
 
 def machine_notes(runs: list[RunData]) -> list[str]:

@@ -61,6 +61,7 @@ def format_comparison(comparison: Comparison) -> str:
         if schedule.preset:
             lines.append(f"  or its preset: {schedule.preset_command()}")
     lines += cross_engine_table(comparison)
+    lines += predicted_table(comparison)
     for c in comparison.baseline_consistency:
         lines.append(
             f"baseline vs itself ({c.dtype}), batch size {c.batch_sizes[0]} vs {c.batch_sizes[1]}: "
@@ -68,6 +69,31 @@ def format_comparison(comparison: Comparison) -> str:
         )
     lines += [f"note: {n}" for n in comparison.notes]
     return "\n".join(lines)
+
+
+def predicted_table(comparison: Comparison) -> list[str]:
+    """Each measured n-gram and suffix set-up beside what replay predicted for it (analysis/predicted.py)."""
+    if not comparison.predicted:
+        return []
+
+    def num(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    lines = [
+        "",
+        "predicted by replaying each set-up on its baseline's tokens (jobs/predict.py), beside measured:",
+        "| batch | method | k | AL | AL predicted | speedup | speedup predicted | measured ÷ predicted "
+        "| draft token cost |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in comparison.predicted:
+        ratio = p.speedup / p.predicted_speedup if p.speedup and p.predicted_speedup else None
+        lines.append(
+            f"| {p.batch_size} | {p.method} | {p.k} | {num(p.acceptance_length)} "
+            f"| {num(p.predicted_acceptance_length)} | {num(p.speedup)} | {num(p.predicted_speedup)} | {num(ratio)} "
+            f"| {num(p.draft_token_cost)} |"
+        )
+    return lines
 
 
 def cross_engine_table(comparison: Comparison) -> list[str]:

@@ -103,6 +103,9 @@ class Engine(ABC):
     # Why the method's checks against this machine's checkpoints and packages (config.preflight) do not apply to
     # this backend; None: they run before the engine starts.
     preflight_skipped: str | None = None
+    # True when this backend drafts with vLLM's own proposers (n-gram matcher, suffix cache), as jobs/predict.py's
+    # replay does: its measured n-gram and suffix runs can be put beside the replay's prediction.
+    drafts_as_vllm = False
     # True when the speculative figures come from a server (its /metrics or its answers), which may not speculate at
     # all, or miscount: no drafting at all over a shard is then "unknown", not AL 1.0 (run.summary).
     figures_from_a_server = False

@@ -165,6 +165,8 @@ def row_figures(completion: Any) -> RowSpecFigures | None:
 class VllmEngine(VllmFamily):
     """One ``vllm.LLM``, streamed."""
 
+    drafts_as_vllm = True
+
     name = "vllm"
 
     def __init__(self, llm: Any, fingerprint: str, reaper: Reaper | None = None) -> None:

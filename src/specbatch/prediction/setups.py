@@ -77,6 +77,24 @@ def default_setups(
     return setups
 
 
+def setup_of(config: dict[str, Any]) -> Setup | None:
+    """The set-up a run ran (its recorded config), when replay can predict it: n-gram or suffix with a fixed k."""
+    spec = config["spec"]
+    k = spec.get("num_speculative_tokens")
+    if not k or spec.get("k_schedule"):
+        return None
+    if spec["method"] == "ngram":
+        return NgramSetup(k, spec["prompt_lookup_min"], spec["prompt_lookup_max"])
+    if spec["method"] == "suffix":
+        knobs = {
+            name: spec[f"suffix_decoding_{name}"]
+            for name in SUFFIX_DEFAULTS
+            if spec.get(f"suffix_decoding_{name}") is not None
+        }
+        return SuffixSetup(k, **knobs)
+    return None
+
+
 def parse_ks(flag: str):
     """An argparse type for ``flag``'s k values, e.g. 1,2,3."""
 
