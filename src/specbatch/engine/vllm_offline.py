@@ -16,6 +16,7 @@ import contextlib
 import itertools
 import logging
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
@@ -84,11 +85,26 @@ def _register_kernel_overrides_once() -> None:
 
     def once() -> None:
         if not done:
-            register()
+            with _llvmlite_hidden():
+                register()
             done.append(True)
 
     once.specbatch_once = True  # type: ignore[attr-defined]
     platform.register_triton_kernel_overrides = staticmethod(once)  # type: ignore[method-assign,assignment]
+
+
+@contextlib.contextmanager
+def _llvmlite_hidden() -> Iterator[None]:
+    """llvmlite's modules out of sys.modules for the while of vLLM's kernel override registration, which reads
+    ``vars(value)`` of every module attribute: llvmlite's library wrappers answer any attribute, ``__dict__``
+    included, with a function wrapper, and the scan fails ("'_lib_fn_wrapper' object has no attribute 'get'") in a
+    process that loaded numba first (vLLM's n-gram matcher: a replay by specbatch.prediction, an n-gram engine).
+    They hold no Triton kernel; the modules stay loaded and are put back as they were."""
+    hidden = {name: sys.modules.pop(name) for name in list(sys.modules) if name.split(".")[0] == "llvmlite"}
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
 
 
 def _private_ipc_dir() -> Path:
