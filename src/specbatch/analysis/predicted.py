@@ -39,9 +39,14 @@ class PredictedRow:
     run_folders: list[str]
 
 
+def _measured_speedup(row: CompareRow) -> float | None:
+    """The speedup the recommendation reads (over the baseline's median), or the mean's without repeats."""
+    return row.speedup_median or row.speedup
+
+
 def _draft_token_cost(row: CompareRow) -> float | None:
     """gamma from a measured row's own figures: tau / speedup = 1 + gamma * d, d = draft tokens per pass."""
-    tau, rate, speedup = row.tokens_per_pass, row.draft_acceptance_rate, row.speedup_median or row.speedup
+    tau, rate, speedup = row.tokens_per_pass, row.draft_acceptance_rate, _measured_speedup(row)
     if not tau or not rate or not speedup or tau <= 1:
         return None
     return (tau / speedup - 1) / ((tau - 1) / rate)
@@ -69,6 +74,8 @@ def predicted_rows(
         setup = setup_of(config) if recorded_backend(config).drafts_as_vllm else None
         if base is not None and setup is not None:
             candidates.append((row, setup, base[0]))
+    # Each candidate's own draft token cost, once: every other one at its batch size reads it.
+    own_cost = {id(row): _draft_token_cost(row) for row, _, _ in candidates}
     notes: list[str] = []
     turns: dict[Path, RunTurns | None] = {}
     out = []
@@ -85,11 +92,11 @@ def predicted_rows(
         max_model_len = int(run.config["model"]["max_model_len"])
         al, tau, drafted = _speed_inputs(run, replay(run.turns, setup, max_model_len, run.concurrency))
         costs = [
-            cost
+            own_cost[id(other)]
             for other, _, _ in candidates
-            if other is not row and other.batch_size == row.batch_size and other.workload == row.workload
-            for cost in [_draft_token_cost(other)]
-            if cost is not None
+            if other is not row
+            and (other.workload, other.batch_size) == (row.workload, row.batch_size)
+            and own_cost[id(other)] is not None
         ]
         cost = statistics.median(costs) if costs else None
         out.append(
@@ -99,7 +106,7 @@ def predicted_rows(
                 k=row.k,
                 acceptance_length=row.mean_acceptance_length,
                 predicted_acceptance_length=al,
-                speedup=row.speedup_median or row.speedup,
+                speedup=_measured_speedup(row),
                 predicted_speedup=tau / (1 + cost * drafted) if cost is not None else None,
                 draft_token_cost=cost,
                 run_folders=row.run_folders,

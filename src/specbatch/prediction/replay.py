@@ -84,7 +84,7 @@ def replay_ngram(turn: ReplayTurn, setup: NgramSetup, max_model_len: int) -> Dra
     """n-gram drafting over one completion, through vLLM's own matcher."""
     from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens as find
 
-    context = np.concatenate([turn.prompt, turn.completion]).astype(np.int32)
+    context = turn.context()
     start = len(turn.prompt)
 
     def propose(pos: int) -> np.ndarray:
@@ -143,7 +143,7 @@ def replay_suffix(
         while waiting and len(running) < (concurrency or len(turns)):
             turn = waiting.popleft()
             cache.start_request(turn.key, turn.prompt)
-            running.append(_Running(turn, np.concatenate([turn.prompt, turn.completion]).astype(np.int32)))
+            running.append(_Running(turn, turn.context()))
         finished = []
         for request in running:
             completion, pos = request.turn.completion, request.pos

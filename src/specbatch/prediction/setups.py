@@ -67,14 +67,18 @@ def default_setups(
         own = (spec.get("prompt_lookup_min"), spec.get("prompt_lookup_max"))
         windows = (own,) if spec["method"] == "ngram" and None not in own else (DEFAULT_NGRAM_WINDOW,)
     setups: list[Setup] = [NgramSetup(k, lo, hi) for lo, hi in windows for k in ngram_ks]
-    knobs = {}
-    if spec["method"] == "suffix":
-        for name in ("max_tree_depth", "max_cached_requests", "max_spec_factor", "min_token_prob"):
-            value = spec.get(f"suffix_decoding_{name}")
-            if value is not None:
-                knobs[name] = value
+    knobs = _suffix_knobs(spec) if spec["method"] == "suffix" else {}
     setups += [SuffixSetup(k, **knobs) for k in suffix_ks]
     return setups
+
+
+def _suffix_knobs(spec: dict[str, Any]) -> dict[str, Any]:
+    """The suffix knobs a run's spec set (spec.suffix_decoding_*), by SuffixSetup's names; vLLM's for the rest."""
+    return {
+        name: spec[f"suffix_decoding_{name}"]
+        for name in SUFFIX_DEFAULTS
+        if spec.get(f"suffix_decoding_{name}") is not None
+    }
 
 
 def setup_of(config: dict[str, Any]) -> Setup | None:
@@ -86,12 +90,7 @@ def setup_of(config: dict[str, Any]) -> Setup | None:
     if spec["method"] == "ngram":
         return NgramSetup(k, spec["prompt_lookup_min"], spec["prompt_lookup_max"])
     if spec["method"] == "suffix":
-        knobs = {
-            name: spec[f"suffix_decoding_{name}"]
-            for name in SUFFIX_DEFAULTS
-            if spec.get(f"suffix_decoding_{name}") is not None
-        }
-        return SuffixSetup(k, **knobs)
+        return SuffixSetup(k, **_suffix_knobs(spec))
     return None
 
 

@@ -46,6 +46,10 @@ class ReplayTurn:
     def key(self) -> tuple[str, int, int]:
         return (self.row_id, self.turn, self.sample_index)
 
+    def context(self) -> np.ndarray:
+        """Prompt and completion in one int32 array, as the engine's token buffer holds them."""
+        return np.concatenate([self.prompt, self.completion]).astype(np.int32)
+
 
 @dataclass
 class RunTurns:
