@@ -191,7 +191,7 @@ class ShardExecutor:
 
 
 def _write_profile(folder: RunFolder, parts: list[Path], config: dict[str, Any]) -> None:
-    """The shard's speculation profile beside its summary (none for spec=none, or without per-row figures)."""
+    """The shard's speculation profile among its records (none for spec=none, or without per-row figures)."""
     profile = speculation_profile(parts, config)
     if profile is not None:
         atomic_write_json(folder.profile_path, profile)
