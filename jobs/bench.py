@@ -5,29 +5,23 @@
     .venv/bin/python jobs/bench.py --schedule [--batch-sizes 1,4,16,64] [--ks 1,2,3,5,8] [--repeats 3]
         [--schedule-prompts 64] [--schedule-max-tokens 32] [--schedule-dir DIR] [--skip-overhead]
     .venv/bin/python jobs/bench.py --startup CHECKOUT [CHECKOUT ...] [--repeats 3]
+    .venv/bin/python jobs/bench.py --predict [--rows 64] [--two-turn-rows 32] [--predict-max-tokens 128]
 
-(a) Overhead: ``jobs/generate.py`` (default config: SmolLM2 + ngram k=3, model.dtype=auto, 16 prompts, full batch) and
-    ``jobs/bench_bare.py`` (a bare ``vllm.LLM`` script given the exact same ``LLM`` arguments and prompt token ids)
-    each run as a fresh process; wall time minus engine start-up, job ÷ bare. Goal: ≤ 1.03. The bare script also
-    runs spec=none, so vLLM's own speedup on the same prompts is printed beside the job's.
+(a) Overhead: ``jobs/generate.py`` (default config, 16 prompts, full batch) and ``jobs/bench_bare.py`` (a bare
+    ``vllm.LLM`` script given the same ``LLM`` arguments and prompt token ids), each a fresh process; wall time minus
+    engine start-up, job ÷ bare (goal ≤ 1.03); the bare script's spec=none gives vLLM's own speedup beside the job's.
 (b) Speedup: spec=none, ngram and suffix at several k, each measured at batch size 1 (engine.max_num_seqs=1: one
     request at a time) and at full batch (every prompt in the engine at once), greedy, on the default
     code-editing task, through the job's own code (``run_job``); speedup and equality come from jobs/compare's
     analysis of the stored runs. Goals: ≥ 3.0x at batch 1 and ≥ 2.0x at full batch with the best k.
-(c) Keeping the engine full (issue 12; ``--streaming`` runs only this): spec=none and ngram, greedy, 256 new
-    tokens, on humaneval_edit (128 rows) and on a two-turn HumanEval file written at bench time (64 rows; turn 2
-    asks for type hints on the model's own answer). Per method, three fresh processes: the job with chunk_size=8,
-    the job with one chunk, and the bare script with every prompt of a turn in one generate call. Output tok/s =
-    output tokens ÷ generation seconds (start-up and warm-up excluded), read from the run folder's shard summary.
-    Goals: chunk_size=8 ÷ one chunk ≥ 0.97 and job ÷ bare ≥ 0.97. The report is printed and written to a file.
-(d) k schedules (issue 15; ``--schedule`` runs (a) and this): ngram at every k and spec=none at every batch size,
-    repeated; compare's analysis writes the schedule from the picks; the schedule runs at the same batch sizes and is
-    put beside the best fixed k per batch size (goal: within 3 %) and every single k overall (goal: ahead).
-    See specbatch.bench.schedule_sweep. ~85 engines: about an hour on 2 cores. Rerun with the same --schedule-dir
-    to resume.
-(e) Start-up (``--startup``): a four-prompt job from launch to exit with MLflow on, for each checkout given (e.g. a
-    clone of main and your branch), in turn; median wall time, the engine's part and the rest. See
-    specbatch.bench.startup.
+(c) Keeping the engine full (issue 12; ``--streaming`` runs only this): the job with chunk_size=8, with one chunk,
+    and the bare script, on humaneval_edit and a two-turn file. Goals ≥ 0.97. See specbatch.bench.full_engine.
+(d) k schedules (issue 15; ``--schedule`` runs (a) and this): the schedule beside the best fixed k per batch size
+    (within 3 %) and every single k (ahead). ~85 engines, about an hour; the same --schedule-dir resumes.
+(e) Start-up (``--startup``): launch to exit of a four-prompt job, per checkout given. See specbatch.bench.startup.
+(f) Predicted beside measured (issue 27; ``--predict`` runs only this): ngram k 1,2,3,5,8 and suffix at batch 1 and
+    full batch against compare's replay prediction (AL within 1 % n-gram, 5 % suffix; speedup within 10 %), and
+    replay's speed on 1,000 rows. 28 engines, about 40 minutes. See specbatch.bench.prediction_bench.
 
 One run per measurement on a shared, noisy 2-core machine: quote the ratios of one invocation together.
 """
@@ -39,6 +33,7 @@ import time
 from pathlib import Path
 
 from specbatch.bench.full_engine import streaming_bench
+from specbatch.bench.prediction_bench import PredictPlan, predict_report
 from specbatch.bench.schedule_sweep import SweepPlan, int_list, schedule_report
 from specbatch.bench.speedup import speedup_bench
 from specbatch.bench.startup import startup_bench
@@ -54,8 +49,8 @@ def main() -> int:
     parser.add_argument("--output-root", type=Path, default=PROJECT / "outputs" / "bench")
     parser.add_argument("--skip-overhead", action="store_true")
     parser.add_argument("--streaming", action="store_true", help="run only (c), keeping the engine full")
-    parser.add_argument("--rows", type=int, default=128, help="(c): humaneval_edit rows")
-    parser.add_argument("--two-turn-rows", type=int, default=64, help="(c): rows of the two-turn data set")
+    parser.add_argument("--rows", type=int, help="(c), (f): humaneval_edit rows (default 128 for (c), 64 for (f))")
+    parser.add_argument("--two-turn-rows", type=int, help="(c), (f): two-turn rows (default 64 for (c), 32 for (f))")
     parser.add_argument("--report", type=Path, help="(c): also write the report here (default: in --output-root)")
     parser.add_argument("--schedule", action="store_true", help="run (a) and (d), the k schedule")
     parser.add_argument("--batch-sizes", type=int_list, default=[1, 4, 16, 64], help="(d): e.g. 1,4,16,64")
@@ -64,6 +59,8 @@ def main() -> int:
     parser.add_argument("--schedule-prompts", type=int, default=64, help="(d): prompts (at least the largest batch)")
     parser.add_argument("--schedule-max-tokens", type=int, default=32, help="(d): new tokens per prompt")
     parser.add_argument("--schedule-dir", type=Path, help="(d): output root of its runs (reuse one to resume)")
+    parser.add_argument("--predict", action="store_true", help="run only (f), predicted beside measured")
+    parser.add_argument("--predict-max-tokens", type=int, default=128, help="(f): new tokens per turn")
     parser.add_argument("--startup", type=Path, nargs="+", metavar="CHECKOUT", help="run only (e), these checkouts")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -75,8 +72,14 @@ def main() -> int:
     if args.startup:
         print(startup_bench([c.resolve() for c in args.startup], args.repeats, root, stamp))
         return 0
+    if args.predict:
+        plan = PredictPlan(args.rows or 64, args.two_turn_rows or 32, args.predict_max_tokens)
+        report, path = predict_report(plan, root, stamp)
+        print(report)
+        log.info("report written to %s", path)
+        return 0
     if args.streaming:
-        report, path = streaming_bench(args.rows, args.two_turn_rows, root, stamp, args.report)
+        report, path = streaming_bench(args.rows or 128, args.two_turn_rows or 64, root, stamp, args.report)
         print(report)
         log.info("report written to %s", path)
         return 0

@@ -27,6 +27,7 @@ from specbatch.run.folder import read_run
 class PredictedRow:
     """One measured set-up with what replay predicted for it."""
 
+    dataset: str
     batch_size: int
     method: str
     k: int | None
@@ -101,6 +102,7 @@ def predicted_rows(
         cost = statistics.median(costs) if costs else None
         out.append(
             PredictedRow(
+                dataset=row.dataset,
                 batch_size=row.batch_size,
                 method=row.method,
                 k=row.k,

@@ -82,14 +82,14 @@ def predicted_table(comparison: Comparison) -> list[str]:
     lines = [
         "",
         "predicted by replaying each set-up on its baseline's tokens (jobs/predict.py), beside measured:",
-        "| batch | method | k | AL | AL predicted | speedup | speedup predicted | measured ÷ predicted "
+        "| dataset | batch | method | k | AL | AL predicted | speedup | speedup predicted | measured ÷ predicted "
         "| draft token cost |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in comparison.predicted:
         ratio = p.speedup / p.predicted_speedup if p.speedup and p.predicted_speedup else None
         lines.append(
-            f"| {p.batch_size} | {p.method} | {p.k} | {num(p.acceptance_length)} "
+            f"| {p.dataset} | {p.batch_size} | {p.method} | {p.k} | {num(p.acceptance_length)} "
             f"| {num(p.predicted_acceptance_length)} | {num(p.speedup)} | {num(p.predicted_speedup)} | {num(ratio)} "
             f"| {num(p.draft_token_cost)} |"
         )

@@ -1,0 +1,51 @@
+"""jobs/bench.py --predict's report logic (specbatch.bench.prediction_bench): each goal judged on the right figure,
+and the 1,000-row timing input made of distinct requests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specbatch.analysis.predicted import PredictedRow
+from specbatch.bench.prediction_bench import predicted_lines, scaled_turns
+from specbatch.prediction.turns import ReplayTurn
+
+
+def _row(method: str, al: float, predicted_al: float, speedup: float | None, predicted: float | None) -> PredictedRow:
+    return PredictedRow(
+        dataset="humaneval_edit",
+        batch_size=1,
+        method=method,
+        k=3,
+        acceptance_length=al,
+        predicted_acceptance_length=predicted_al,
+        speedup=speedup,
+        predicted_speedup=predicted,
+        draft_token_cost=0.1 if predicted else None,
+        run_folders=[],
+    )
+
+
+def test_goals_are_judged_per_method_and_on_the_speedup():
+    lines = predicted_lines(
+        "humaneval_edit",
+        [
+            _row("ngram", 3.02, 3.0, 2.0, 2.1),  # AL 0.7 % off: met for n-gram; speedup 4.8 % off: met
+            _row("suffix", 3.12, 3.0, 2.0, 2.5),  # AL 4 % off: met for suffix; speedup 20 % off: missed
+            _row("ngram", 3.06, 3.0, None, None),  # AL 2 % off: missed for n-gram; nothing measured to judge
+        ],
+    )
+    ngram, ngram_off, suffix = (line for line in lines if line.startswith("| 1 |"))
+    assert "+0.7% met" in ngram and "-4.8% met" in ngram
+    assert "+4.0% met" in suffix and "-20.0% MISSED" in suffix
+    assert "+2.0% MISSED" in ngram_off and ngram_off.rstrip(" |").endswith("| -")
+
+
+def test_scaled_turns_are_distinct_requests_in_one_shard():
+    base = [
+        ReplayTurn(f"r{i}", 0, 0, None, np.arange(3), np.arange(4) + i, position=(1, 0, i), answered=(1, 0, i))
+        for i in range(3)
+    ]
+    turns = scaled_turns(base, 10)
+    assert len({t.key for t in turns}) == 10
+    assert [t.position for t in turns] == [(0, 0, i) for i in range(10)]
+    assert [t.completion[0] for t in turns] == [i % 3 for i in range(10)]
