@@ -4,11 +4,13 @@ at the same batch size."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import pytest
 
 from specbatch.analysis.compare import compare
+from specbatch.analysis.predicted import cost_model
 from specbatch.analysis.run_data import load_run
 from specbatch.analysis.tables import format_comparison
 from specbatch.common.atomic_files import atomic_write_json, atomic_write_text
@@ -104,3 +106,14 @@ def test_a_baseline_without_prompt_token_ids_is_named_not_predicted(job_factory)
     assert comparison.predicted == []
     [note] = [n for n in comparison.notes if n.startswith("not predicted:")]
     assert str(base) in note and "written before output schema 4" in note
+
+
+def test_the_pass_cost_is_a_line_through_three_or_more_set_ups_and_through_1_with_fewer() -> None:
+    # Turning speculation on costs half a step whatever is drafted, and each draft token 0.3 of one.
+    on_a_line = [(1.0, 1.8), (2.0, 2.1), (4.0, 2.7)]
+    assert cost_model(on_a_line) == pytest.approx((1.5, 0.3))
+    # Two set-ups cannot tell an offset from a slope: the line through r(0) = 1, c their median.
+    assert cost_model(on_a_line[:2]) == pytest.approx((1.0, statistics.median([0.8, 0.55])))
+    # A falling cost is noise (a draft token never makes a pass cheaper): the line through 1 again.
+    assert cost_model([(1.0, 2.0), (2.0, 1.9), (3.0, 1.8)])[0] == 1.0
+    assert cost_model([]) is None

@@ -2,11 +2,15 @@
 on its baseline's token ids (specbatch.prediction), for its predicted AL and speedup.
 
 The speedup model: a target pass emits 1 + accepted tokens (tokens per pass, tau = output / (output - accepted)),
-and a pass that verifies d draft tokens per request costs (1 + gamma * d) times a pass of spec=none at the same batch
-size. So speedup = tau / (1 + gamma * d). gamma, the cost of one draft token relative to a plain decode step on this
-machine at this batch size (drafting included), is read off the other set-ups measured at the same batch size
-(each gives gamma = (tau / speedup - 1) / d from its own counters; their median), never off the set-up being
-predicted. With no other set-up measured there, only AL is predicted."""
+and a pass that verifies d draft tokens per request costs r(d) plain decode steps of spec=none at the same batch size,
+so speedup = tau / r(d). Each measured set-up gives its own point (d, r = tau / speedup) from its counters; r is read
+off the *other* set-ups measured at the same batch size, never off the one being predicted:
+- three or more others at two or more d: a line r = a + b * d through them (least squares). a - 1 is what turning
+  speculation on costs a pass whatever it drafts (the proposer, verifying and sampling over more positions): on 2
+  CPU cores at batch 64 it was most of the cost (jobs/bench.py --predict: one draft token per pass already cost 2.6
+  decode steps), which a line through r(0) = 1 cannot follow;
+- fewer: r = 1 + c * d, c the median of the others' (r - 1) / d.
+With no other set-up measured there, only AL is predicted."""
 
 from __future__ import annotations
 
@@ -35,9 +39,21 @@ class PredictedRow:
     predicted_acceptance_length: float
     speedup: float | None
     predicted_speedup: float | None
-    # The step cost used (None: no other set-up measured at this batch size).
+    # The step cost used: r = (1 + speculation_overhead) + draft_token_cost * d decode steps per pass (None: no other
+    # set-up measured at this batch size; overhead 0.0 where too few were for a line).
     draft_token_cost: float | None
     run_folders: list[str]
+    speculation_overhead: float | None = None
+    # AL if every draft token past a completion's end (which the run cannot verify) had been accepted: the engine's
+    # AL lies between the prediction and this.
+    predicted_acceptance_length_max: float | None = None
+
+    @property
+    def pass_cost(self) -> str:
+        """The cost model used, as tables write it: ``1.50 + 0.30·d`` decode steps per pass, or ``-``."""
+        if self.draft_token_cost is None:
+            return "-"
+        return f"{1 + (self.speculation_overhead or 0):.2f} + {self.draft_token_cost:.2f}·d"
 
 
 def _measured_speedup(row: CompareRow) -> float | None:
@@ -45,23 +61,38 @@ def _measured_speedup(row: CompareRow) -> float | None:
     return row.speedup_median or row.speedup
 
 
-def _draft_token_cost(row: CompareRow) -> float | None:
-    """gamma from a measured row's own figures: tau / speedup = 1 + gamma * d, d = draft tokens per pass."""
+def _pass_cost(row: CompareRow) -> tuple[float, float] | None:
+    """(d, r) of a measured row from its own figures: draft tokens per pass, and what a pass cost in decode steps
+    of spec=none (tau / speedup)."""
     tau, rate, speedup = row.tokens_per_pass, row.draft_acceptance_rate, _measured_speedup(row)
     if not tau or not rate or not speedup or tau <= 1:
         return None
-    return (tau / speedup - 1) / ((tau - 1) / rate)
+    return (tau - 1) / rate, tau / speedup
 
 
-def _speed_inputs(turns: RunTurns, replayed: list[tuple[object, Drafting]]) -> tuple[float, float, float]:
-    """(AL, tokens per pass, draft tokens per pass) of a replay."""
+def cost_model(points: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """(a, b) with r(d) = a + b * d from the (d, r) of measured set-ups (module docstring); None without any."""
+    if not points:
+        return None
+    if len(points) >= 3 and len({d for d, _ in points}) >= 2:
+        mean_d = statistics.fmean(d for d, _ in points)
+        mean_r = statistics.fmean(r for _, r in points)
+        slope = sum((d - mean_d) * (r - mean_r) for d, r in points) / sum((d - mean_d) ** 2 for d, _ in points)
+        if slope >= 0:  # a draft token never makes a pass cheaper; a negative slope is noise: fall back
+            return mean_r - slope * mean_d, slope
+    return 1.0, statistics.median((r - 1) / d for d, r in points)
+
+
+def speed_inputs(turns: RunTurns, replayed: list[tuple[object, Drafting]]) -> tuple[float, float, float, float]:
+    """(AL, tokens per pass, draft tokens per pass, AL with every unverified draft token accepted) of a replay."""
     total = Drafting()
     for _, figures in replayed:
         total.add(figures)
     output = sum(len(t.completion) for t in turns.turns)
     passes = output - total.accepted
     al = 1 + total.accepted / total.drafts if total.drafts else 1.0
-    return al, output / passes, total.draft_tokens / passes
+    al_max = 1 + (total.accepted + total.unverified) / total.drafts if total.drafts else 1.0
+    return al, output / passes, total.draft_tokens / passes, al_max
 
 
 def predicted_rows(
@@ -75,8 +106,8 @@ def predicted_rows(
         setup = setup_of(config) if recorded_backend(config).drafts_as_vllm else None
         if base is not None and setup is not None:
             candidates.append((row, setup, base[0]))
-    # Each candidate's own draft token cost, once: every other one at its batch size reads it.
-    own_cost = {id(row): _draft_token_cost(row) for row, _, _ in candidates}
+    # Each candidate's own (d, r), once: every other one at its batch size reads it.
+    own_cost = {id(row): _pass_cost(row) for row, _, _ in candidates}
     notes: list[str] = []
     turns: dict[Path, RunTurns | None] = {}
     out = []
@@ -91,15 +122,15 @@ def predicted_rows(
         if run is None:
             continue
         max_model_len = int(run.config["model"]["max_model_len"])
-        al, tau, drafted = _speed_inputs(run, replay(run.turns, setup, max_model_len, run.concurrency))
-        costs = [
-            own_cost[id(other)]
+        al, tau, drafted, al_max = speed_inputs(run, replay(run.turns, setup, max_model_len, run.concurrency))
+        points = [
+            point
             for other, _, _ in candidates
             if other is not row
             and (other.workload, other.batch_size) == (row.workload, row.batch_size)
-            and own_cost[id(other)] is not None
+            and (point := own_cost[id(other)]) is not None
         ]
-        cost = statistics.median(costs) if costs else None
+        model = cost_model(points)
         out.append(
             PredictedRow(
                 dataset=row.dataset,
@@ -109,9 +140,11 @@ def predicted_rows(
                 acceptance_length=row.mean_acceptance_length,
                 predicted_acceptance_length=al,
                 speedup=_measured_speedup(row),
-                predicted_speedup=tau / (1 + cost * drafted) if cost is not None else None,
-                draft_token_cost=cost,
+                predicted_speedup=tau / (model[0] + model[1] * drafted) if model else None,
+                draft_token_cost=model[1] if model else None,
                 run_folders=row.run_folders,
+                speculation_overhead=model[0] - 1 if model else None,
+                predicted_acceptance_length_max=al_max,
             )
         )
     return out, notes

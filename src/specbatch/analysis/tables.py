@@ -83,7 +83,7 @@ def predicted_table(comparison: Comparison) -> list[str]:
         "",
         "predicted by replaying each set-up on its baseline's tokens (jobs/predict.py), beside measured:",
         "| dataset | batch | method | k | AL | AL predicted | speedup | speedup predicted | measured ÷ predicted "
-        "| draft token cost |",
+        "| pass cost (decode steps, d draft tokens per pass) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in comparison.predicted:
@@ -91,7 +91,7 @@ def predicted_table(comparison: Comparison) -> list[str]:
         lines.append(
             f"| {p.dataset} | {p.batch_size} | {p.method} | {p.k} | {num(p.acceptance_length)} "
             f"| {num(p.predicted_acceptance_length)} | {num(p.speedup)} | {num(p.predicted_speedup)} | {num(ratio)} "
-            f"| {num(p.draft_token_cost)} |"
+            f"| {p.pass_cost} |"
         )
     return lines
 

@@ -92,22 +92,25 @@ def _verdict(off: float | None, goal: float) -> str:
 
 
 def predicted_lines(name: str, predicted: list[PredictedRow]) -> list[str]:
-    """One data set's table: measured and predicted AL and speedup per set-up and batch size, and each goal."""
+    """One data set's table: measured and predicted AL and speedup per set-up and batch size, and each goal. "AL
+    max" is the AL had every draft token past a completion's end been accepted (the run cannot verify those); the
+    pass cost is r = a + b·d decode steps (analysis/predicted.py)."""
     lines = [
         f"### {name}",
         "",
-        "| batch | method | k | AL measured | AL predicted | AL off | speedup measured | speedup predicted "
-        "| speedup off | draft token cost |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| batch | method | k | AL measured | AL predicted | AL max | AL off | speedup measured | speedup predicted "
+        "| speedup off | pass cost a + b·d |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in sorted(predicted, key=lambda p: (p.batch_size, p.method, p.k or 0)):
         al_off = _off_by(p.acceptance_length, p.predicted_acceptance_length)
         speed_off = _off_by(p.speedup, p.predicted_speedup)
-        cost = "-" if p.draft_token_cost is None else f"{p.draft_token_cost:.3f}"
+        al_max = "-" if p.predicted_acceptance_length_max is None else f"{p.predicted_acceptance_length_max:.3f}"
         lines.append(
             f"| {p.batch_size} | {p.method} | {p.k} | {p.acceptance_length or 0:.3f} "
-            f"| {p.predicted_acceptance_length:.3f} | {_verdict(al_off, AL_GOALS[p.method])} "
-            f"| {p.speedup or 0:.2f} | {p.predicted_speedup or 0:.2f} | {_verdict(speed_off, SPEEDUP_GOAL)} | {cost} |"
+            f"| {p.predicted_acceptance_length:.3f} | {al_max} | {_verdict(al_off, AL_GOALS[p.method])} "
+            f"| {p.speedup or 0:.2f} | {p.predicted_speedup or 0:.2f} | {_verdict(speed_off, SPEEDUP_GOAL)} "
+            f"| {p.pass_cost} |"
         )
     return lines + [""]
 
@@ -166,7 +169,7 @@ def predict_report(plan: PredictPlan, root: Path, stamp: str) -> tuple[str, Path
         f"greedy, float32, max_tokens={plan.max_tokens}, default model; humaneval_edit {plan.rows} rows, two-turn "
         f"chat {plan.two_turn_rows} rows (turn 2 asks for type hints on the model's own answer). One run per set-up "
         "and batch size. Predicted: each set-up replayed on spec=none's tokens at the same batch size; speedup "
-        "= tau / (1 + c·d), c the median draft token cost of the *other* set-ups at that batch size. Goals: AL within "
+        "= tau / (a + b·d), the pass cost fitted to the *other* set-ups at that batch size. Goals: AL within "
         f"{AL_GOALS['ngram']:.0%} (n-gram) and {AL_GOALS['suffix']:.0%} (suffix), speedup within {SPEEDUP_GOAL:.0%}.",
         "",
     ]
