@@ -5,20 +5,19 @@
     .venv/bin/python jobs/bench.py --schedule [--batch-sizes 1,4,16,64] [--ks 1,2,3,5,8] [--repeats 3]
         [--schedule-prompts 64] [--schedule-max-tokens 32] [--schedule-dir DIR] [--skip-overhead]
     .venv/bin/python jobs/bench.py --startup CHECKOUT [CHECKOUT ...] [--repeats 3]
-    .venv/bin/python jobs/bench.py --predict [--rows 64] [--two-turn-rows 32] [--predict-max-tokens 128]
+    .venv/bin/python jobs/bench.py --predict [--rows 64] [--two-turn-rows 32] [--predict-max-tokens 128] [--stamp S]
 
 (a) Overhead: ``jobs/generate.py`` (default config, 16 prompts, full batch) and ``jobs/bench_bare.py`` (a bare
     ``vllm.LLM`` script given the same ``LLM`` arguments and prompt token ids), each a fresh process; wall time minus
     engine start-up, job ÷ bare (goal ≤ 1.03); the bare script's spec=none gives vLLM's own speedup beside the job's.
-(b) Speedup: spec=none, ngram and suffix at several k, each measured at batch size 1 (engine.max_num_seqs=1: one
-    request at a time) and at full batch (every prompt in the engine at once), greedy, on the default
-    code-editing task, through the job's own code (``run_job``); speedup and equality come from jobs/compare's
-    analysis of the stored runs. Goals: ≥ 3.0x at batch 1 and ≥ 2.0x at full batch with the best k.
+(b) Speedup: spec=none, ngram and suffix at several k, at batch size 1 (engine.max_num_seqs=1) and at full batch,
+    greedy, on the default code-editing task, through ``run_job``; speedup and equality from jobs/compare's analysis
+    of the stored runs. Goals: ≥ 3.0x at batch 1 and ≥ 2.0x at full batch with the best k.
 (c) Keeping the engine full (issue 12; ``--streaming`` runs only this): the job with chunk_size=8, with one chunk,
     and the bare script, on humaneval_edit and a two-turn file. Goals ≥ 0.97. See specbatch.bench.full_engine.
 (d) k schedules (issue 15; ``--schedule`` runs (a) and this): the schedule beside the best fixed k per batch size
     (within 3 %) and every single k (ahead). ~85 engines, about an hour; the same --schedule-dir resumes.
-(e) Start-up (``--startup``): launch to exit of a four-prompt job, per checkout given. See specbatch.bench.startup.
+(e) Start-up (``--startup``): launch to exit of a four-prompt job per checkout given. See specbatch.bench.startup.
 (f) Predicted beside measured (issue 27; ``--predict`` runs only this): ngram k 1,2,3,5,8 and suffix at batch 1 and
     full batch against compare's replay prediction (AL within 1 % n-gram, 5 % suffix; speedup within 10 %), and
     replay's speed on 1,000 rows. 28 engines, about 40 minutes. See specbatch.bench.prediction_bench.
@@ -61,14 +60,15 @@ def main() -> int:
     parser.add_argument("--schedule-dir", type=Path, help="(d): output root of its runs (reuse one to resume)")
     parser.add_argument("--predict", action="store_true", help="run only (f), predicted beside measured")
     parser.add_argument("--predict-max-tokens", type=int, default=128, help="(f): new tokens per turn")
+    parser.add_argument("--stamp", help="(f): an earlier run's stamp: its finished runs are read, not measured again")
     parser.add_argument("--startup", type=Path, nargs="+", metavar="CHECKOUT", help="run only (e), these checkouts")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     register_configs()
     root = args.output_root.resolve()
     root.mkdir(parents=True, exist_ok=True)
-    # Fresh run folders per invocation: a finished run would otherwise be found and not measured again.
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    # Fresh run folders per invocation (a finished run is found, not measured again), unless --stamp asks for that.
+    stamp = args.stamp or time.strftime("%Y%m%d-%H%M%S")
     if args.startup:
         print(startup_bench([c.resolve() for c in args.startup], args.repeats, root, stamp))
         return 0

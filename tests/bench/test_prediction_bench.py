@@ -23,6 +23,7 @@ def _row(method: str, al: float, predicted_al: float, speedup: float | None, pre
         draft_token_cost=0.1 if predicted else None,
         run_folders=[],
         speculation_overhead=0.5 if predicted else None,
+        predicted_acceptance_length_min=predicted_al - 0.1,
         predicted_acceptance_length_max=predicted_al + 0.1,
     )
 
@@ -40,7 +41,7 @@ def test_goals_are_judged_per_method_and_on_the_speedup():
     assert "+0.7% met" in ngram and "-4.8% met" in ngram
     assert "+4.0% met" in suffix and "-20.0% MISSED" in suffix
     assert "+2.0% MISSED" in ngram_off and ngram_off.rstrip(" |").endswith("| -")
-    assert "| 1.50 + 0.10·d |" in ngram and "| 3.100 |" in ngram
+    assert "| 1.50 + 0.10·d |" in ngram and "| 2.900–3.100 |" in ngram
 
 
 def test_scaled_turns_are_distinct_requests_in_one_shard():

@@ -4,6 +4,7 @@ engine's own counters: tests/run/test_generate_cpu.py.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -154,3 +155,31 @@ def test_bad_arguments_get_one_line_naming_the_flag(tmp_path: Path, args: list[s
     assert result.returncode == 2
     [line] = [line for line in result.stderr.splitlines() if "error:" in line]
     assert flag in line
+
+
+def test_unverified_draft_tokens_are_expected_at_the_acceptance_seen_where_it_was_verified() -> None:
+    figures = Drafting()
+    # Position 0 verified 4 times and accepted 3 times; position 1 reached 3 times, accepted once.
+    figures.step(2, 2, 0)
+    figures.step(2, 1, 0)
+    figures.step(2, 1, 0)
+    figures.step(2, 0, 0)
+    # A draft that matched the one token left and ran 1 past the end, and one that ran 2 past it from the start.
+    figures.step(2, 1, 1)
+    figures.step(2, 0, 2)
+    # reached: position 0 by all 5 verified, position 1 by the 3 that accepted 0 and then the tail's own: 3 + 0.
+    assert figures.reached == [5, 3] and figures.per_position == [4, 1]
+    q0, q1 = 4 / 5, 1 / 3
+    assert figures.expected_unverified_accepted() == pytest.approx(q1 + (q0 + q0 * q1))
+    profile = acceptance_profile(figures, 2)
+    assert profile["acceptance_length_estimate"] == pytest.approx(1 + (5 + q1 + q0 + q0 * q1) / 6)
+
+
+def test_only_drafts_past_a_max_tokens_cut_are_estimated_not_past_a_stop() -> None:
+    # A draft of 3 verified in full (positions 0-2 accepted), then one with a single token left: 2 past the end.
+    prompt, completion = [10, 11, 12, 13, 14, 15, 16], [10, 11, 12, 13, 99, 11, 12]
+    for finish, estimated in (("length", True), ("stop", False)):
+        one = dataclasses.replace(turn(prompt, completion), finish_reason=finish)
+        [(_, figures)] = replay([one], NgramSetup(3, 1, 2), 2048)
+        assert figures.unverified > 0
+        assert (figures.expected_unverified_accepted() > 0) is estimated

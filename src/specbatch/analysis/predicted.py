@@ -5,7 +5,8 @@ The speedup model: a target pass emits 1 + accepted tokens (tokens per pass, tau
 and a pass that verifies d draft tokens per request costs r(d) plain decode steps of spec=none at the same batch size,
 so speedup = tau / r(d). Each measured set-up gives its own point (d, r = tau / speedup) from its counters; r is read
 off the *other* set-ups measured at the same batch size, never off the one being predicted:
-- three or more others at two or more d: a line r = a + b * d through them (least squares). a - 1 is what turning
+- three or more others at two or more d: a line r = a + b * d through them (least squares; unless a < 1 or b < 0,
+  which no pass costs: then as with fewer). a - 1 is what turning
   speculation on costs a pass whatever it drafts (the proposer, verifying and sampling over more positions): on 2
   CPU cores at batch 64 it was most of the cost (jobs/bench.py --predict: one draft token per pass already cost 2.6
   decode steps), which a line through r(0) = 1 cannot follow;
@@ -44,8 +45,9 @@ class PredictedRow:
     draft_token_cost: float | None
     run_folders: list[str]
     speculation_overhead: float | None = None
-    # AL if every draft token past a completion's end (which the run cannot verify) had been accepted: the engine's
-    # AL lies between the prediction and this.
+    # AL had every draft token past a completion's end (which the run cannot verify) been rejected, and accepted:
+    # the engine's AL lies between them; predicted_acceptance_length estimates those tokens at the acceptance seen.
+    predicted_acceptance_length_min: float | None = None
     predicted_acceptance_length_max: float | None = None
 
     @property
@@ -78,21 +80,42 @@ def cost_model(points: list[tuple[float, float]]) -> tuple[float, float] | None:
         mean_d = statistics.fmean(d for d, _ in points)
         mean_r = statistics.fmean(r for _, r in points)
         slope = sum((d - mean_d) * (r - mean_r) for d, r in points) / sum((d - mean_d) ** 2 for d, _ in points)
-        if slope >= 0:  # a draft token never makes a pass cheaper; a negative slope is noise: fall back
-            return mean_r - slope * mean_d, slope
+        offset = mean_r - slope * mean_d
+        # A draft token never makes a pass cheaper, nor does turning speculation on: below either is noise (or a
+        # line pulled by set-ups far from this one): fall back.
+        if slope >= 0 and offset >= 1:
+            return offset, slope
     return 1.0, statistics.median((r - 1) / d for d, r in points)
 
 
-def speed_inputs(turns: RunTurns, replayed: list[tuple[object, Drafting]]) -> tuple[float, float, float, float]:
-    """(AL, tokens per pass, draft tokens per pass, AL with every unverified draft token accepted) of a replay."""
+@dataclass(frozen=True)
+class SpeedInputs:
+    """What the speedup model reads of a replay (the estimate counts the unverified draft tokens the engine is
+    expected to have accepted, as its own counters count them): AL estimated, with every unverified token rejected
+    and with every one accepted; tokens per target pass; draft tokens per pass."""
+
+    acceptance_length: float
+    acceptance_length_min: float
+    acceptance_length_max: float
+    tokens_per_pass: float
+    drafted_per_pass: float
+
+
+def speed_inputs(turns: RunTurns, replayed: list[tuple[object, Drafting]]) -> SpeedInputs:
     total = Drafting()
     for _, figures in replayed:
         total.add(figures)
     output = sum(len(t.completion) for t in turns.turns)
-    passes = output - total.accepted
-    al = 1 + total.accepted / total.drafts if total.drafts else 1.0
-    al_max = 1 + (total.accepted + total.unverified) / total.drafts if total.drafts else 1.0
-    return al, output / passes, total.draft_tokens / passes, al_max
+    accepted = total.accepted + total.expected_unverified_accepted()
+    passes = output - accepted
+    drafts = max(1, total.drafts)
+    return SpeedInputs(
+        acceptance_length=1 + accepted / drafts,
+        acceptance_length_min=1 + total.accepted / drafts,
+        acceptance_length_max=1 + (total.accepted + total.unverified) / drafts,
+        tokens_per_pass=output / passes,
+        drafted_per_pass=total.draft_tokens / passes,
+    )
 
 
 def predicted_rows(
@@ -122,7 +145,7 @@ def predicted_rows(
         if run is None:
             continue
         max_model_len = int(run.config["model"]["max_model_len"])
-        al, tau, drafted, al_max = speed_inputs(run, replay(run.turns, setup, max_model_len, run.concurrency))
+        inputs = speed_inputs(run, replay(run.turns, setup, max_model_len, run.concurrency))
         points = [
             point
             for other, _, _ in candidates
@@ -138,13 +161,16 @@ def predicted_rows(
                 method=row.method,
                 k=row.k,
                 acceptance_length=row.mean_acceptance_length,
-                predicted_acceptance_length=al,
+                predicted_acceptance_length=inputs.acceptance_length,
                 speedup=_measured_speedup(row),
-                predicted_speedup=tau / (model[0] + model[1] * drafted) if model else None,
+                predicted_speedup=(
+                    inputs.tokens_per_pass / (model[0] + model[1] * inputs.drafted_per_pass) if model else None
+                ),
                 draft_token_cost=model[1] if model else None,
                 run_folders=row.run_folders,
                 speculation_overhead=model[0] - 1 if model else None,
-                predicted_acceptance_length_max=al_max,
+                predicted_acceptance_length_min=inputs.acceptance_length_min,
+                predicted_acceptance_length_max=inputs.acceptance_length_max,
             )
         )
     return out, notes

@@ -92,23 +92,25 @@ def _verdict(off: float | None, goal: float) -> str:
 
 
 def predicted_lines(name: str, predicted: list[PredictedRow]) -> list[str]:
-    """One data set's table: measured and predicted AL and speedup per set-up and batch size, and each goal. "AL
-    max" is the AL had every draft token past a completion's end been accepted (the run cannot verify those); the
-    pass cost is r = a + b·d decode steps (analysis/predicted.py)."""
+    """One data set's table: measured and predicted AL and speedup per set-up and batch size, and each goal. The
+    AL range is the AL had every draft token past a completion's end (which the run cannot verify) been rejected,
+    and accepted; the prediction estimates them at the acceptance seen elsewhere. The pass cost is r = a + b·d
+    decode steps (analysis/predicted.py)."""
     lines = [
         f"### {name}",
         "",
-        "| batch | method | k | AL measured | AL predicted | AL max | AL off | speedup measured | speedup predicted "
+        "| batch | method | k | AL measured | AL predicted | AL range | AL off | speedup measured | speedup predicted "
         "| speedup off | pass cost a + b·d |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in sorted(predicted, key=lambda p: (p.batch_size, p.method, p.k or 0)):
         al_off = _off_by(p.acceptance_length, p.predicted_acceptance_length)
         speed_off = _off_by(p.speedup, p.predicted_speedup)
-        al_max = "-" if p.predicted_acceptance_length_max is None else f"{p.predicted_acceptance_length_max:.3f}"
+        low, high = p.predicted_acceptance_length_min, p.predicted_acceptance_length_max
+        al_range = "-" if low is None or high is None else f"{low:.3f}–{high:.3f}"
         lines.append(
             f"| {p.batch_size} | {p.method} | {p.k} | {p.acceptance_length or 0:.3f} "
-            f"| {p.predicted_acceptance_length:.3f} | {al_max} | {_verdict(al_off, AL_GOALS[p.method])} "
+            f"| {p.predicted_acceptance_length:.3f} | {al_range} | {_verdict(al_off, AL_GOALS[p.method])} "
             f"| {p.speedup or 0:.2f} | {p.predicted_speedup or 0:.2f} | {_verdict(speed_off, SPEEDUP_GOAL)} "
             f"| {p.pass_cost} |"
         )

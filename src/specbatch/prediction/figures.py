@@ -17,10 +17,18 @@ from specbatch.run.speculation_profile import OVERALL
 
 
 def acceptance_profile(figures: Drafting, k: int) -> dict[str, Any]:
-    """AL, acceptance rate and the per-position rates of ``figures`` (positions 0..k-1; engine.spec_metrics), and
-    its draft tokens past a completion's end."""
+    """AL, acceptance rate and the per-position rates of ``figures`` (positions 0..k-1; engine.spec_metrics), its
+    draft tokens past a completion's end, how many of those the engine is expected to have accepted, and the AL
+    with them (what to hold against the engine's AL)."""
     profile = spec_metrics.acceptance_profile(figures.drafts, figures.draft_tokens, figures.per_position, k)
-    return {**profile, "unverified_tokens": figures.unverified}
+    expected = figures.expected_unverified_accepted()
+    estimate = 1 + (figures.accepted + expected) / figures.drafts if figures.drafts else 1.0
+    return {
+        **profile,
+        "unverified_tokens": figures.unverified,
+        "unverified_expected_accepted": expected,
+        "acceptance_length_estimate": estimate,
+    }
 
 
 def predicted_rows(setup: Setup, replayed: list[tuple[ReplayTurn, Drafting]]) -> list[dict[str, Any]]:

@@ -105,12 +105,14 @@ def format_prediction(prediction: Prediction) -> str:
             f"{row['setup']:<26} {row['drafts']:>8} {row['draft_tokens']:>10} {row['accepted_tokens']:>9} "
             f"{row['acceptance_length']:>6.3f} {row['acceptance_rate']:>6.3f}  {positions}"
         )
-    unverified = sum(row["unverified_tokens"] for row in prediction.overall)
-    if unverified:
-        lines.append(
-            f"{unverified} draft tokens ran past a completion's end: the engine checks them against tokens it "
-            "generated and cut, which the run does not keep; counted here as not accepted"
-        )
+    for row in prediction.overall:
+        if row["unverified_tokens"]:
+            lines.append(
+                f"{row['setup']}: {row['unverified_tokens']} draft tokens ran past a completion's end (the engine "
+                "checks them against tokens it generated and cut, which the run does not keep): not accepted above; "
+                f"at the acceptance seen elsewhere about {row['unverified_expected_accepted']:.0f} would be, "
+                f"AL {row['acceptance_length_estimate']:.3f}"
+            )
     if run.skipped:
         reasons: dict[str, list[str]] = {}
         for row_id, turn, why in run.skipped:

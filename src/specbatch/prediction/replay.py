@@ -9,7 +9,11 @@ arguments vLLM's proposers give them.
 
 The one gap to the engine's counters: a draft that runs past a completion's last token. The engine verifies those
 positions against tokens it generated and cut (max_tokens, a stop token), which no run keeps; the replay counts them
-as ``unverified`` (never accepted), at most one step per completion.
+as ``unverified`` (never accepted), at most one step per completion, and estimates how many the engine accepted
+(:meth:`Drafting.expected_unverified_accepted`): past a max_tokens cut, where the text would have gone on as before,
+each such position at the acceptance the replay saw there where it could verify; past a stop token none (what the
+engine verifies there is no longer the answer: on 64 HumanEval rows at k=8 it accepted 22 of 86 such tokens, where
+the rate seen elsewhere would have said 66; past the cut it accepted 44 of 54 and the estimate said 44.3).
 """
 
 from __future__ import annotations
@@ -34,26 +38,59 @@ class Drafting:
     accepted: int = 0
     per_position: list[int] = field(default_factory=list)
     unverified: int = 0
+    # reached[i] = drafts whose position i was verified with every position before it accepted (so per_position[i]
+    # / reached[i] is the acceptance at i given the ones before); tails[(m, u)] = steps that matched all m positions
+    # left before the completion's end and had u more past it.
+    reached: list[int] = field(default_factory=list)
+    tails: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def step(self, draft_length: int, accepted: int, unverified: int) -> None:
         self.drafts += 1
         self.draft_tokens += draft_length
         self.accepted += accepted
         self.unverified += unverified
-        if len(self.per_position) < accepted:
-            self.per_position.extend([0] * (accepted - len(self.per_position)))
-        for position in range(accepted):
-            self.per_position[position] += 1
+        _bump(self.per_position, range(accepted))
+        _bump(self.reached, range(min(accepted + 1, draft_length - unverified)))
+        if unverified:
+            self.tails[(accepted, unverified)] = self.tails.get((accepted, unverified), 0) + 1
 
     def add(self, other: Drafting) -> None:
         self.drafts += other.drafts
         self.draft_tokens += other.draft_tokens
         self.accepted += other.accepted
         self.unverified += other.unverified
-        if len(self.per_position) < len(other.per_position):
-            self.per_position.extend([0] * (len(other.per_position) - len(self.per_position)))
-        for position, count in enumerate(other.per_position):
-            self.per_position[position] += count
+        _add(self.per_position, other.per_position)
+        _add(self.reached, other.reached)
+        for tail, count in other.tails.items():
+            self.tails[tail] = self.tails.get(tail, 0) + count
+
+    def expected_unverified_accepted(self) -> float:
+        """How many unverified draft tokens the engine is expected to have accepted: position i past the end at the
+        acceptance these figures saw at position i given the ones before (0 where they never verified one)."""
+        # per_position is never longer than reached (an accepted position was reached); past it the rate is 0.
+        pairs = zip(self.per_position, self.reached, strict=False)
+        rate = [count / reached if reached else 0.0 for count, reached in pairs]
+        expected = 0.0
+        for (matched, past), count in self.tails.items():
+            chain = 1.0
+            for position in range(matched, matched + past):
+                chain *= rate[position] if position < len(rate) else 0.0
+                expected += count * chain
+        return expected
+
+
+def _bump(counts: list[int], positions: range) -> None:
+    if len(counts) < positions.stop:
+        counts.extend([0] * (positions.stop - len(counts)))
+    for position in positions:
+        counts[position] += 1
+
+
+def _add(counts: list[int], other: list[int]) -> None:
+    if len(counts) < len(other):
+        counts.extend([0] * (len(other) - len(counts)))
+    for position, count in enumerate(other):
+        counts[position] += count
 
 
 def _verify(draft: np.ndarray, completion: np.ndarray, pos: int) -> tuple[int, int]:
@@ -175,12 +212,23 @@ def replay(
     giving each shard's requests at once (default: one at a time)."""
     turns = list(turns)
     if isinstance(setup, NgramSetup):
-        return [(turn, replay_ngram(turn, setup, max_model_len)) for turn in turns]
+        return _estimable([(turn, replay_ngram(turn, setup, max_model_len)) for turn in turns])
     shards: dict[int, list[ReplayTurn]] = {}
     for turn in turns:
         shards.setdefault(turn.position[0], []).append(turn)
-    return [
-        pair
-        for shard, shard_turns in sorted(shards.items())
-        for pair in replay_suffix(shard_turns, setup, max_model_len, (concurrency or {}).get(shard, 1))
-    ]
+    return _estimable(
+        [
+            pair
+            for shard, shard_turns in sorted(shards.items())
+            for pair in replay_suffix(shard_turns, setup, max_model_len, (concurrency or {}).get(shard, 1))
+        ]
+    )
+
+
+def _estimable(replayed: list[tuple[ReplayTurn, Drafting]]) -> list[tuple[ReplayTurn, Drafting]]:
+    """Only drafts past a max_tokens cut are estimated (module docstring): the tails past a stop token are dropped
+    (their tokens stay counted as unverified)."""
+    for turn, figures in replayed:
+        if turn.finish_reason != "length":
+            figures.tails.clear()
+    return replayed

@@ -23,6 +23,7 @@ _COLUMNS = [
     "completion_token_ids",
     "prompt_token_ids",
     "answer_order",
+    "finish_reason",
 ]
 
 
@@ -41,6 +42,8 @@ class ReplayTurn:
     # When its shard's engine answered it: (shard, part, answer_order); the parts of a resumed shard come from
     # different launches, each counting from 0.
     answered: tuple[int, int, int]
+    # Why the engine stopped it: "length" (max_tokens: it would have gone on) or "stop" (a stop token).
+    finish_reason: str | None = None
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -93,6 +96,7 @@ def read_turns(root: Path) -> RunTurns:
                         completion=np.asarray(row["completion_token_ids"], dtype=np.int32),
                         position=(shard_number, part_number, place),
                         answered=(shard_number, part_number, row.get("answer_order") or 0),
+                        finish_reason=row.get("finish_reason"),
                     )
                 )
     if not run.turns:
