@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 # The run record: a folder holding it is a run folder.
 RUN_RECORD = "run.json"
+# A speculation profile (specbatch.run.speculation_profile), a shard's and the merged run's.
+PROFILE_FILE = "speculation_profile.json"
 
 
 def _safe(part: str) -> str:
@@ -162,11 +164,11 @@ class RunFolder:
     @property
     def profile_path(self) -> Path:
         """The shard's speculation profile (specbatch.run.speculation_profile), among its own records."""
-        return self.stats_dir / "speculation_profile.json"
+        return self.stats_dir / PROFILE_FILE
 
     @property
     def merged_profile_path(self) -> Path:
-        return self.root / "merged" / "speculation_profile.json"
+        return self.root / "merged" / PROFILE_FILE
 
     def write_summary(self, summary: Summary) -> None:
         atomic_write_json(self.stats_path, summary.to_dict())

@@ -18,7 +18,6 @@ import pyarrow.parquet as pq
 from specbatch.engine.spec_metrics import acceptance_profile, accepted_per_position_from_histogram
 from specbatch.run.output_rows import STATUS_OK
 
-PROFILE_FILE = "speculation_profile.json"
 _COLUMNS = ["row_id", "category", "status", "spec_steps", "draft_tokens", "acceptance_histogram"]
 # The category name of the figures over every row.
 OVERALL = "(all)"
