@@ -20,7 +20,7 @@
 (e) Start-up (``--startup``): launch to exit of a four-prompt job per checkout given. See specbatch.bench.startup.
 (f) Predicted beside measured (issue 27; ``--predict`` runs only this): ngram k 1,2,3,5,8 and suffix at batch 1 and
     full batch against compare's replay prediction (AL within 1 % n-gram, 5 % suffix; speedup within 10 %), and
-    replay's speed on 1,000 rows. 28 engines, about 40 minutes. See specbatch.bench.prediction_bench.
+    replay's speed on 1,000 rows. 28 engines, about 30 minutes. See specbatch.bench.prediction_bench.
 
 One run per measurement on a shared, noisy 2-core machine: quote the ratios of one invocation together.
 """
