@@ -20,7 +20,7 @@ from specbatch.analysis.compare import CompareRow, Comparison, Recommendation
 from specbatch.analysis.report import serve_commands
 from specbatch.common.atomic_files import atomic_write_json
 from specbatch.config import ConfigError, JobConfig, to_plain_dict
-from specbatch.engine import vllm_offline
+from specbatch.engine import engine_fingerprint, vllm_offline
 from specbatch.serving import vllm_args
 from specbatch.serving.command_lines import (
     SAKURA_MAX_TOKENS,
@@ -52,6 +52,8 @@ GPU_PRESETS = [
 # The default CPU job, every GPU preset, and one that sets every optional flag.
 JOBS = [
     [],
+    # Seeded sampling on this machine (no GPU): prompts are prefilled whole (--no-enable-chunked-prefill).
+    ["sampling=sampled", "spec=ngram"],
     *GPU_PRESETS,
     [
         "model=llama31_8b_instruct",
@@ -133,6 +135,27 @@ def test_vllm_parses_the_serve_command_back_into_the_offline_engine_arguments(
     assert args.api_key is None and not engine.disable_log_stats  # /metrics keeps the spec-decode counters
     if job.spec.method.value != "none":
         assert engine.speculative_config == speculative_config(job.spec)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "gpus", "whole"),
+    [
+        (["sampling=sampled"], 0, True),
+        (["sampling=sampled", "sampling.seed=null"], 0, False),  # no seed, no generator to rewind
+        ([], 0, False),  # greedy
+        (["sampling=sampled", "engine=gpu"], 1, False),  # CUDA generators rewind
+    ],
+)
+def test_seeded_sampling_without_a_gpu_prefills_prompts_whole(
+    monkeypatch: pytest.MonkeyPatch, overrides: list[str], gpus: int, whole: bool
+) -> None:
+    machine = dataclasses.replace(vllm_args.this_machine(), gpu_count=gpus)
+    monkeypatch.setattr(vllm_args, "this_machine", lambda: machine)
+    job = compose_job(overrides)
+    assert ("enable_chunked_prefill" in llm_kwargs(job)) is whole
+    assert ("--no-enable-chunked-prefill" in vllm_serve_argv(job, module=False)) is whole
+    # An engine built for greedy jobs is not shared with a seeded sampled one (test sessions, sweeps in a process).
+    assert (engine_fingerprint(job) != engine_fingerprint(compose_job([*overrides, "sampling=greedy"]))) is whole
 
 
 def test_served_model_name_follows_engine_served_model(vllm_cli: Any) -> None:

@@ -21,12 +21,16 @@ from specbatch.config import (
     engine_identity,
 )
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures
+from specbatch.serving.vllm_args import seeded_prefills_must_stay_whole
 
 
 def engine_fingerprint(job: JobConfig) -> str:
     """What a started engine was built from; a shared engine may only serve jobs with the same fingerprint. The
-    fields it covers are those that declare ``Identity.engine`` (specbatch.config.identity)."""
-    return engine_identity(job)
+    fields it covers are those that declare ``Identity.engine`` (specbatch.config.identity), and whether prompts
+    are prefilled whole (a seeded sampled job on a machine without a GPU: seeded_prefills_must_stay_whole), which
+    comes from the sampling, yet changes how the engine is built."""
+    whole = "+whole-prefills" if seeded_prefills_must_stay_whole(job) else ""
+    return engine_identity(job) + whole
 
 
 class EngineUnavailable(RuntimeError):

@@ -50,6 +50,8 @@ _VALUE_FLAGS = {
 }
 # Booleans whose flag turns them on; off is the server's default, so off adds nothing.
 _SWITCHES = {"enforce_eager": "--enforce-eager", "trust_remote_code": "--trust-remote-code"}
+# Arguments llm_kwargs only ever sets to False (to turn off what vLLM does by default).
+_OFF_SWITCHES = {"enable_chunked_prefill": "--no-enable-chunked-prefill"}
 # What the server already does by default. disable_log_stats=False keeps the spec-decode counters in /metrics, which
 # the server backend reads: --disable-log-stats must never be passed.
 _SERVER_DEFAULTS: dict[str, Any] = {"disable_log_stats": False}
@@ -85,6 +87,8 @@ def _engine_flags(job: JobConfig, speculative_flag: str = "--speculative-config"
             continue
         if key in _SWITCHES:
             flags += [_SWITCHES[key]] if value else []
+        elif key in _OFF_SWITCHES:
+            flags += [] if value else [_OFF_SWITCHES[key]]
         elif key in _SERVER_DEFAULTS:
             if value != _SERVER_DEFAULTS[key]:
                 raise ValueError(f"llm_kwargs sets {key}={value!r}, which the served engine must not differ in")

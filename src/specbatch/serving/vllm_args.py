@@ -94,7 +94,22 @@ def llm_kwargs(job: JobConfig) -> dict[str, Any]:
         kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
     if engine.max_num_seqs is not None:
         kwargs["max_num_seqs"] = engine.max_num_seqs
+    if seeded_prefills_must_stay_whole(job):
+        kwargs["enable_chunked_prefill"] = False
     return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def seeded_prefills_must_stay_whole(job: JobConfig) -> bool:
+    """Whether vLLM must prefill each prompt in one step: a seeded sampled job on a machine without a GPU.
+
+    vLLM 0.32 rewinds a seeded request's random generator after a step that prefilled only part of its prompt
+    (``gpu_model_runner._bookkeeping_sync``: ``gen.set_offset``), which only CUDA generators have: on its CPU build
+    the first split prefill ends the engine with "CPU Generator does not use offset". Prompts are split when a step's
+    token budget (max_num_batched_tokens) runs out mid-prompt, i.e. at any batch of more than a few rows. Without
+    chunked prefill a prompt that does not fit waits for the next step whole; greedy requests have no generator."""
+    sampling = job.sampling
+    seeded = sampling.seed is not None and sampling.temperature > 0
+    return seeded and not this_machine().gpu_count
 
 
 def vllm_environment(job: JobConfig) -> dict[str, str]:
