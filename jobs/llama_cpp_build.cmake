@@ -3,9 +3,10 @@
 # Why: the llama-server build runs beside the test suite on two cores, and most of its compile time goes to code that
 # does no per-token work: argument parsing, chat templates and parsers, multimodal, HTTP and JSON. At the end of the
 # top directory those targets are compiled at -O1 instead of Release's -O3, and the common library and the server in
-# unity batches (measured on an AVX-512 EPYC: the build's CPU time 560 s -> 466 s at -O1 -> 347 s with the batches;
-# the same answers, at the same tok/s). Kept at -O3: ggml (every matrix product), libllama (graph, sampling, tokenizer) and the
-# per-token sources of the common library (sampling, speculative drafting, n-gram lookup). A target this llama.cpp
+# unity batches (measured on an AVX-512 EPYC: the build's CPU time 560 s -> 466 s at -O1 -> 347 s with the batches
+# -> 3xx s with libllama's loader and architectures at -O1 and multimodal at -O0; the same answers, at the same tok/s).
+# Kept at -O3: ggml (every matrix product), libllama's per-token sources (context, batch, KV cache, graph, sampling,
+# vocabulary) and those of the common library (sampling, speculative drafting, n-gram lookup). A target this llama.cpp
 # version does not have is skipped; with a CMake older than 3.20 (no DEFER, no cmake_path) everything stays at -O3.
 if(CMAKE_VERSION VERSION_LESS 3.20)
   return()
@@ -14,12 +15,24 @@ get_property(_specbatch_deferred GLOBAL PROPERTY SPECBATCH_LIGHTER_TARGETS)
 if(NOT _specbatch_deferred)
   set_property(GLOBAL PROPERTY SPECBATCH_LIGHTER_TARGETS TRUE)
   function(_specbatch_lighter_targets)
-    foreach(target llama-common mtmd server-context llama-server-impl llama-server cpp-httplib llama-ui)
+    foreach(target llama llama-common server-context llama-server-impl llama-server cpp-httplib llama-ui)
       if(TARGET ${target})
         # Target options come after the configuration's -O3 on the command line, so this one wins ...
         target_compile_options(${target} PRIVATE -O1)
       endif()
     endforeach()
+    # Multimodal input is never used here (text models only): not optimised at all.
+    if(TARGET mtmd)
+      target_compile_options(mtmd PRIVATE -O0)
+    endif()
+    if(TARGET llama)
+      # libllama at -O1 is its model loader, quantiser, grammar and the graph builders of 150 architectures; what
+      # runs at every token stays at -O3 (a source file's options come after the target's).
+      get_target_property(dir llama SOURCE_DIR)
+      foreach(source llama-sampler llama-context llama-batch llama-kv-cache llama-graph llama-vocab)
+        set_source_files_properties("${dir}/${source}.cpp" DIRECTORY "${dir}" PROPERTIES COMPILE_OPTIONS -O3)
+      endforeach()
+    endif()
     # Most of the compile time of the common library and the server is the front end reading the same heavy headers
     # (JSON, chat templates) once per source file: compiled a few files at a time (CMake's unity build), each header
     # is read once a batch. (Not mtmd: its helper refuses to be compiled with its internals.)

@@ -12,6 +12,7 @@ The cache folders and the safe landing of a build are :mod:`specbatch.assets.cac
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import os
 import shutil
@@ -76,10 +77,13 @@ def _dequantise(gguf: Path, out: Path, dtype: str) -> None:
     if not tokenizer.chat_template:
         raise EmbeddedAssetError(f"{name} carries no chat template; the chat datasets need one")
     # Loading a GGUF dequantises it; rebuilding from a clean config drops the GGUF quantisation
-    # entry so the saved folder is a plain checkpoint that vLLM does not try to load as GGUF.
-    quantised = AutoModelForCausalLM.from_pretrained(src, gguf_file=name, dtype=torch.float32)
-    state = quantised.state_dict()
+    # entry so the saved folder is a plain checkpoint that vLLM does not try to load as GGUF. The config is read once
+    # and handed to the loader: each read parses the whole file again (its 49 152-token vocabulary; seconds).
     config = AutoConfig.from_pretrained(src, gguf_file=name)
+    quantised = AutoModelForCausalLM.from_pretrained(
+        src, gguf_file=name, config=copy.deepcopy(config), dtype=torch.float32
+    )
+    state = quantised.state_dict()
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     config.dtype = torch_dtype
