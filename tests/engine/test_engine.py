@@ -18,7 +18,12 @@ SRC = PROJECT_ROOT / "src" / "specbatch"
 # The only module that may import vLLM: its backend (preflight finds installed packages without importing them).
 # The vLLM backend; and the prediction's replay, which calls vLLM's own n-gram matcher (no engine), so that a vLLM
 # upgrade that changes the matching changes the prediction too.
-MAY_IMPORT_VLLM = {SRC / "engine" / "vllm_offline.py", SRC / "prediction" / "replay.py"}
+# And the corrections to vLLM's CPU build, which vLLM itself loads (a plugin) and the backend calls.
+MAY_IMPORT_VLLM = {
+    SRC / "engine" / "vllm_offline.py",
+    SRC / "engine" / "vllm_cpu_fixes.py",
+    SRC / "prediction" / "replay.py",
+}
 
 
 def imports_vllm(path: Path) -> bool:

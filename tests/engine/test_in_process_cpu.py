@@ -58,6 +58,7 @@ def test_seeded_sampling_of_a_batch_larger_than_one_steps_token_budget(tmp_path)
     # CPU generators cannot do ("CPU Generator does not use offset"): the job ended at the first sampled batch whose
     # prompts did not fit in one step. Seeded sampled jobs prefill whole prompts on a machine without a GPU.
     import numpy as np
+    import torch
 
     from specbatch.engine.vllm_offline import sampling_params
 
@@ -65,6 +66,12 @@ def test_seeded_sampling_of_a_batch_larger_than_one_steps_token_budget(tmp_path)
     assert job.sampling.seed is not None and job.sampling.temperature > 0
     engine = start_engine(job)
     try:
+        # The rejection sampler's temperatures at draft positions, through the kernel this engine registered
+        # (vLLM's own CPU stand-in left them uninitialised: specbatch.engine.vllm_cpu_fixes).
+        from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens
+
+        spread = expand_batch_to_tokens(torch.tensor([0.7, -1.0]), torch.tensor([2, 3]), 3, -1, 1)
+        assert spread.tolist() == pytest.approx([0.7, 0.7, 1.0])
         budget = engine.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
         ids = np.random.default_rng(0).integers(100, 20000, size=(3 * budget // 250 + 1, 250)).tolist()
         assert sum(map(len, ids)) > 2 * budget, "the prompts must not fit in one step, or nothing is split"

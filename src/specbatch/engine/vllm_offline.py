@@ -26,6 +26,7 @@ from typing import Any, Self
 from specbatch.config import JobConfig, SamplingConfig
 from specbatch.engine.base import Completion, Request, RequestRefused, Sample, engine_fingerprint
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
+from specbatch.engine.vllm_cpu_fixes import correct_cpu_kernels
 from specbatch.engine.vllm_family import VllmFamily
 from specbatch.serving.reaper import Reaper, abandon_start, make_ipc_dir, remove_ipc_dir
 from specbatch.serving.shm import ChildShm, release_leaked_shm, shm_of_children
@@ -85,6 +86,7 @@ def _register_kernel_overrides_once() -> None:
 
     def once() -> None:
         if not done:
+            correct_cpu_kernels()  # before: the registration takes the stand-ins from where this puts ours
             with _llvmlite_hidden():
                 register()
             done.append(True)

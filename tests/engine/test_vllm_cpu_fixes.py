@@ -1,0 +1,40 @@
+"""The correction to vLLM 0.32's CPU stand-in for the rejection sampler's expand_kernel (specbatch.engine.
+vllm_cpu_fixes): temperatures and top-p values reach every draft position, in every vLLM process."""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+import pytest
+import torch
+
+from specbatch.engine.vllm_cpu_fixes import correct_cpu_kernels, expand_to_tokens
+
+
+def test_each_requests_value_fills_its_draft_positions_in_its_own_dtype() -> None:
+    out = torch.full((7,), 9.0)
+    expand_to_tokens(out, torch.tensor([0.7, -1.0, 1.3]), torch.tensor([2, 5, 6]), -1, 1)
+    assert out.tolist() == pytest.approx([0.7, 0.7, 1.0, 1.0, 1.0, 1.3, 9.0])  # past the last position: left
+    ints = torch.zeros(3, dtype=torch.int32)
+    expand_to_tokens(ints, torch.tensor([5, 0], dtype=torch.int32), torch.tensor([1, 3]), 0, 50)
+    assert ints.tolist() == [5, 50, 50]
+    expand_to_tokens(ints, torch.tensor([], dtype=torch.int32), torch.tensor([], dtype=torch.long), 0, 0)
+
+
+def test_vllms_own_stand_in_still_leaves_float_values_unwritten() -> None:
+    # Why the correction exists; when a vLLM release fixes its stand-in, this fails: drop vllm_cpu_fixes then.
+    correct_cpu_kernels()
+    from specbatch.engine import vllm_cpu_fixes
+
+    if vllm_cpu_fixes.replaced is None:
+        pytest.skip("this vLLM build runs Triton kernels: there is no CPU stand-in to correct")
+    import vllm._custom_ops  # noqa: F401  (loads the C++ ops the stand-in calls)
+
+    out = torch.full((3,), 9.0)
+    vllm_cpu_fixes.replaced(out, torch.tensor([0.7, 0.5]), torch.tensor([2, 3]), -1, 1)
+    assert out.tolist() == [9.0, 9.0, 9.0]
+
+
+def test_vllm_loads_the_correction_in_each_of_its_processes() -> None:
+    plugins = {e.name: e.value for e in entry_points(group="vllm.general_plugins")}
+    assert plugins.get("specbatch_cpu_fixes") == "specbatch.engine.vllm_cpu_fixes:register"
