@@ -4,7 +4,8 @@
 # does no per-token work: argument parsing, chat templates and parsers, multimodal, HTTP and JSON. At the end of the
 # top directory those targets are compiled at -O1 instead of Release's -O3, and the common library and the server in
 # unity batches (measured on an AVX-512 EPYC: the build's CPU time 560 s -> 466 s at -O1 -> 347 s with the batches
-# -> 3xx s with libllama's loader and architectures at -O1 and multimodal at -O0; the same answers, at the same tok/s).
+# -> 326 s with libllama's loader and architectures at -O1 and multimodal at -O0, against 366 s measured beside it the
+# same day; the same answers, at the same tok/s).
 # Kept at -O3: ggml (every matrix product), libllama's per-token sources (context, batch, KV cache, graph, sampling,
 # vocabulary) and those of the common library (sampling, speculative drafting, n-gram lookup). A target this llama.cpp
 # version does not have is skipped; with a CMake older than 3.20 (no DEFER, no cmake_path) everything stays at -O3.

@@ -38,8 +38,10 @@ def expand_to_tokens(
 
 
 def correct_cpu_kernels() -> None:
-    """Put :func:`expand_to_tokens` where vLLM's CPU platform takes its stand-in from (before it registers them) and,
-    where it already registered them, in the registration too. Idempotent; nothing on a build with Triton."""
+    """Put :func:`expand_to_tokens` where vLLM's CPU platform takes its stand-in from when it registers them. That is
+    always after this: vLLM's worker loads the general plugins just before it registers the stand-ins
+    (v1/worker/worker_base.py), and the offline engine calls this first too (for a VLLM_PLUGINS that leaves the
+    plugin out). Idempotent; nothing on a build with Triton."""
     try:
         from vllm.triton_utils import HAS_TRITON
         from vllm.utils import cpu_triton_utils
@@ -50,16 +52,6 @@ def correct_cpu_kernels() -> None:
     global replaced
     replaced = cpu_triton_utils._expand_kernel_impl
     cpu_triton_utils._expand_kernel_impl = expand_to_tokens
-    from vllm.triton_utils import dispatcher
-
-    name = "vllm.v1.sample.rejection_sampler.expand_kernel"
-    if name in dispatcher._registry:
-        # Registered before this ran: every holder of the kernel was rebound to one wrapper; it routes to ours now.
-        host, attr = dispatcher._resolve_kernel(name)
-        wrapper = getattr(host, attr)
-        if isinstance(wrapper, dispatcher.KernelOverride):
-            wrapper._impl = wrapper.func = expand_to_tokens
-            dispatcher._registry[name] = (dispatcher._registry[name][0], expand_to_tokens)
     log.debug("vLLM CPU: expand_kernel stand-in replaced (float temperatures and top-p reach the draft positions)")
 
 
