@@ -6,22 +6,9 @@
         [--schedule-prompts 64] [--schedule-max-tokens 32] [--schedule-dir DIR] [--skip-overhead]
     .venv/bin/python jobs/bench.py --startup CHECKOUT [CHECKOUT ...] [--repeats 3]
     .venv/bin/python jobs/bench.py --predict [--rows 64] [--two-turn-rows 32] [--predict-max-tokens 128] [--stamp S]
+    .venv/bin/python jobs/bench.py --auto [--workloads humaneval_edit,humaneval] [--setups none,ngram-k3] [--repeats 3]
 
-(a) Overhead: ``jobs/generate.py`` (default config, 16 prompts, full batch) and ``jobs/bench_bare.py`` (a bare
-    ``vllm.LLM`` script given the same ``LLM`` arguments and prompt token ids), each a fresh process; wall time minus
-    engine start-up, job ÷ bare (goal ≤ 1.03); the bare script's spec=none gives vLLM's own speedup beside the job's.
-(b) Speedup: spec=none, ngram and suffix at several k, at batch size 1 (engine.max_num_seqs=1) and at full batch,
-    greedy, on the default code-editing task, through ``run_job``; speedup and equality from jobs/compare's analysis
-    of the stored runs. Goals: ≥ 3.0x at batch 1 and ≥ 2.0x at full batch with the best k.
-(c) Keeping the engine full (issue 12; ``--streaming`` runs only this): the job with chunk_size=8, with one chunk,
-    and the bare script, on humaneval_edit and a two-turn file. Goals ≥ 0.97. See specbatch.bench.full_engine.
-(d) k schedules (issue 15; ``--schedule`` runs (a) and this): the schedule beside the best fixed k per batch size
-    (within 3 %) and every single k (ahead). ~85 engines, about an hour; the same --schedule-dir resumes.
-(e) Start-up (``--startup``): launch to exit of a four-prompt job per checkout given. See specbatch.bench.startup.
-(f) Predicted beside measured (issue 27; ``--predict`` runs only this): ngram k 1,2,3,5,8 and suffix at batch 1 and
-    full batch against compare's replay prediction (AL within 1 % n-gram, 5 % suffix; speedup within 10 %), and
-    replay's speed on 1,000 rows. 28 engines, about 30 minutes. See specbatch.bench.prediction_bench.
-
+(a)-(g), what each measures and its goals: the docstring of src/specbatch/bench/__init__.py.
 One run per measurement on a shared, noisy 2-core machine: quote the ratios of one invocation together.
 """
 
@@ -31,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from specbatch.bench.auto_bench import WORKLOADS, AutoPlan, auto_report, default_setups
 from specbatch.bench.full_engine import streaming_bench
 from specbatch.bench.prediction_bench import PredictPlan, predict_report
 from specbatch.bench.schedule_sweep import SweepPlan, int_list, schedule_report
@@ -61,6 +49,10 @@ def main() -> int:
     parser.add_argument("--predict", action="store_true", help="run only (f), predicted beside measured")
     parser.add_argument("--predict-max-tokens", type=int, default=128, help="(f): new tokens per turn")
     parser.add_argument("--stamp", help="(f): an earlier run's stamp: its finished runs are read, not measured again")
+    parser.add_argument("--auto", action="store_true", help="run only (g), spec=auto against the fixed set-ups")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"(g): some of {', '.join(WORKLOADS)}")
+    parser.add_argument("--setups", help="(g): fixed set-ups, e.g. none,ngram-k3 (default: auto's candidates)")
+    parser.add_argument("--auto-max-tokens", type=int, default=128, help="(g): new tokens per row")
     parser.add_argument("--startup", type=Path, nargs="+", metavar="CHECKOUT", help="run only (e), these checkouts")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -71,6 +63,13 @@ def main() -> int:
     stamp = args.stamp or time.strftime("%Y%m%d-%H%M%S")
     if args.startup:
         print(startup_bench([c.resolve() for c in args.startup], args.repeats, root, stamp))
+        return 0
+    if args.auto:
+        setups = args.setups.split(",") if args.setups else default_setups()
+        plan = AutoPlan(args.workloads.split(","), setups, args.rows, args.auto_max_tokens, args.repeats)
+        report, path = auto_report(plan, root, stamp)
+        print(report)
+        log.info("report written to %s", path)
         return 0
     if args.predict:
         plan = PredictPlan(args.rows or 64, args.two_turn_rows or 32, args.predict_max_tokens)

@@ -31,6 +31,7 @@ LAYERS = [
     "tracking",
     "prediction",
     "analysis",
+    "auto",
     "pipeline",
     "bench",
 ]

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specbatch.auto.generation import AutoShardGeneration
 from specbatch.config import JobConfig
 from specbatch.config.dtype import log_dtype_choice
+from specbatch.config.methods import SpecMethod
 from specbatch.engine import Engine
 from specbatch.run.executor import JobResult, ShardExecutor
 from specbatch.run.generate import ShardGeneration
@@ -32,7 +34,10 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
     at most the chunks that were in flight. The done marker is written last.
     """
     log_dtype_choice(job.model.dtype_choice)
-    return ShardExecutor(job, ShardGeneration(job, engine), TrackingObserver(job, sweep)).run()
+    steps = AutoShardGeneration(job) if job.spec.method is SpecMethod.auto else ShardGeneration(job, engine)
+    if engine is not None and job.spec.method is SpecMethod.auto:
+        raise ValueError("spec=auto starts an engine per set-up it measures: do not pass one in")
+    return ShardExecutor(job, steps, TrackingObserver(job, sweep)).run()
 
 
 def merge_run(root: Path, log_to_mlflow: bool = True) -> MergeResult:

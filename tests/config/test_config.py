@@ -8,6 +8,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from conftest import CONF_DIR, compose_config, compose_job, run_generate
+from specbatch.auto.candidates import candidate_jobs
 from specbatch.config import CHECKPOINT_METHODS, GROUPS, ConfigError, SpecMethod, to_job_config
 from specbatch.config.overrides import (
     override_values,
@@ -43,9 +44,11 @@ def test_every_preset_composes_and_validates(group: str, name: str) -> None:
     job = compose_job(overrides)
     section = getattr(job, group)
     assert isinstance(section, GROUPS[group])
-    # The engine arguments are derived without loading anything, GPU presets included.
-    kwargs = llm_kwargs(job)
-    assert kwargs["model"] == job.model.path
+    # The engine arguments are derived without loading anything, GPU presets included (spec=auto's: its
+    # candidates', each an engine of its own).
+    for each in candidate_jobs(job) if job.spec.method is SpecMethod.auto else [job]:
+        kwargs = llm_kwargs(each)
+        assert kwargs["model"] == job.model.path
 
 
 def _pair_for(model_spec: str) -> tuple[str, str]:
@@ -60,6 +63,10 @@ def test_every_model_spec_preset_is_selected_by_its_model_and_method(name: str) 
     model, spec = _pair_for(name)
     engine = "engine=cpu" if model.startswith("tiny") else "engine=gpu"
     job = compose_job([f"model={model}", f"spec={spec}", engine])
+    if spec == "auto":
+        # Its checkpoint methods join the candidates (tests/auto check each is what spec=<method> pairs).
+        assert job.spec.auto is not None and job.spec.auto.checkpoints
+        return
     assert job.spec.method is SpecMethod(spec) and job.spec.model
     kwargs = llm_kwargs(job)
     assert kwargs["speculative_config"]["model"] == job.spec.model
@@ -268,7 +275,7 @@ def _chain(exc: BaseException | None) -> str:
         (["model.dtype=float8"], "Invalid value 'float8', expected one of [auto, bfloat16, float16, float32]"),
         (
             ["spec.method=medusa"],
-            "Invalid value 'medusa', expected one of [none, ngram, suffix, draft_model, eagle, eagle3, mtp]",
+            "Invalid value 'medusa', expected one of [none, ngram, suffix, draft_model, eagle, eagle3, mtp, auto]",
         ),
         (["spec=eagle3", "spec.draft_sample_method=best"], "expected one of [greedy, probabilistic]"),
         # Unknown preset: Hydra lists the available ones.

@@ -48,6 +48,7 @@ def plain_before_server_keys(job: JobConfig) -> dict[str, Any]:
     # spec.k_schedule, model.gguf and spec.draft_gguf came later too; while null they are in no digest.
     assert plain["spec"].pop("k_schedule") is None, "the old rules knew no k schedule"
     assert plain["model"].pop("gguf") is None and plain["spec"].pop("draft_gguf") is None, "nor GGUF files"
+    assert plain["spec"].pop("auto") is None, "nor spec=auto's knobs"
     # spec.parallel_drafting too: absent while null, counted like any knob when set (the PARD preset sets it).
     if plain["spec"]["parallel_drafting"] is None:
         del plain["spec"]["parallel_drafting"]

@@ -281,6 +281,7 @@ def _row(members: list[RunData], base: list[RunData] | None) -> tuple[CompareRow
         prompts_key=first.prompts_key,
         tokens_per_pass=tokens_per_pass(pooled.output_tokens, pooled.accepted_tokens),
         machine="; ".join(sorted({line for m in members for line in m.machines})),
+        chose=" / ".join(sorted({m.chose for m in members if m.chose})) or None,
     )
     return row, by_folder
 

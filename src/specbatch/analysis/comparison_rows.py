@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specbatch.config import spec_caption
+
 
 @dataclass
 class CompareRow:
@@ -50,6 +52,14 @@ class CompareRow:
     tokens_per_pass: float | None = None
     # The machine(s) its repeats ran on (specbatch.common.machine lines, "; "-joined); "" when not recorded.
     machine: str = ""
+    # spec=auto: the set-up(s) its decision chose, e.g. "ngram k=5" (None for a fixed set-up).
+    chose: str | None = None
+
+    @property
+    def caption(self) -> str:
+        """The set-up as tables and plots name it: ``ngram k=3``, or for spec=auto ``auto → ngram k=5``."""
+        caption = spec_caption(self.method, self.k, self.k_schedule)
+        return f"{caption} → {self.chose}" if self.chose else caption
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,10 @@ from typing import Any
 
 from specbatch.analysis.compare import CompareRow, Comparison
 from specbatch.common.png import pyplot, save_png
-from specbatch.config import spec_caption
 
 
 def _label(row: CompareRow) -> str:
-    return spec_caption(row.method, row.k, row.k_schedule)
+    return row.caption
 
 
 def plot_acceptance_by_position(comparison: Comparison, path: Path) -> Path:

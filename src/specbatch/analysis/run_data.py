@@ -5,6 +5,7 @@ and the workload key that says which runs may be compared (same prompts, model, 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,14 @@ class RunData:
     @property
     def k(self) -> int | None:
         return self.summary.num_speculative_tokens
+
+    @property
+    def chose(self) -> str | None:
+        """spec=auto: the set-up its decision chose, e.g. ``ngram k=5`` (None for a fixed set-up, or no decision)."""
+        path = self.root / "decision.json"
+        if self.method != "auto" or not path.is_file():
+            return None
+        return str(json.loads(path.read_text())["winner_caption"])
 
     @property
     def k_schedule(self) -> list[list[int]] | None:

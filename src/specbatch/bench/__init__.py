@@ -1,6 +1,27 @@
 """Benchmarks (not tests) behind jobs/bench*.py: the job against a bare vLLM script, speculation's speedups, keeping
 the engine full, memory as the data set grows, and every method on the same prompts. Each returns its report as
-text; the job scripts parse arguments and print it."""
+text; the job scripts parse arguments and print it.
+
+What jobs/bench.py measures:
+
+(a) Overhead: ``jobs/generate.py`` (default config, 16 prompts, full batch) and ``jobs/bench_bare.py`` (a bare
+    ``vllm.LLM`` script given the same ``LLM`` arguments and prompt token ids), each a fresh process; wall time minus
+    engine start-up, job ÷ bare (goal ≤ 1.03); the bare script's spec=none gives vLLM's own speedup beside the job's.
+(b) Speedup: spec=none, ngram and suffix at several k, at batch size 1 (engine.max_num_seqs=1) and at full batch,
+    greedy, on the default code-editing task, through ``run_job``; speedup and equality from jobs/compare's analysis
+    of the stored runs. Goals: ≥ 3.0x at batch 1 and ≥ 2.0x at full batch with the best k.
+(c) Keeping the engine full (issue 12; ``--streaming`` runs only this): the job with chunk_size=8, with one chunk,
+    and the bare script, on humaneval_edit and a two-turn file. Goals ≥ 0.97. See specbatch.bench.full_engine.
+(d) k schedules (issue 15; ``--schedule`` runs (a) and this): the schedule beside the best fixed k per batch size
+    (within 3 %) and every single k (ahead). ~85 engines, about an hour; the same --schedule-dir resumes.
+(e) Start-up (``--startup``): launch to exit of a four-prompt job per checkout given. See specbatch.bench.startup.
+(f) Predicted beside measured (issue 27; ``--predict`` runs only this): ngram k 1,2,3,5,8 and suffix at batch 1 and
+    full batch against compare's replay prediction (AL within 1 % n-gram, 5 % suffix; speedup within 10 %), and
+    replay's speed on 1,000 rows. 28 engines, about 30 minutes. See specbatch.bench.prediction_bench.
+(g) spec=auto (issue 28; ``--auto`` runs only this): the whole auto run against every fixed candidate on the same
+    rows at full batch (start-ups apart). Goals: >= 0.95x the best fixed, >= 0.97x none where none is best. See
+    specbatch.bench.auto_bench.
+"""
 
 from specbatch.common.machine import this_machine
 

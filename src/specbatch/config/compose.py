@@ -44,18 +44,30 @@ def compose_job(overrides: Sequence[str] = ()) -> JobConfig:
         return to_job_config(compose(config_name="config", overrides=list(overrides)))
 
 
+def known_key(key: str) -> bool:
+    """Whether the schema has ``key``: one of schema_keys, or a key inside an open mapping (dict) of it."""
+    keys = schema_keys()
+    parts = key.split(".")
+    return key in keys or any(keys.get(".".join(parts[:i])) is dict for i in range(1, len(parts)))
+
+
 @functools.cache
 def schema_keys() -> dict[str, type | None]:
-    """Every key of the job config as a dotted name → its dataclass for sections (``spec``), None for values."""
+    """Every key of the job config as a dotted name → its dataclass for sections (``spec``), ``dict`` for open
+    mappings (``spec.auto.checkpoints``), None for values."""
 
     def walk(cls: type, prefix: str) -> dict[str, type | None]:
         out: dict[str, type | None] = {}
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             key, hint = prefix + f.name, hints[f.name]
-            section = hint if dataclasses.is_dataclass(hint) else None
+            # An optional section (spec.auto: AutoConfig | None) is a section too.
+            options = [hint, *typing.get_args(hint)]
+            section = next((h for h in options if isinstance(h, type) and dataclasses.is_dataclass(h)), None)
+            if section is None and typing.get_origin(hint) is dict:
+                section = dict  # an open mapping (spec.auto.checkpoints): any key below it is the user's
             out[key] = section
-            if section is not None:
+            if section is not None and section is not dict:
                 out.update(walk(section, key + "."))
         return out
 
@@ -103,7 +115,7 @@ def check_known_keys(cfg: DictConfig) -> None:
                 continue  # present only when composed with return_hydra_config; Hydra checks its own keys
             if key not in known:
                 raise ConfigError(unknown_key_message(key))
-            if known[key] is not None and isinstance(value, dict):
+            if known[key] not in (None, dict) and isinstance(value, dict):
                 walk(value, key + ".")
 
     assert isinstance(plain, dict)

@@ -24,6 +24,9 @@ class SpecMethod(enum.StrEnum):
     eagle = "eagle"
     eagle3 = "eagle3"
     mtp = "mtp"
+    # Not a method of its own: the job measures candidates on its first rows and runs the rest with the winner
+    # (specbatch.auto). No engine ever sees it; each phase runs one of the methods above.
+    auto = "auto"
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,10 @@ METHODS: dict[SpecMethod, Method] = {
         knobs=_DRAFTER_KNOBS,
         preflight=("mtp_layers",),
         foreign_knob_hints={"model": "mtp drafts with the target's own MTP layers: remove spec.model"},
+    ),
+    SpecMethod.auto: Method(
+        knobs=("auto",),
+        k_schedule_refusal="spec=auto chooses each phase's set-up itself (spec.auto.candidates lists them)",
     ),
 }
 

@@ -18,7 +18,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 
-from specbatch.config import ConfigError, schema_keys, unknown_key_message
+from specbatch.config import ConfigError, unknown_key_message
+from specbatch.config.compose import known_key
 
 
 def config_groups(*conf_dirs: Path) -> set[str]:
@@ -43,14 +44,13 @@ def unknown_override_keys(argv: list[str], conf_dir: Path) -> list[str]:
         return []
     extra = [Path(args.config_dir)] if args.config_dir else []
     groups = config_groups(conf_dir, *extra)
-    known = schema_keys()
     unknown = []
     for override in overrides:
         key = override.key_or_group
         # hydra.* keys, group paths (hydra/launcher) and group selections, also with a package (spec@x=ngram).
         if key.split(".")[0] == "hydra" or "/" in key or key in groups or override.package is not None:
             continue
-        if key not in known:
+        if not known_key(key):
             unknown.append(key)
     return unknown
 

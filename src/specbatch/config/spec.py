@@ -33,6 +33,63 @@ _SHARED_FIELDS = ("method", "num_speculative_tokens", "k_schedule")
 SCHEDULE_EXAMPLE = "spec.k_schedule=[[1,4,5],[5,16,3],[17,256,0]]"
 
 
+# spec=auto's default candidates besides the checkpoint methods of spec.auto.checkpoints: the baseline, n-gram at
+# the k that batch-size sweeps found best somewhere (8 at batch 1 down to 1 at batch 64), suffix at its preset's k.
+AUTO_DEFAULT_CANDIDATES = ("none", "ngram-k1", "ngram-k2", "ngram-k3", "ngram-k5", "ngram-k8", "suffix-k5")
+
+
+@dataclass
+class AutoConfig:
+    """spec=auto: which set-ups the job may choose from, and how much of the job the choosing may cost
+    (specbatch.auto; README "Let the job choose")."""
+
+    # Set-ups as run folders name them: none, <method>-k<k> (ngram-k3, suffix-k5, eagle3-k3); a checkpoint method
+    # needs its entry in spec.auto.checkpoints. null: AUTO_DEFAULT_CANDIDATES and every method of checkpoints at its
+    # own k.
+    candidates: list[str] | None = None
+    # Checkpoint method -> its spec knobs (model, and e.g. parallel_drafting, num_speculative_tokens), as
+    # conf/model_spec/<model>_<method>.yaml pairs them; conf/model_spec/<model>_auto.yaml lists the model's.
+    checkpoints: dict[str, Any] = field(default_factory=dict)
+    # Rows generated with spec=none first (kept as output), on which the replay predicts n-gram and suffix.
+    pilot_rows: int = 48
+    # How many predicted leaders are measured for real, besides the checkpoint methods (which replay cannot
+    # predict). 0: run the best prediction without measuring.
+    measure_top: int = 2
+    # Rows each measured set-up generates (kept as output).
+    measure_rows: int = 48
+    # The pilot and each measurement run as this many slices, each timed on its own: the repeats whose median and
+    # spread jobs/compare.py's noise rule reads (analysis.recommend).
+    repeats: int = 3
+    # The largest share of the shard's expected time (at spec=none's pace) that measuring may cost in engine
+    # start-ups; when it would cost more, the best prediction (or none) runs without measuring.
+    budget: float = 0.25
+
+    def __post_init__(self) -> None:
+        for key in ("pilot_rows", "measure_rows", "repeats"):
+            value = getattr(self, key)
+            require(value >= 1, f"spec.auto.{key}={value} must be 1 or more")
+        require(
+            self.pilot_rows >= self.repeats and self.measure_rows >= self.repeats,
+            f"spec.auto.pilot_rows={self.pilot_rows} and spec.auto.measure_rows={self.measure_rows} are cut into "
+            f"spec.auto.repeats={self.repeats} slices: each needs at least {self.repeats} rows",
+        )
+        require(self.measure_top >= 0, f"spec.auto.measure_top={self.measure_top} must be 0 or more")
+        require(
+            0 <= self.budget <= 1,
+            f"spec.auto.budget={self.budget} is a share of the job's time: use a number in [0, 1], e.g. 0.25",
+        )
+        require(
+            self.candidates is None or len(self.candidates) >= 1,
+            "spec.auto.candidates is empty: list at least one set-up, e.g. [none,ngram-k3], or null for the defaults",
+        )
+        for method, knobs in self.checkpoints.items():
+            require(
+                isinstance(knobs, dict) and bool(knobs.get("model")),
+                f"spec.auto.checkpoints.{method}={knobs!r} must give the draft's spec knobs with at least its model, "
+                f"e.g. spec.auto.checkpoints.{method}.model=<folder or hub id>",
+            )
+
+
 @dataclass
 class SpecConfig:
     """Speculative decoding method and its own knobs (group ``spec/``).
@@ -72,6 +129,8 @@ class SpecConfig:
     # to its largest k (vLLM caps every k of a schedule at it). Typed loosely so the checks below word the errors.
     # Left out of the digests while null, so runs written before it keep their folders.
     k_schedule: list[Any] | None = field(default=None, metadata={ABSENT_WHEN_NULL: True, OLD_RUNS_DEFAULT: None})
+    # spec=auto's own knobs (AutoConfig); null for every other method, and then left out of the digests.
+    auto: AutoConfig | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
 
     def __post_init__(self) -> None:
         if self.k_schedule is not None:
@@ -83,6 +142,13 @@ class SpecConfig:
                 "spec.num_speculative_tokens is set but spec.method=none drafts nothing: "
                 "drop the override or choose a method, e.g. spec=ngram",
             )
+        elif self.method is SpecMethod.auto:
+            require(
+                k is None,
+                "spec.num_speculative_tokens is set but spec=auto measures each candidate at its own k: drop it and "
+                "list the k to try in spec.auto.candidates, e.g. [none,ngram-k2,ngram-k5]",
+            )
+            require(self.auto is not None, "spec.method=auto needs its knobs (spec.auto): select it with spec=auto")
         else:
             require(
                 k is not None and 1 <= k <= MAX_SPECULATIVE_TOKENS,
@@ -156,9 +222,9 @@ class SpecConfig:
         """Whether ``spec.<knob>`` means anything for ``method`` (k means nothing to the baseline; a k schedule
         nothing to a method vLLM does not follow it for)."""
         if knob == "num_speculative_tokens":
-            return method is not SpecMethod.none
+            return method not in (SpecMethod.none, SpecMethod.auto)
         if knob == "k_schedule":
-            return method is not SpecMethod.none and METHODS[method].k_schedule_refusal is None
+            return method not in (SpecMethod.none, SpecMethod.auto) and METHODS[method].k_schedule_refusal is None
         owners = knob_owners().get(knob)
         return owners is None or method in owners
 

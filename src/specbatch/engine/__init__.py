@@ -12,6 +12,7 @@ import importlib
 from typing import Any
 
 from specbatch.config import BACKENDS, ConfigError, JobConfig
+from specbatch.config.methods import SpecMethod
 from specbatch.engine.base import (
     Completion,
     Engine,
@@ -39,8 +40,15 @@ def recorded_backend(config: dict[str, Any]) -> type[Engine]:
 
 
 def validate_job(job: JobConfig) -> None:
-    """The backend's refusals of the job's config (Engine.validate): before anything is written or loaded."""
-    backend_class(job.engine.backend).validate(job)
+    """The backend's refusals of the job's config (Engine.validate): before anything is written or loaded. A job
+    that chooses its set-up (spec=auto) never runs as itself: here only whether the backend can switch set-ups;
+    its steps (specbatch.auto) check each candidate's job."""
+    backend = backend_class(job.engine.backend)
+    if job.spec.method is SpecMethod.auto:
+        if backend.fixed_speculation is not None:
+            raise ConfigError(f"spec=auto cannot run on engine.backend={backend.name}: {backend.fixed_speculation}")
+        return
+    backend.validate(job)
 
 
 def check_engine(job: JobConfig) -> None:

@@ -113,6 +113,9 @@ class Engine(ABC):
     # True when the speculative figures come from a server (its /metrics or its answers), which may not speculate at
     # all, or miscount: no drafting at all over a shard is then "unknown", not AL 1.0 (run.summary).
     figures_from_a_server = False
+    # Why a job cannot choose this backend's speculative set-up phase by phase (spec=auto), with what to do instead;
+    # None: it starts an engine per set-up.
+    fixed_speculation: str | None = None
 
     def __init__(self, fingerprint: str, concurrency: int | None = None) -> None:
         self.fingerprint = fingerprint

@@ -48,6 +48,8 @@ class LlamaCppEngine(ServerEngine):
 
     name = "llama_cpp"
     preflight_skipped = "its GGUF files and method are checked by the backend's own check instead"
+    # The job starts a llama-server of its own per set-up, so spec=auto can switch between them.
+    fixed_speculation = None
 
     def __init__(self, job: JobConfig, server: LlamaServer) -> None:
         # The client sends to this server, as many requests at once as it has slots.

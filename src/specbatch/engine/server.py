@@ -73,6 +73,12 @@ class ServerEngine(VllmFamily):
     # The checkpoints and packages are the server's, not this machine's: nothing local to check them by.
     preflight_skipped = "the method's checks against local checkpoints are the server's to do"
     figures_from_a_server = True
+    fixed_speculation = (
+        "the server's speculative set-up was fixed by whoever started it, and the job cannot switch it between "
+        "phases. Choose on the offline engine (engine.backend=vllm spec=auto, e.g. with max_samples=500 of your "
+        "rows), then serve the winner with the overrides its decision.json gives (python jobs/serve.py --print "
+        "<overrides>), or measure the server as it is with spec=none or the spec it was started with"
+    )
 
     def __init__(self, job: JobConfig, target: ServerTarget) -> None:
         super().__init__(engine_fingerprint(job), concurrency=job.engine.max_concurrency)

@@ -78,31 +78,36 @@ def read_turns(root: Path) -> RunTurns:
     for shard_number, folder in enumerate(shard_folders(root)):
         summary = json.loads(folder.stats_path.read_text()) if folder.stats_path.is_file() else {}
         run.concurrency[shard_number] = summary.get("concurrency")
-        for part_number, part in enumerate(folder.parts()):
-            present = set(pq.read_schema(part).names)
-            table = pq.read_table(part, columns=[c for c in _COLUMNS if c in present]).to_pylist()
-            for place, row in enumerate(table):
-                why = _not_replayable(row)
-                if why:
-                    run.skipped.append((row["row_id"], row["turn"], why))
-                    continue
-                run.turns.append(
-                    ReplayTurn(
-                        row_id=row["row_id"],
-                        turn=row["turn"],
-                        sample_index=row["sample_index"],
-                        category=row.get("category"),
-                        prompt=np.asarray(row["prompt_token_ids"], dtype=np.int32),
-                        completion=np.asarray(row["completion_token_ids"], dtype=np.int32),
-                        position=(shard_number, part_number, place),
-                        answered=(shard_number, part_number, row.get("answer_order") or 0),
-                        finish_reason=row.get("finish_reason"),
-                    )
-                )
+        read_parts(folder.parts(), run, shard_number)
     if not run.turns:
         reasons = sorted({why for _, _, why in run.skipped}) or ["it has no rows"]
         raise NoTokenIds(f"{root} has nothing to replay: {'; '.join(reasons)}")
     return run
+
+
+def read_parts(parts: list[Path], run: RunTurns, shard_number: int = 0) -> None:
+    """The answered turns of ``parts`` (one shard's, in chunk order) into ``run``, the others into its skipped."""
+    for part_number, part in enumerate(parts):
+        present = set(pq.read_schema(part).names)
+        table = pq.read_table(part, columns=[c for c in _COLUMNS if c in present]).to_pylist()
+        for place, row in enumerate(table):
+            why = _not_replayable(row)
+            if why:
+                run.skipped.append((row["row_id"], row["turn"], why))
+                continue
+            run.turns.append(
+                ReplayTurn(
+                    row_id=row["row_id"],
+                    turn=row["turn"],
+                    sample_index=row["sample_index"],
+                    category=row.get("category"),
+                    prompt=np.asarray(row["prompt_token_ids"], dtype=np.int32),
+                    completion=np.asarray(row["completion_token_ids"], dtype=np.int32),
+                    position=(shard_number, part_number, place),
+                    answered=(shard_number, part_number, row.get("answer_order") or 0),
+                    finish_reason=row.get("finish_reason"),
+                )
+            )
 
 
 def _not_replayable(row: dict[str, Any]) -> str | None:

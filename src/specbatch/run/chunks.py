@@ -27,8 +27,12 @@ log = logging.getLogger(__name__)
 class ChunkWriter:
     """Writes the chunks of one launch of a shard (one streaming loop) into its run folder."""
 
-    def __init__(self, folder: RunFolder, config: dict[str, Any], concurrency: int | None, todo: int) -> None:
+    def __init__(
+        self, folder: RunFolder, config: dict[str, Any], concurrency: int | None, todo: int, setup: str | None = None
+    ) -> None:
         self.folder, self.config, self.concurrency = folder, config, concurrency
+        # The set-up that generates them when it is not the run's own (spec=auto's phases), e.g. "ngram-k3".
+        self.setup = setup
         # Names this launch in its parts' figures and in its own record.
         self.launch = uuid.uuid4().hex[:12]
         # Chunks this launch is to write, and those it wrote.
@@ -47,6 +51,8 @@ class ChunkWriter:
                 "elapsed": chunk.elapsed,
                 "part": PartRecord.of(tmp).to_dict(),
             }
+            if self.setup is not None:
+                stats["setup"] = self.setup
             atomic_write_json(self.folder.part_stats_path(chunk.number), stats)
 
         atomic_write(self.folder.part_path(chunk.number), write_part)

@@ -12,7 +12,8 @@ different set-ups never share one. Inside it (``<shard>`` is ``shard-<index>-of-
 - ``locks/<shard>.lock``, ``done/<shard>``: the writer's lock and the done marker (written last);
 - ``mlflow_active/<shard>.json``, ``mlflow_pending/<shard>.json``: the MLflow run of the writing process (left behind
   only by a killed one), and the pending note of a shard whose MLflow logging failed;
-- ``merged/``: the manifest and summary of the merged run.
+- ``merged/``: the manifest and summary of the merged run;
+- ``decision.json`` and ``stats/<shard>/auto-plan.json``: spec=auto's choice (one per run) and each shard's plan.
 """
 
 from __future__ import annotations
@@ -94,6 +95,11 @@ class RunFolder:
         return create_json_once(self.run_json, {"format": RUN_FORMAT, **record})
 
     @property
+    def decision_path(self) -> Path:
+        """spec=auto's choice (specbatch.auto), shared by every shard: the first one written wins."""
+        return self.root / "decision.json"
+
+    @property
     def manifest_path(self) -> Path:
         return self.root / "merged" / "manifest.json"
 
@@ -155,6 +161,11 @@ class RunFolder:
 
     def read_source_record(self) -> dict[str, Any] | None:
         return _read_json_if_present(self.source_record_path)
+
+    @property
+    def auto_plan_path(self) -> Path:
+        """spec=auto: the shard's prediction and which set-up measures which slice, fixed once the pilot is in."""
+        return self.stats_dir / "auto-plan.json"
 
     @property
     def stats_path(self) -> Path:

@@ -62,16 +62,30 @@ class ShardGeneration:
         if self.engine is not None and self.engine.fingerprint != engine_fingerprint(self.job):
             raise ValueError("the engine passed in was built for another model/spec/engine config than this job")
 
+    def engine_jobs(self) -> list[JobConfig]:
+        """The jobs this shard may start an engine for, each checked before anything loads: the job itself here
+        (spec=auto's steps have one per candidate)."""
+        return [self.job]
+
+    def preflight(self, job: JobConfig) -> None:
+        """The method's checks against this machine (checkpoints, packages) for one of engine_jobs()."""
+        preflight(job)
+
+    def cut(self, span: range) -> list[range]:
+        """The shard's rows cut into chunks (each one Parquet part)."""
+        return chunk_ranges(span, self.job.chunk_size)
+
     def prepare(self, shard: Shard) -> ShardPlan:
         job = self.job
         # What the backend refuses of the config: from the config alone, so before the data is read.
-        validate_job(job)
+        for each in self.engine_jobs():
+            validate_job(each)
         source = open_rows(job.dataset, job.max_samples)
         span = shard_range(len(source), shard)
         # Over the whole run, not this shard: duplicates split across shards would meet in the merged output, and
         # the verdict must not depend on shard.count.
         source.check_ids(range(len(source)))
-        self._source, self._chunks = source, chunk_ranges(span, job.chunk_size)
+        self._source, self._chunks = source, self.cut(span)
         if job.model.embedded is not None:
             try:
                 ensure_embedded(job.model.embedded, job.model.path)
@@ -82,12 +96,13 @@ class ShardGeneration:
         check_chat_template(job.dataset, self._tokenizer)
         skipped = preflight_skipped(job)
         if skipped is None:
-            preflight(job)
+            for each in self.engine_jobs():
+                self.preflight(each)
         else:
             log.info("engine.backend=%s: %s", job.engine.backend, skipped)
         if self.engine is None:
             # E.g. a server answers at engine.url: one clear error before the run folder is written.
-            check_engine(job)
+            check_engine(self.engine_jobs()[0])
         return ShardPlan(source_rows=len(source), span=span, chunks=len(self._chunks))
 
     def chunk_digests(self) -> list[str]:
@@ -137,30 +152,37 @@ class ShardGeneration:
             own.close()
 
     def summarize(self, folder: RunFolder, parts: list[Path]) -> Summary:
-        return summarize_shard(folder, self.job, parts, self.engine)
+        engine = self.engine
+        startup, warmup = (engine.startup_seconds, engine.warmup_seconds) if engine else (0.0, 0.0)
+        return summarize_shard(folder, self.job, parts, startup, warmup)
 
     def _rows(self, number: int) -> list[SourceRow]:
         assert self._source is not None, "prepare() reads the data first"
         return self._source.rows(self._chunks[number])
 
-    def _stream(self, engine: Engine, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
+    def _stream(
+        self, engine: Engine, folder: RunFolder, config: dict[str, Any], todo: list[int], job: JobConfig | None = None
+    ) -> None:
         """Generate the chunks not done yet, each written as it finishes; then this launch's record of the loop.
+        ``job`` is the set-up the engine runs, when it is not the shard's own (spec=auto's phases).
 
         SIGTERM or SIGINT stops admitting chunks; the ones in flight are finished and written (for at most
         stop_grace_seconds, then abandoned), then StopRequested ends the job without the done marker.
         """
-        writer = ChunkWriter(folder, config, engine.concurrency, len(todo))
+        job = job or self.job
+        setup = job.spec.label if job is not self.job else None
+        writer = ChunkWriter(folder, config, engine.concurrency, len(todo), setup)
         # Rows are read when their chunk is admitted, not before: memory stays flat however long the shard.
         chunks = ((number, self._rows(number)) for number in todo)
         with stop_signals_deferred(self.job.stop_grace_seconds) as stop_requested:
             log.info(
                 "streaming %d chunks through the %s engine (up to %s requests at once; launch %s)",
                 len(todo),
-                self.job.engine.backend,
+                job.engine.backend,
                 engine.concurrency,
                 writer.launch,
             )
-            streamed = ChunkStreamer(engine, self.job, self._tokenizer).run(chunks, writer.write, stop_requested)
+            streamed = ChunkStreamer(engine, job, self._tokenizer).run(chunks, writer.write, stop_requested)
         writer.write_launch_record(streamed)
         if streamed.stopped:
             raise StopRequested(

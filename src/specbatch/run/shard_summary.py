@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 from specbatch.common.machine import this_machine
 from specbatch.config import JobConfig
-from specbatch.engine import Engine, figures_from_a_server
+from specbatch.engine import figures_from_a_server
 from specbatch.engine.spec_metrics import Counters
 from specbatch.run.folder import RunFolder
 from specbatch.run.summary import RowTotals, Summary, summarize
@@ -19,7 +19,9 @@ from specbatch.run.summary import RowTotals, Summary, summarize
 _SUMMARY_COLUMNS = ["category", "status", "completion_tokens", "spec_steps", "draft_tokens", "accepted_tokens"]
 
 
-def summarize_shard(folder: RunFolder, job: JobConfig, parts: list[Path], engine: Engine | None) -> Summary:
+def summarize_shard(
+    folder: RunFolder, job: JobConfig, parts: list[Path], startup_seconds: float, warmup_seconds: float
+) -> Summary:
     """From every part of the shard, one part at a time (memory stays flat however many rows there are).
 
     Counters and seconds come from each launch's record of its loop (engine counter differences, wall time) when
@@ -57,8 +59,8 @@ def summarize_shard(folder: RunFolder, job: JobConfig, parts: list[Path], engine
         k=job.spec.k,
         totals=totals,
         generation_seconds=seconds,
-        engine_startup_seconds=engine.startup_seconds if engine else 0.0,
-        warmup_seconds=engine.warmup_seconds if engine else 0.0,
+        engine_startup_seconds=startup_seconds,
+        warmup_seconds=warmup_seconds,
         concurrency=concurrency or None,
         counters_scope="+".join(sorted(scopes)) or None,
         from_a_server=figures_from_a_server(job),

@@ -58,6 +58,8 @@ def speculative_config(spec: SpecConfig) -> dict[str, Any] | None:
     """The ``speculative_config`` dict for ``vllm.LLM``; None for the baseline."""
     if spec.method is SpecMethod.none:
         return None
+    # spec=auto is never an engine's set-up: each of its phases runs one of its candidates (specbatch.auto).
+    assert spec.method is not SpecMethod.auto, "spec=auto runs its candidates' set-ups, never its own"
     out: dict[str, Any] = {"method": spec.method.value, "num_speculative_tokens": spec.k}
     for knob, owners in knob_owners().items():
         value = getattr(spec, knob)

@@ -147,9 +147,32 @@ def log_shard_results(
     run.log_table(completion_sample(parts), "completions_sample.json")
     if folder.profile_path.is_file():
         run.log_artifact(folder.profile_path, "speculation_profile")
+    if folder.decision_path.is_file():
+        log_decision(run, json.loads(folder.decision_path.read_text()))
     if summary.acceptance_rate_per_position:
         with tempfile.TemporaryDirectory() as tmp:
             run.log_artifact(plot_run_acceptance(summary, Path(tmp) / "acceptance_by_position.png"))
+
+
+# The columns of spec=auto's candidates table in MLflow (decision.json's candidates, one row each).
+_DECISION_COLUMNS = (
+    "setup",
+    "predicted_acceptance_length",
+    "predicted_speedup",
+    "measured_tok_s",
+    "speedup",
+    "spread",
+)
+
+
+def log_decision(run: RunLogger, decision: dict[str, Any]) -> None:
+    """spec=auto's decision (specbatch.auto): its candidates as a table, the winner and why as tags, the file."""
+    rows = decision["candidates"]
+    run.log_table({column: [row.get(column) for row in rows] for column in _DECISION_COLUMNS}, "auto_decision.json")
+    run.set_tag("auto.winner", decision["winner"])
+    run.set_tag("auto.why", decision["why"])
+    run.set_tag("auto.measured", str(decision["measured"]).lower())
+    run.log_text(json.dumps(decision, indent=2), "decision.json")
 
 
 def plot_run_acceptance(summary: Summary, path: Path) -> Path:

@@ -1,0 +1,143 @@
+"""spec=auto's candidates: each one a fixed set-up the job could run, built from the same presets ``spec=<method>``
+composes (conf/spec/<method>.yaml, the checkpoint pairing of spec.auto.checkpoints), and the job each phase runs.
+
+Everything here reads the config alone, so a candidate that cannot run is refused before anything loads, naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from specbatch.common.environment import PROJECT_ROOT
+from specbatch.config import ConfigError, JobConfig
+from specbatch.config.methods import CHECKPOINT_METHODS, SpecMethod
+from specbatch.config.spec import AUTO_DEFAULT_CANDIDATES, SpecConfig
+from specbatch.engine import backend_class, validate_job
+
+# The methods replay predicts (specbatch.prediction): the others are measured without a prediction.
+PREDICTABLE = frozenset({SpecMethod.ngram, SpecMethod.suffix})
+_LABEL = re.compile(r"^(?P<method>[a-z_0-9]+?)(?:-k(?P<k>\d+))?$")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One set-up spec=auto may choose: its label (a run folder's, e.g. ``ngram-k3``) and its checked spec."""
+
+    label: str
+    spec: SpecConfig
+    # The Hydra overrides that run it as a fixed set-up, e.g. "spec=ngram spec.num_speculative_tokens=3".
+    overrides: str = ""
+
+    @property
+    def method(self) -> SpecMethod:
+        return self.spec.method
+
+    @property
+    def predictable(self) -> bool:
+        return self.spec.method in PREDICTABLE
+
+    @property
+    def caption(self) -> str:
+        return self.spec.caption
+
+
+def candidates(job: JobConfig) -> list[Candidate]:
+    """spec.auto's candidates for ``job``, the baseline first; ConfigError naming spec.auto.candidates (or the
+    candidate's own key) when one is not a set-up this job can describe."""
+    auto = job.spec.auto
+    assert auto is not None, "spec=auto jobs only"
+    if auto.candidates is None:
+        labels = [*AUTO_DEFAULT_CANDIDATES, *auto.checkpoints]
+    else:
+        labels = list(dict.fromkeys(str(c).strip() for c in auto.candidates))
+    out = [_candidate(label, auto.checkpoints) for label in labels]
+    if not any(c.method is SpecMethod.none for c in out):
+        # The pilot is spec=none and every speedup is measured against it: it is always a candidate.
+        out.insert(0, _candidate("none", auto.checkpoints))
+    out.sort(key=lambda c: c.method is not SpecMethod.none)
+    return out
+
+
+def _candidate(label: str, checkpoints: dict[str, Any]) -> Candidate:
+    match = _LABEL.match(label)
+    methods = [m.value for m in SpecMethod if m is not SpecMethod.auto]
+    if match is None or match["method"] not in methods:
+        raise ConfigError(
+            f"spec.auto.candidates: {label!r} is not a set-up: write none or <method>-k<k> with a method of "
+            f"{', '.join(methods)}, e.g. [none,ngram-k3,suffix-k5]"
+        )
+    method = SpecMethod(match["method"])
+    k = int(match["k"]) if match["k"] else None
+    if method is SpecMethod.none and k is not None:
+        raise ConfigError(f"spec.auto.candidates: {label!r}: the baseline drafts nothing; write none")
+    knobs: dict[str, Any] = dict(_preset(method.value))
+    if method in CHECKPOINT_METHODS:
+        pairing = checkpoints.get(method.value)
+        if pairing is None:
+            raise ConfigError(
+                f"spec.auto.candidates: {label} needs a draft checkpoint and spec.auto.checkpoints has none for "
+                f"{method.value}: set spec.auto.checkpoints.{method.value}.model=<folder or hub id> (or pick a "
+                f"model with conf/model_spec/<model>_auto.yaml), or drop {label}"
+            )
+        knobs.update(pairing)
+    if k is not None:
+        knobs["num_speculative_tokens"] = k
+    try:
+        spec = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SpecConfig), knobs))
+    except (ConfigError, OmegaConfBaseException) as exc:
+        cause = exc if isinstance(exc, ConfigError) else (exc.__cause__ or exc)
+        raise ConfigError(f"spec.auto.candidates: {label}: {cause}") from None
+    assert isinstance(spec, SpecConfig)
+    overrides = [f"spec={method.value}"]
+    if method is not SpecMethod.none:
+        overrides.append(f"spec.num_speculative_tokens={spec.k}")
+    overrides += [
+        f"spec.{key}={value}"
+        for key, value in checkpoints.get(method.value, {}).items()
+        if key != "num_speculative_tokens"
+    ]
+    return Candidate(spec.label, spec, " ".join(overrides))
+
+
+@cache
+def _preset(method: str) -> dict[str, Any]:
+    """conf/spec/<method>.yaml's own values (what ``spec=<method>`` composes, its defaults list aside)."""
+    node = OmegaConf.load(PROJECT_ROOT / "conf" / "spec" / f"{method}.yaml")
+    values = OmegaConf.to_container(node)
+    assert isinstance(values, dict)
+    values.pop("defaults", None)
+    return values
+
+
+def candidate_jobs(job: JobConfig) -> list[JobConfig]:
+    """The job of every candidate, each refused here (naming it) when the backend cannot run it: the checks
+    specbatch.engine.validate_job runs for a spec=auto job, before anything is written or loaded."""
+    validate_job(job)
+    backend = backend_class(job.engine.backend)
+    jobs = []
+    for candidate in candidates(job):
+        each = candidate_job(job, candidate)
+        try:
+            backend.validate(each)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"spec.auto.candidates: {candidate.label} cannot run on engine.backend={job.engine.backend}: {exc}. "
+                f"Drop {candidate.label} from spec.auto.candidates"
+            ) from None
+        jobs.append(each)
+    return jobs
+
+
+def candidate_job(job: JobConfig, candidate: Candidate) -> JobConfig:
+    """The job one phase runs: ``job`` with the candidate's spec (so its rows name the set-up that made them)."""
+    try:
+        return dataclasses.replace(job, spec=candidate.spec)
+    except ConfigError as exc:
+        raise ConfigError(f"spec.auto.candidates: {candidate.label} cannot run with this job: {exc}") from None

@@ -1,0 +1,164 @@
+"""spec=auto's reasoning, from figures alone (no engine, no files): predict the candidates on the pilot's rows, decide
+whether measuring pays, and pick the winner by jobs/compare.py's noise rule.
+
+- Predict: the pilot's completions are replayed through vLLM's n-gram matcher and arctic-inference's suffix cache
+  (specbatch.prediction), for each n-gram and suffix candidate's acceptance; its speedup is tokens per pass over what
+  a pass costs, ``tau / (a + b * d)`` with d the draft tokens per pass (analysis.predicted's model) and (a, b) the
+  prior below, since nothing speculative has been measured yet on this machine.
+- Budget: measuring costs an engine start-up per measured set-up (the rows it generates are kept, so they cost only
+  what the set-up is slower than the winner); it is skipped when those start-ups exceed ``spec.auto.budget`` of the
+  shard's expected time at spec=none's pace.
+- Decide: each measured set-up ran ``repeats`` slices, each timed on its own; speedups per slice against the
+  median of the pilot's slices, and analysis.recommend.pick: the highest median wins, unless a smaller k of its
+  method or spec=none is within the noise (scaled MAD), which then wins.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from specbatch.analysis.recommend import Measured, pick, speedup_stats
+from specbatch.auto.candidates import Candidate
+from specbatch.config.methods import SpecMethod, spec_caption, spec_label
+from specbatch.prediction.replay import Drafting, replay
+from specbatch.prediction.setups import SUFFIX_DEFAULTS, NgramSetup, Setup, SuffixSetup
+from specbatch.prediction.turns import ReplayTurn
+
+# What a speculative pass costs in plain decode steps, r = a + b * d, before any speculative set-up is measured here.
+# a: jobs/bench.py --predict fitted 1.33-1.44 at full batch on 2 CPU cores (analysis.predicted), about 1.0 at batch
+# 1; b: the lower end of what those fits gave per draft token. A prior only ranks what to measure, and picks when
+# measuring does not pay; measured figures decide otherwise.
+PRIOR_PASS_COST = (1.35, 0.05)
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """A candidate replayed on the pilot's rows."""
+
+    label: str
+    acceptance_length: float
+    # Draft tokens per target pass (d), and tokens per pass (tau = output / passes).
+    draft_tokens_per_pass: float
+    tokens_per_pass: float
+    speedup: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "predicted_acceptance_length": self.acceptance_length,
+            "predicted_draft_tokens_per_pass": self.draft_tokens_per_pass,
+            "predicted_speedup": self.speedup,
+        }
+
+
+def replay_setup(candidate: Candidate) -> Setup:
+    """The replay's set-up for an n-gram or suffix candidate, with its own knobs."""
+    spec = candidate.spec
+    k = spec.k
+    assert k is not None and candidate.predictable
+    if spec.method is SpecMethod.ngram:
+        assert spec.prompt_lookup_min is not None and spec.prompt_lookup_max is not None
+        return NgramSetup(k, spec.prompt_lookup_min, spec.prompt_lookup_max)
+    knobs = {
+        name: getattr(spec, f"suffix_decoding_{name}")
+        for name in SUFFIX_DEFAULTS
+        if getattr(spec, f"suffix_decoding_{name}") is not None
+    }
+    return SuffixSetup(k, **knobs)
+
+
+def predict(
+    turns: list[ReplayTurn], candidates: list[Candidate], max_model_len: int, concurrency: int | None
+) -> list[Predicted]:
+    """The predictable candidates replayed on ``turns``, fastest predicted first (ties: the smaller k)."""
+    out = []
+    generated = sum(len(t.completion) for t in turns)
+    for candidate in candidates:
+        if not candidate.predictable:
+            continue
+        total = Drafting()
+        for _, figures in replay(turns, replay_setup(candidate), max_model_len, {0: concurrency}):
+            total.add(figures)
+        accepted = total.accepted + total.expected_unverified_accepted()
+        passes = max(generated - accepted, 1.0)
+        tau = generated / passes if generated else 1.0
+        d = total.draft_tokens / passes
+        a, b = PRIOR_PASS_COST
+        al = 1 + accepted / total.drafts if total.drafts else 1.0
+        out.append(Predicted(candidate.label, al, d, tau, tau / (a + b * d)))
+    out.sort(key=lambda p: (-p.speedup, p.label))
+    return out
+
+
+def to_measure(candidates: list[Candidate], predicted: list[Predicted], measure_top: int) -> list[str]:
+    """The labels measured for real: the ``measure_top`` predicted leaders, then every candidate replay cannot
+    predict (checkpoint methods, mtp), in the order listed."""
+    leaders = [p.label for p in predicted[:measure_top]]
+    unpredicted = [c.label for c in candidates if not c.predictable and c.method is not SpecMethod.none]
+    return leaders + unpredicted
+
+
+def measured_slots(candidates: list[Candidate], measure_top: int) -> int:
+    """How many set-ups are measured (known before the pilot: how the shard's first rows are cut)."""
+    predictable = sum(1 for c in candidates if c.predictable)
+    unpredicted = sum(1 for c in candidates if not c.predictable and c.method is not SpecMethod.none)
+    return min(measure_top, predictable) + unpredicted
+
+
+def measuring_pays(
+    startups: int, startup_seconds: float, pilot_seconds: float, pilot_rows: int, shard_rows: int, budget: float
+) -> tuple[bool, str]:
+    """Whether ``startups`` engine start-ups of ``startup_seconds`` fit in ``budget`` of the shard's expected time
+    (its rows at the pilot's pace, plus one start-up), and the sentence that says so."""
+    expected = startup_seconds + pilot_seconds * shard_rows / max(pilot_rows, 1)
+    cost = startups * startup_seconds
+    share = cost / expected if expected > 0 else float("inf")
+    verdict = "fits in" if share <= budget else "exceeds"
+    why = (
+        f"measuring {startups} set-up(s) costs {startups} engine start-up(s), {cost:.0f} s, {share:.0%} of this "
+        f"shard's expected {expected:.0f} s at spec=none's pace: that {verdict} spec.auto.budget={budget:g}"
+    )
+    return share <= budget, why
+
+
+def unmeasured_winner(predicted: list[tuple[str, float]]) -> tuple[str, str]:
+    """(winner, why) when nothing is measured, from (label, predicted speedup) fastest first: the best prediction
+    when it is predicted faster than none."""
+    if predicted and predicted[0][1] > 1.0:
+        label, speedup = predicted[0]
+        return label, f"{label} has the best predicted speedup, {speedup:.2f}x (not measured)"
+    return "none", "no candidate is predicted faster than spec=none (not measured)"
+
+
+def _measured(label: str, speedups: list[float]) -> Measured:
+    method, _, k = label.partition("-k")
+    median, spread = speedup_stats(speedups)
+    return Measured(method, int(k) if k else None, median, spread, len(speedups))
+
+
+def decide(rates: dict[str, list[float]]) -> tuple[str, str, dict[str, dict[str, Any]]]:
+    """(winner, why, figures per label) from each measured set-up's tok/s per slice; ``rates["none"]`` is the
+    pilot's. Speedups per slice are taken against the median of the pilot's slices (analysis.recommend)."""
+    base_rate = statistics.median(rates["none"])
+    speedups = {label: [r / base_rate for r in values] for label, values in rates.items() if values}
+    baseline = _measured("none", speedups.pop("none"))
+    # The baseline's median speedup is 1 by construction; its spread is its own slices' movement.
+    baseline = Measured("none", None, 1.0, baseline.spread, baseline.repeats)
+    measured = [_measured(label, values) for label, values in speedups.items()]
+    chosen, best = pick(measured, baseline)
+    winner = spec_label(chosen.method, chosen.k)
+    if chosen is best:
+        why = f"{chosen.caption} measured fastest: {chosen.median:.2f}x spec=none (spread {chosen.spread:.2f})"
+    else:
+        why = (
+            f"{best.caption} measured fastest ({best.median:.2f}x, spread {best.spread:.2f}) but "
+            f"{spec_caption(chosen.method, chosen.k)} is within its noise ({chosen.median:.2f}x): the smaller k, or "
+            "none, wins a tie"
+        )
+    figures = {
+        spec_label(m.method, m.k): {"speedup": m.median, "spread": m.spread, "repeats": m.repeats}
+        for m in [baseline, *measured]
+    }
+    return winner, why, figures

@@ -1,0 +1,306 @@
+"""One shard of a spec=auto run: the generation steps (specbatch.run.generate) with the shard cut into phases.
+
+The shard's rows are cut so that every phase is whole chunks, the same on every launch (the cut depends on the
+config alone, so a resumed shard finds its parts where it left them):
+
+- the pilot: the first ``spec.auto.pilot_rows`` rows, in ``repeats`` slices, generated with spec=none;
+- one measurement per measured set-up: the next ``measure_rows`` rows each, in ``repeats`` slices;
+- the rest, in chunks of ``chunk_size``, generated with the winner.
+
+Each slice is streamed on its own (the engine drains between slices) so that its tok/s is a repeat of its set-up.
+Once the pilot is in, the shard's plan (the prediction, which set-up measures which slot, or why nothing is measured)
+is written create-once beside its records; once the measurements are in, the decision (specbatch.auto.decision) is
+written create-once as the run's decision.json: the first shard to write it decides for every shard, and a shard that
+finds it there runs all its remaining rows with its winner. Every row is generated once, by one set-up, which its
+``method`` and ``k`` columns name (and its part's figures, ``setup``); all of them are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from specbatch.auto.candidates import Candidate, candidate_job, candidate_jobs, candidates
+from specbatch.auto.decision import (
+    decide,
+    measured_slots,
+    measuring_pays,
+    predict,
+    to_measure,
+    unmeasured_winner,
+)
+from specbatch.common.atomic_files import create_json_once
+from specbatch.config import ConfigError, JobConfig
+from specbatch.engine import Engine, start_engine
+from specbatch.prediction.turns import RunTurns, read_parts
+from specbatch.run.folder import RunFolder
+from specbatch.run.generate import ShardGeneration
+from specbatch.run.shard_summary import summarize_shard
+from specbatch.run.sharding import chunk_ranges
+from specbatch.run.summary import Summary
+
+log = logging.getLogger(__name__)
+
+DECISION_FORMAT = 1
+
+
+def _slices(start: int, rows: int, repeats: int) -> list[range]:
+    """``rows`` rows from ``start`` in ``repeats`` slices as equal as they come (no empty slice)."""
+    bounds = [start + rows * i // repeats for i in range(repeats + 1)]
+    return [range(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+
+
+class AutoShardGeneration(ShardGeneration):
+    """spec=auto's steps of one shard (module docstring); the executor runs them like any shard's."""
+
+    def __init__(self, job: JobConfig) -> None:
+        super().__init__(job)
+        auto = job.spec.auto
+        assert auto is not None, "spec=auto jobs only"
+        self.auto = auto
+        self.candidates = candidates(job)
+        self._by_label = {c.label: c for c in self.candidates}
+        self._slots = measured_slots(self.candidates, auto.measure_top)
+        # Chunk numbers of the pilot's slices and of each measurement slot's slices (filled by cut()).
+        self._pilot: list[int] = []
+        self._measure: list[list[int]] = []
+        self._span = range(0)
+        # The engines open, by the label of the set-up each runs, and (label, start-up s, warm-up s) of each started.
+        self._engines: dict[str, Engine] = {}
+        self.startups: list[tuple[str, float, float]] = []
+
+    # --- checks and the cut, before anything loads ---
+
+    def check(self) -> None:
+        if self.engine is not None:
+            raise ValueError("spec=auto starts an engine per set-up it measures: do not pass one in")
+
+    def engine_jobs(self) -> list[JobConfig]:
+        return candidate_jobs(self.job)
+
+    def preflight(self, job: JobConfig) -> None:
+        try:
+            super().preflight(job)
+        except ConfigError as exc:
+            label = job.spec.label
+            raise ConfigError(
+                f"spec.auto.candidates: {label} cannot run here: {exc}. Fix its checkpoint in "
+                f"spec.auto.checkpoints.{job.spec.method.value}, or drop {label} from spec.auto.candidates"
+            ) from None
+
+    def cut(self, span: range) -> list[range]:
+        auto, self._span = self.auto, span
+        chunks: list[range] = []
+        start = span.start
+        pilot = min(auto.pilot_rows, len(span))
+        for piece in _slices(start, pilot, auto.repeats):
+            self._pilot.append(len(chunks))
+            chunks.append(piece)
+        start += pilot
+        for _ in range(self._slots):
+            rows = min(auto.measure_rows, span.stop - start)
+            slot = []
+            for piece in _slices(start, rows, auto.repeats):
+                slot.append(len(chunks))
+                chunks.append(piece)
+            self._measure.append(slot)
+            start += rows
+        return chunks + chunk_ranges(range(start, span.stop), self.job.chunk_size)
+
+    # --- the phases ---
+
+    def start_engine(self, todo: list[int]) -> None:
+        # Engines start phase by phase (generate); only the warning about remote code is said here, once.
+        super().start_engine([])
+
+    def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
+        if not todo:
+            return
+        left = sorted(todo)
+        try:
+            decision = _read_json(folder.decision_path)
+            if decision is None:
+                self._run_slices(folder, config, self._pilot, "none", left)
+                plan = self._plan(folder)
+                if plan["measuring"]:
+                    for slot, label in zip(self._measure, plan["measure"], strict=False):
+                        self._run_slices(folder, config, slot, label, left)
+                decision = self._decide(folder, plan)
+            winner = decision["winner"]
+            rest = [n for n in left if not folder.part_path(n).exists()]
+            if rest:
+                log.info("spec=auto: %d chunk(s) left, generated with %s (%s)", len(rest), winner, decision["why"])
+                self._stream_with(folder, config, rest, winner)
+        except BaseException as error:
+            try:
+                self._close_engines()
+            except Exception as exc:  # noqa: BLE001 - ``error`` is what the caller must see
+                log.warning("closing spec=auto's engines failed too (%s: %s)", type(exc).__name__, exc)
+            raise error from None
+        self._close_engines()
+
+    def _run_slices(
+        self, folder: RunFolder, config: dict[str, Any], slices: list[int], label: str, left: list[int]
+    ) -> None:
+        """Each slice of a phase not written yet, streamed on its own with ``label``'s set-up."""
+        for number in slices:
+            if number in left and not folder.part_path(number).exists():
+                self._stream_with(folder, config, [number], label)
+
+    def _stream_with(self, folder: RunFolder, config: dict[str, Any], chunks: list[int], label: str) -> None:
+        job = candidate_job(self.job, self._candidate(label))
+        engine = self._engines.get(label)
+        if engine is None:
+            # The baseline's engine stays open beside one other: spec=none wins often, and then needs no second
+            # start-up (an idle vLLM engine waits on its input queue; its KV cache is engine.cpu_kvcache_space_gib).
+            for other in [name for name in self._engines if name not in ("none", label)]:
+                self._engines.pop(other).close()
+            began = time.perf_counter()
+            engine = self._engines[label] = start_engine(job)
+            startup = engine.startup_seconds or time.perf_counter() - began
+            self.startups.append((label, startup, engine.warmup_seconds))
+            log.info("spec=auto: engine for %s started in %.1f s", label, startup)
+        self.engine = engine
+        self._stream(engine, folder, config, chunks, job)
+
+    def _close_engines(self) -> None:
+        engines, self._engines = list(self._engines.values()), {}
+        self.engine = None
+        errors = []
+        for engine in engines:
+            try:
+                engine.close()
+            except Exception as exc:  # noqa: BLE001 - every engine is closed; the first error is raised after
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def _candidate(self, label: str) -> Candidate:
+        candidate = self._by_label.get(label)
+        if candidate is None:
+            raise ConfigError(
+                f"spec=auto: this run's decision names {label}, which is not among spec.auto.candidates "
+                f"({', '.join(self._by_label)}): the run was started with other candidates; finish it with those"
+            )
+        return candidate
+
+    def _plan(self, folder: RunFolder) -> dict[str, Any]:
+        """The shard's plan, made from its pilot once (create-once: a resumed shard reads the one it wrote)."""
+        plan = _read_json(folder.auto_plan_path)
+        if plan is not None:
+            return plan
+        run = RunTurns(folder.root, {})
+        read_parts([folder.part_path(n) for n in self._pilot], run)
+        predicted = predict(run.turns, self.candidates, self.job.model.max_model_len, self._concurrency())
+        measure = to_measure(self.candidates, predicted, self.auto.measure_top)[: len(self._measure)]
+        pilot_rows = sum(len(self._chunks[n]) for n in self._pilot)
+        rates = self._rates(folder, self._pilot, "none")
+        pilot_seconds = sum(seconds for _, seconds in rates)
+        startup = next((s for label, s, _ in self.startups if label == "none"), 0.0)
+        rows_left = sum(len(self._chunks[n]) for slot in self._measure for n in slot)
+        if not measure or not rows_left:
+            pays, why = False, "no rows are left to measure on" if measure else "nothing to measure"
+        else:
+            pays, why = measuring_pays(
+                len(measure), startup, pilot_seconds, pilot_rows, len(self._span), self.auto.budget
+            )
+        plan = {
+            "format": DECISION_FORMAT,
+            "shard": folder.shard_tag,
+            "predicted": [p.to_dict() for p in predicted],
+            "measure": measure if pays else [],
+            "measuring": pays,
+            "why": why,
+            "pilot_rows": pilot_rows,
+            "pilot_seconds": pilot_seconds,
+            "engine_startup_seconds": startup,
+        }
+        log.info("spec=auto: %s", why)
+        create_json_once(folder.auto_plan_path, plan)
+        return _read_json(folder.auto_plan_path) or plan
+
+    def _concurrency(self) -> int | None:
+        return self.engine.concurrency if self.engine is not None else self.job.engine.max_num_seqs
+
+    def _rates(self, folder: RunFolder, numbers: list[int], label: str) -> list[tuple[int, float]]:
+        """(generated tokens, seconds) of each slice of ``numbers`` that ``label`` generated."""
+        out = []
+        for number in numbers:
+            if not folder.part_stats_path(number).exists():
+                continue
+            stats = folder.read_part_stats(number)
+            if stats.get("setup", label) != label or not stats.get("elapsed"):
+                continue
+            out.append((int(stats["counters"]["generation_tokens"]), float(stats["elapsed"])))
+        return out
+
+    def _decide(self, folder: RunFolder, plan: dict[str, Any]) -> dict[str, Any]:
+        """This shard's decision, written as the run's unless another shard's is there first; the run's one."""
+        predicted = {p["label"]: p for p in plan["predicted"]}
+        rates = {"none": [t / s for t, s in self._rates(folder, self._pilot, "none")]}
+        for slot, label in zip(self._measure, plan["measure"], strict=False):
+            rates[label] = [t / s for t, s in self._rates(folder, slot, label)]
+        measured = plan["measuring"] and rates["none"] and all(rates.get(m) for m in plan["measure"])
+        figures: dict[str, dict[str, Any]] = {}
+        if measured:
+            winner, why, figures = decide(rates)
+        else:
+            winner, why = unmeasured_winner([(p["label"], p["predicted_speedup"]) for p in plan["predicted"]])
+            why = f"{plan['why']}; {why}"
+        rows = []
+        for candidate in self.candidates:
+            label = candidate.label
+            own = rates.get(label) or []
+            rows.append(
+                {
+                    "setup": label,
+                    "caption": candidate.caption,
+                    "predicted_acceptance_length": predicted.get(label, {}).get("predicted_acceptance_length"),
+                    "predicted_speedup": predicted.get(label, {}).get("predicted_speedup"),
+                    "measured_tok_s": statistics.median(own) if own else None,
+                    "slices_tok_s": own,
+                    "speedup": figures.get(label, {}).get("speedup"),
+                    "spread": figures.get(label, {}).get("spread"),
+                }
+            )
+        decision = {
+            "format": DECISION_FORMAT,
+            "winner": winner,
+            "winner_caption": self._candidate(winner).caption,
+            # What runs the winner elsewhere, e.g. python jobs/serve.py --print <overrides>.
+            "overrides": self._candidate(winner).overrides,
+            "why": why,
+            "measured": bool(measured),
+            "decided_by": folder.shard_tag,
+            "candidates": rows,
+        }
+        if create_json_once(folder.decision_path, decision):
+            log.info("spec=auto decided: %s (%s); written to %s", winner, why, folder.decision_path)
+        else:
+            theirs = _read_json(folder.decision_path) or decision
+            log.info(
+                "spec=auto: another shard decided first (%s, by %s); this shard's own figures say %s. The run's "
+                "decision is kept: %s",
+                theirs["winner"],
+                theirs.get("decided_by"),
+                winner,
+                folder.decision_path,
+            )
+            decision = theirs
+        return decision
+
+    def summarize(self, folder: RunFolder, parts: list[Path]) -> Summary:
+        startup = sum(s for _, s, _ in self.startups)
+        warmup = sum(w for _, _, w in self.startups)
+        return summarize_shard(folder, self.job, parts, startup, warmup)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,336 @@
+"""spec=auto without a model: its config and refusals, the decision's arithmetic, and whole shards on the dummy
+backend (pilot, plan, measurements, decision, rest; kills in each phase; shards reading one decision)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import compose_config, compose_job
+from specbatch.auto import generation
+from specbatch.auto.candidates import candidates
+from specbatch.auto.decision import decide, measuring_pays, predict, to_measure, unmeasured_winner
+from specbatch.auto.generation import AutoShardGeneration
+from specbatch.config import ConfigError, to_job_config
+from specbatch.pipeline import run_job
+from specbatch.prediction.turns import ReplayTurn
+from specbatch.run.folder import RunFolder
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def auto_job(root: Path, *extra: str):
+    return compose_job(
+        [
+            f"output_root={root}",
+            "spec=auto",
+            "engine.backend=dummy",
+            "tracking=off",
+            "max_samples=40",
+            "spec.auto.pilot_rows=6",
+            "spec.auto.measure_rows=6",
+            "chunk_size=8",
+            *extra,
+        ]
+    )
+
+
+# --- config and refusals ---
+
+
+def composed(overrides: list[str]):
+    """The config as jobs/generate.py converts it, before the backend's checks (which run_job makes)."""
+    return to_job_config(compose_config(overrides))
+
+
+def test_defaults_list_the_checkpoint_free_set_ups_and_the_models_own_checkpoints() -> None:
+    job = compose_job(["spec=auto"])
+    assert [c.label for c in candidates(job)] == [
+        "none",
+        "ngram-k1",
+        "ngram-k2",
+        "ngram-k3",
+        "ngram-k5",
+        "ngram-k8",
+        "suffix-k5",
+    ]
+    tiny = compose_job(["spec=auto", "model=tiny_llama"])
+    labels = [c.label for c in candidates(tiny)]
+    assert labels[-3:] == ["draft_model-k3", "eagle-k3", "eagle3-k3"]
+    assert tiny.spec.label == "auto" and tiny.spec.k is None
+
+
+@pytest.mark.parametrize("model", ["tiny_llama", "llama31_8b_instruct"])
+def test_auto_pairings_agree_with_the_fixed_pairings(model: str) -> None:
+    """model_spec/<model>_auto.yaml repeats each <model>_<method>.yaml: a candidate runs what spec=<method> runs."""
+    auto = compose_job(["spec=auto", f"model={model}"])
+    for candidate in candidates(auto):
+        if candidate.method.value not in ("draft_model", "eagle", "eagle3"):
+            continue
+        fixed = to_job_config(compose_config([f"spec={candidate.method.value}", f"model={model}"])).spec
+        assert candidate.spec == fixed, candidate.label
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("spec.auto.candidates=[none,ngram-3]", "'ngram-3' is not a set-up"),
+        ("spec.auto.candidates=[none,eagle3-k3]", "spec.auto.checkpoints.eagle3.model"),
+        ("spec.auto.candidates=[none,ngram-k40]", "spec.auto.candidates: ngram-k40: spec.num_speculative_tokens=40"),
+        ("spec.num_speculative_tokens=3", "spec.auto.candidates, e.g."),
+        ("spec.auto.repeats=0", "spec.auto.repeats=0"),
+        ("spec.auto.budget=2", "spec.auto.budget=2"),
+    ],
+)
+def test_bad_knobs_are_refused_naming_the_key(override: str, named: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=None) as caught:
+        job = auto_job(tmp_path, override)
+        AutoShardGeneration(job)
+    assert named in str(caught.value)
+
+
+def test_a_server_cannot_switch_set_ups_and_says_what_to_serve(tmp_path: Path) -> None:
+    job = composed(
+        [
+            f"output_root={tmp_path}",
+            "spec=auto",
+            "engine.backend=server",
+            "engine.url=http://127.0.0.1:9",
+            "tracking=off",
+        ]
+    )
+    with pytest.raises(ConfigError, match="fixed by whoever started it.*jobs/serve.py --print"):
+        run_job(job)
+    assert not (tmp_path / "runs").exists(), "refused before anything is written"
+
+
+def test_methods_llama_cpp_lacks_are_named_before_anything_loads(tmp_path: Path) -> None:
+    job = composed([f"output_root={tmp_path}", "spec=auto", "engine.backend=llama_cpp", "tracking=off"])
+    with pytest.raises(ConfigError) as caught:
+        run_job(job)
+    assert "suffix-k5" in str(caught.value) and "spec.auto.candidates" in str(caught.value)
+    assert not (tmp_path / "runs").exists()
+
+
+# --- the decision's arithmetic ---
+
+
+def test_the_fastest_wins_when_its_lead_is_beyond_the_noise() -> None:
+    winner, why, figures = decide({"none": [100, 102, 98], "ngram-k3": [150, 152, 149], "ngram-k5": [170, 171, 169]})
+    assert winner == "ngram-k5" and "measured fastest" in why
+    assert figures["none"]["speedup"] == 1.0 and figures["ngram-k5"]["speedup"] == pytest.approx(1.7)
+
+
+def test_within_noise_the_smaller_k_or_none_wins() -> None:
+    # k=5 is 3 % ahead of k=3, and k=3's slices move by more than that: the smaller k.
+    winner, why, _ = decide({"none": [100, 100, 100], "ngram-k3": [150, 140, 160], "ngram-k5": [153, 150, 156]})
+    assert winner == "ngram-k3" and "within its noise" in why
+    # Speculation 2 % ahead of none, none moving by 10 %: none.
+    winner, _, _ = decide({"none": [100, 90, 110], "ngram-k3": [102, 101, 103]})
+    assert winner == "none"
+
+
+def test_measuring_pays_only_within_the_budget() -> None:
+    # 2 start-ups of 30 s against 1 000 rows at 10 s per 50 rows (230 s): 26 % > 25 %.
+    pays, why = measuring_pays(2, 30.0, 10.0, 50, 1000, 0.25)
+    assert not pays and "exceeds spec.auto.budget=0.25" in why
+    pays, _ = measuring_pays(2, 30.0, 10.0, 50, 10_000, 0.25)
+    assert pays
+
+
+def _turn(row: str, prompt: list[int], completion: list[int]) -> ReplayTurn:
+    return ReplayTurn(row, 1, 0, None, np.asarray(prompt), np.asarray(completion), (0, 0, 0), (0, 0, 0), "stop")
+
+
+def test_prediction_ranks_what_copies_the_prompt_first(tmp_path: Path) -> None:
+    """Completions that copy their prompt: n-gram predicts long acceptance and ranks above a plain baseline."""
+    job = auto_job(tmp_path, "spec.auto.candidates=[none,ngram-k1,ngram-k5]")
+    code = list(range(100, 160))
+    turns = [_turn(f"r{i}", [1, 2, *code], [*code[:40], 7]) for i in range(4)]
+    predicted = predict(turns, candidates(job), 2048, 4)
+    assert [p.label for p in predicted] == ["ngram-k5", "ngram-k1"]
+    assert predicted[0].acceptance_length > 3 and predicted[0].speedup > 1
+    assert to_measure(candidates(job), predicted, 1) == ["ngram-k5"]
+    assert unmeasured_winner([(p.label, p.speedup) for p in predicted])[0] == "ngram-k5"
+    assert unmeasured_winner([("ngram-k1", 0.8)])[0] == "none"
+
+
+# --- whole shards on the dummy backend ---
+
+
+def _rows(folder: RunFolder) -> list[dict]:
+    return [row for part in folder.parts() for row in pq.read_table(part).to_pylist()]
+
+
+def _setups(folder: RunFolder) -> dict[int, str]:
+    return {n: folder.read_part_stats(n)["setup"] for n in folder.part_numbers()}
+
+
+def _label(row: dict) -> str:
+    k = row["num_speculative_tokens"]
+    return row["method"] if k is None else f"{row['method']}-k{k}"
+
+
+def _check_run(folder: RunFolder, rows: int) -> dict:
+    """Every row once, each tagged with the set-up its part's figures name; the pilot none, the rest the winner."""
+    out = _rows(folder)
+    assert sorted(r["row_id"] for r in out) == sorted({r["row_id"] for r in out}) and len(out) == rows
+    setups = _setups(folder)
+    for number, part in enumerate(folder.parts()):
+        assert {_label(r) for r in pq.read_table(part).to_pylist()} == {setups[number]}
+    decision = json.loads(folder.decision_path.read_text())
+    assert setups[0] == "none"
+    assert setups[max(setups)] == decision["winner"]
+    return decision
+
+
+def test_a_shard_pilots_measures_decides_and_runs_the_rest_with_the_winner(tmp_path: Path) -> None:
+    job = auto_job(tmp_path, "spec.auto.candidates=[none,ngram-k2,ngram-k5,suffix-k5]", "spec.auto.measure_top=2")
+    result = run_job(job)
+    decision = _check_run(result.folder, 40)
+    plan = json.loads(result.folder.auto_plan_path.read_text())
+    assert plan["measuring"] and len(plan["measure"]) == 2
+    # Pilot 3 slices of 2 rows, 2 measurements of 3 slices, then the rest in chunks of 8: 6 + 6 + 28 rows.
+    setups = _setups(result.folder)
+    assert [setups[n] for n in range(3)] == ["none"] * 3
+    assert [setups[n] for n in range(3, 9)] == [plan["measure"][0]] * 3 + [plan["measure"][1]] * 3
+    assert {setups[n] for n in range(9, len(setups))} == {decision["winner"]}
+    by_setup = {c["setup"]: c for c in decision["candidates"]}
+    assert len(by_setup["none"]["slices_tok_s"]) == 3
+    for label in plan["measure"]:
+        assert len(by_setup[label]["slices_tok_s"]) == 3 and by_setup[label]["speedup"] is not None
+    assert decision["measured"] and decision["winner"] in ["none", *plan["measure"]]
+    assert result.summary.rows == 40
+
+
+def test_when_measuring_does_not_pay_the_best_prediction_runs_unmeasured(tmp_path: Path) -> None:
+    job = auto_job(tmp_path, "spec.auto.candidates=[none,ngram-k2]", "spec.auto.budget=0")
+    result = run_job(job)
+    decision = _check_run(result.folder, 40)
+    plan = json.loads(result.folder.auto_plan_path.read_text())
+    assert not plan["measuring"] and "exceeds spec.auto.budget=0" in plan["why"]
+    assert not decision["measured"] and "not measured" in decision["why"]
+    assert {s for n, s in _setups(result.folder).items() if n >= 3} == {decision["winner"]}
+
+
+class _Killed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("phase", ["pilot", "plan", "measuring", "rest"])
+def test_a_kill_in_any_phase_resumes_with_every_row_once(phase: str, tmp_path: Path, monkeypatch) -> None:
+    job = auto_job(tmp_path, "spec.auto.candidates=[none,ngram-k2,ngram-k5]")
+    streams = {"pilot": 2, "measuring": 5, "rest": 10}
+    real_stream, real_plan = AutoShardGeneration._stream, AutoShardGeneration._plan
+    calls = []
+
+    def stream(self, *args, **kwargs):
+        calls.append(1)
+        if phase in streams and len(calls) == streams[phase]:
+            real_stream(self, *args, **kwargs)  # this slice is written, then the job dies
+            raise _Killed(phase)
+        return real_stream(self, *args, **kwargs)
+
+    def plan(self, folder):
+        if phase == "plan":
+            raise _Killed(phase)
+        return real_plan(self, folder)
+
+    monkeypatch.setattr(AutoShardGeneration, "_stream", stream)
+    monkeypatch.setattr(AutoShardGeneration, "_plan", plan)
+    with pytest.raises(_Killed):
+        run_job(job)
+    folder = RunFolder.for_job(job)
+    before = {n: folder.read_part_stats(n)["launch"] for n in folder.part_numbers()}
+    plan_before = folder.auto_plan_path.read_text() if folder.auto_plan_path.exists() else None
+    monkeypatch.setattr(AutoShardGeneration, "_stream", real_stream)
+    monkeypatch.setattr(AutoShardGeneration, "_plan", real_plan)
+    result = run_job(job)
+    _check_run(result.folder, 40)
+    # What the killed launch wrote is kept as it was, its plan too.
+    assert {n: folder.read_part_stats(n)["launch"] for n in before} == before
+    if plan_before is not None:
+        assert folder.auto_plan_path.read_text() == plan_before
+
+
+def test_shards_use_the_first_decision_written(tmp_path: Path, monkeypatch) -> None:
+    """Shard 1 measures beside shard 0 (both started before either decided): its own figures would pick another
+    set-up, but shard 0's decision is written first and shard 1's remaining rows run with it."""
+    base = ["spec.auto.candidates=[none,ngram-k2]", "shard.count=2", "max_samples=60"]
+    first = run_job(auto_job(tmp_path, *base, "shard.index=0"))
+    theirs = json.loads(first.folder.decision_path.read_text())
+    other = "none" if theirs["winner"] != "none" else "ngram-k2"
+    real_decide = generation.decide
+    monkeypatch.setattr(generation, "decide", lambda rates: (other, "this shard's own pick", real_decide(rates)[2]))
+    # Shard 1 as if it had started at the same moment: no decision yet when it began, shard 0's when it decides.
+    shared = first.folder.decision_path.read_text()
+    first.folder.decision_path.unlink()
+    real_make = AutoShardGeneration._decide
+
+    def decide_late(self, folder, plan):
+        folder.decision_path.write_text(shared)
+        return real_make(self, folder, plan)
+
+    monkeypatch.setattr(AutoShardGeneration, "_decide", decide_late)
+    second = run_job(auto_job(tmp_path, *base, "shard.index=1"))
+    assert json.loads(second.folder.decision_path.read_text())["decided_by"] == "shard-00000-of-00002"
+    setups = _setups(second.folder)
+    assert setups[0] == "none" and setups[max(setups)] == theirs["winner"] != other
+
+
+def test_a_shard_started_after_the_decision_runs_every_row_with_the_winner(tmp_path: Path) -> None:
+    base = ["spec.auto.candidates=[none,ngram-k2]", "shard.count=2", "max_samples=60"]
+    first = run_job(auto_job(tmp_path, *base, "shard.index=0"))
+    winner = json.loads(first.folder.decision_path.read_text())["winner"]
+    second = run_job(auto_job(tmp_path, *base, "shard.index=1"))
+    assert set(_setups(second.folder).values()) == {winner}
+    assert not second.folder.auto_plan_path.exists(), "no pilot, no plan: the run's decision was there"
+    rows = _rows(first.folder) + _rows(second.folder)
+    assert len(rows) == 60 == len({r["row_id"] for r in rows})
+
+
+def test_a_candidate_whose_checkpoint_is_missing_is_named_before_anything_loads(tmp_path: Path) -> None:
+    job = composed(
+        [
+            f"output_root={tmp_path}",
+            "spec=auto",
+            "+spec.auto.checkpoints.eagle3.model=/no/such/head",
+            "spec.auto.candidates=[none,ngram-k3,eagle3-k3]",
+            "tracking=off",
+        ]
+    )
+    with pytest.raises(ConfigError, match=r"spec.auto.candidates: eagle3-k3 cannot run here: spec.model=/no/such"):
+        run_job(job)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_compare_puts_an_auto_run_beside_the_fixed_ones_as_one_set_up(tmp_path: Path) -> None:
+    """jobs/compare.py on a spec=auto run and fixed runs of the same rows: one row 'auto → <winner>', matched to
+    the same spec=none baseline, and never itself recommended."""
+    common = ["engine.backend=dummy", "tracking=off", f"output_root={tmp_path}", "max_samples=40", "chunk_size=8"]
+    folders = []
+    for spec in (["spec=none"], ["spec=ngram"], ["spec=auto", "spec.auto.candidates=[none,ngram-k3]"]):
+        folders.append(run_job(compose_job([*common, *spec])).folder.root)
+    winner = json.loads((folders[-1] / "decision.json").read_text())["winner_caption"]
+    compared = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parents[2] / "jobs" / "compare.py"), *map(str, folders)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert compared.returncode == 0, compared.stderr[-3000:]
+    table = [line for line in compared.stdout.splitlines() if line.startswith("| smollm2")]
+    assert len(table) == 3
+    (auto_line,) = [line for line in table if "| auto → " in line]
+    assert f"| auto → {winner} |" in auto_line
+    # Matched to the baseline: it has a speedup, and its rows are compared with spec=none's.
+    cells = [c.strip() for c in auto_line.split("|")]
+    assert cells[9] != "-" and cells[-3] == "40/40"
+    (recommended,) = [line for line in compared.stdout.splitlines() if line.startswith("recommended at batch")]
+    assert "auto" not in recommended.split("—")[0], "auto chooses among set-ups; it is not one to recommend"
