@@ -34,7 +34,9 @@ def auto_job(root: Path, *extra: str):
             "tracking=off",
             "max_samples=40",
             "spec.auto.pilot_rows=6",
-            "spec.auto.measure_rows=6",
+            # Slices of 2 rows (the dummy's batch is 256): measuring fits when choosing may take half the rows.
+            "spec.auto.slice_rows=2",
+            "spec.auto.budget=0.5",
             "chunk_size=8",
             *extra,
         ]
@@ -196,7 +198,7 @@ def test_a_shard_pilots_measures_decides_and_runs_the_rest_with_the_winner(tmp_p
     decision = _check_run(result.folder, 40)
     plan = json.loads(result.folder.auto_plan_path.read_text())
     assert plan["measuring"] and len(plan["measure"]) == 2
-    # Pilot 3 slices of 2 rows, 2 measurements of 3 slices, then the rest in chunks of 8: 6 + 6 + 28 rows.
+    # Pilot 3 slices of 2 rows, 2 measurements of 3 slices of 2, then the rest in chunks of 8: 6 + 12 + 22 rows.
     setups = _setups(result.folder)
     assert [setups[n] for n in range(3)] == ["none"] * 3
     assert [setups[n] for n in range(3, 9)] == [plan["measure"][0]] * 3 + [plan["measure"][1]] * 3
@@ -209,12 +211,24 @@ def test_a_shard_pilots_measures_decides_and_runs_the_rest_with_the_winner(tmp_p
     assert result.summary.rows == 40
 
 
+def test_at_the_jobs_batch_a_small_shard_only_pilots_and_predicts(tmp_path: Path) -> None:
+    """Slices as large as the job's batch (the dummy's 256) do not fit 40 rows: one pilot slice of pilot_rows."""
+    job = auto_job(tmp_path, "spec.auto.candidates=[none,ngram-k2]", "spec.auto.slice_rows=null")
+    result = run_job(job)
+    decision = _check_run(result.folder, 40)
+    plan = json.loads(result.folder.auto_plan_path.read_text())
+    assert not plan["measuring"] and "3 slices of 256 each" in plan["why"] and plan["pilot_rows"] == 6
+    setups = _setups(result.folder)
+    assert setups[0] == "none" and {setups[n] for n in setups if n > 0} == {decision["winner"]}
+    assert len(pq.read_table(result.folder.part_path(0))) == 6
+
+
 def test_when_measuring_does_not_pay_the_best_prediction_runs_unmeasured(tmp_path: Path) -> None:
     job = auto_job(tmp_path, "spec.auto.candidates=[none,ngram-k2]", "spec.auto.budget=0")
     result = run_job(job)
     decision = _check_run(result.folder, 40)
     plan = json.loads(result.folder.auto_plan_path.read_text())
-    assert not plan["measuring"] and "exceeds spec.auto.budget=0" in plan["why"]
+    assert not plan["measuring"] and "more than spec.auto.budget=0 " in plan["why"]
     assert not decision["measured"] and "not measured" in decision["why"]
     assert {s for n, s in _setups(result.folder).items() if n >= 3} == {decision["winner"]}
 

@@ -3,8 +3,9 @@
 The shard's rows are cut so that every phase is whole chunks, the same on every launch (the cut depends on the
 config alone, so a resumed shard finds its parts where it left them):
 
-- the pilot: the first ``spec.auto.pilot_rows`` rows, in ``repeats`` slices, generated with spec=none;
-- one measurement per measured set-up: the next ``measure_rows`` rows each, in ``repeats`` slices;
+- the pilot, generated with spec=none: ``repeats`` slices of ``slice_rows`` (the job's batch) when the shard
+  measures, else one slice of ``pilot_rows`` (for the prediction alone);
+- one measurement per measured set-up: the next ``repeats`` slices of ``slice_rows`` rows each;
 - the rest, in chunks of ``chunk_size``, generated with the winner.
 
 Each slice is streamed on its own (the engine drains between slices) so that its tok/s is a repeat of its set-up.
@@ -35,7 +36,7 @@ from specbatch.auto.decision import (
 )
 from specbatch.common.atomic_files import create_json_once
 from specbatch.config import ConfigError, JobConfig
-from specbatch.engine import Engine, start_engine
+from specbatch.engine import Engine, backend_class, start_engine
 from specbatch.prediction.turns import RunTurns, read_parts
 from specbatch.run.folder import RunFolder
 from specbatch.run.generate import ShardGeneration
@@ -46,12 +47,6 @@ from specbatch.run.summary import Summary
 log = logging.getLogger(__name__)
 
 DECISION_FORMAT = 1
-
-
-def _slices(start: int, rows: int, repeats: int) -> list[range]:
-    """``rows`` rows from ``start`` in ``repeats`` slices as equal as they come (no empty slice)."""
-    bounds = [start + rows * i // repeats for i in range(repeats + 1)]
-    return [range(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
 
 
 class AutoShardGeneration(ShardGeneration):
@@ -69,6 +64,8 @@ class AutoShardGeneration(ShardGeneration):
         self._pilot: list[int] = []
         self._measure: list[list[int]] = []
         self._span = range(0)
+        # Why this shard measures nothing (cut() decides it from the config and the shard's rows); None: it measures.
+        self.unmeasurable: str | None = None
         # The engines open, by the label of the set-up each runs, and (label, start-up s, warm-up s) of each started.
         self._engines: dict[str, Engine] = {}
         self.startups: list[tuple[str, float, float]] = []
@@ -93,23 +90,43 @@ class AutoShardGeneration(ShardGeneration):
             ) from None
 
     def cut(self, span: range) -> list[range]:
-        auto, self._span = self.auto, span
+        """The pilot's and the measurements' slices, then the rest in chunks (module docstring). Measuring happens
+        only where it can answer the question and stay in the budget: each slice as many rows as the job's batch,
+        and the pilot and measurements together at most spec.auto.budget of the shard's rows; otherwise the pilot is
+        one slice of spec.auto.pilot_rows, for the prediction alone."""
+        auto, job, self._span = self.auto, self.job, span
+        rows, start = len(span), span.start
+        slice_rows = auto.slice_rows or backend_class(job.engine.backend).batch(job)
+        choosing = (1 + self._slots) * auto.repeats * (slice_rows or 0)
+        if not self._slots:
+            self.unmeasurable = "nothing to measure (spec.auto.measure_top=0 and no candidate replay cannot predict)"
+        elif not slice_rows:
+            self.unmeasurable = "the job's batch is not known before its engine starts: set spec.auto.slice_rows"
+        elif choosing > auto.budget * rows:
+            self.unmeasurable = (
+                f"measuring the baseline and {self._slots} set-up(s) at the job's batch takes {choosing} rows "
+                f"({auto.repeats} slices of {slice_rows} each), {choosing / rows:.0%} of this shard's {rows}: more "
+                f"than spec.auto.budget={auto.budget:g} (more rows per shard, or a smaller batch with "
+                "engine.max_num_seqs, make it fit)"
+            )
         chunks: list[range] = []
-        start = span.start
-        pilot = min(auto.pilot_rows, len(span))
-        for piece in _slices(start, pilot, auto.repeats):
-            self._pilot.append(len(chunks))
-            chunks.append(piece)
-        start += pilot
-        for _ in range(self._slots):
-            rows = min(auto.measure_rows, span.stop - start)
-            slot = []
-            for piece in _slices(start, rows, auto.repeats):
-                slot.append(len(chunks))
-                chunks.append(piece)
-            self._measure.append(slot)
-            start += rows
-        return chunks + chunk_ranges(range(start, span.stop), self.job.chunk_size)
+        if self.unmeasurable is not None:
+            pilot = min(auto.pilot_rows, rows)
+            self._pilot = [0] if pilot else []
+            chunks.append(range(start, start + pilot))
+            return [c for c in chunks if c] + chunk_ranges(range(start + pilot, span.stop), job.chunk_size)
+        assert slice_rows is not None
+        for phase in range(1 + self._slots):
+            numbers = []
+            for _ in range(auto.repeats):
+                numbers.append(len(chunks))
+                chunks.append(range(start, start + slice_rows))
+                start += slice_rows
+            if phase == 0:
+                self._pilot = numbers
+            else:
+                self._measure.append(numbers)
+        return chunks + chunk_ranges(range(start, span.stop), job.chunk_size)
 
     # --- the phases ---
 
@@ -198,12 +215,10 @@ class AutoShardGeneration(ShardGeneration):
         predicted = predict(run.turns, self.candidates, self.job.model.max_model_len, self._concurrency())
         measure = to_measure(self.candidates, predicted, self.auto.measure_top)[: len(self._measure)]
         pilot_rows = sum(len(self._chunks[n]) for n in self._pilot)
-        rates = self._rates(folder, self._pilot, "none")
-        pilot_seconds = sum(seconds for _, seconds in rates)
+        pilot_seconds = sum(seconds for _, seconds in self._rates(folder, self._pilot, "none"))
         startup = next((s for label, s, _ in self.startups if label == "none"), 0.0)
-        rows_left = sum(len(self._chunks[n]) for slot in self._measure for n in slot)
-        if not measure or not rows_left:
-            pays, why = False, "no rows are left to measure on" if measure else "nothing to measure"
+        if self.unmeasurable is not None:
+            pays, why = False, self.unmeasurable
         else:
             pays, why = measuring_pays(
                 len(measure), startup, pilot_seconds, pilot_rows, len(self._span), self.auto.budget

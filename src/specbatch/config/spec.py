@@ -50,28 +50,28 @@ class AutoConfig:
     # Checkpoint method -> its spec knobs (model, and e.g. parallel_drafting, num_speculative_tokens), as
     # conf/model_spec/<model>_<method>.yaml pairs them; conf/model_spec/<model>_auto.yaml lists the model's.
     checkpoints: dict[str, Any] = field(default_factory=dict)
-    # Rows generated with spec=none first (kept as output), on which the replay predicts n-gram and suffix.
-    pilot_rows: int = 48
+    # Rows generated with spec=none first (kept as output) when nothing is measured: the rows the replay predicts on.
+    pilot_rows: int = 16
     # How many predicted leaders are measured for real, besides the checkpoint methods (which replay cannot
     # predict). 0: run the best prediction without measuring.
     measure_top: int = 2
-    # Rows each measured set-up generates (kept as output).
-    measure_rows: int = 48
-    # The pilot and each measurement run as this many slices, each timed on its own: the repeats whose median and
-    # spread jobs/compare.py's noise rule reads (analysis.recommend).
+    # A measurement is `repeats` slices of `slice_rows` rows per set-up (the pilot's too), each streamed and timed on
+    # its own: the repeats whose median and spread jobs/compare.py's noise rule reads (analysis.recommend). null: the
+    # job's batch (engine.max_num_seqs, or the backend's default), so that what is measured is the job's batch.
+    slice_rows: int | None = None
     repeats: int = 3
-    # The largest share of the shard's expected time (at spec=none's pace) that measuring may cost in engine
-    # start-ups; when it would cost more, the best prediction (or none) runs without measuring.
+    # The largest share of the shard the choosing may cost: the rows of the pilot and of the measurements, and the
+    # engine start-ups of the measured set-ups against the shard's expected time at spec=none's pace. Beyond it the
+    # best prediction (or none) runs without measuring.
     budget: float = 0.25
 
     def __post_init__(self) -> None:
-        for key in ("pilot_rows", "measure_rows", "repeats"):
+        for key in ("pilot_rows", "repeats"):
             value = getattr(self, key)
             require(value >= 1, f"spec.auto.{key}={value} must be 1 or more")
         require(
-            self.pilot_rows >= self.repeats and self.measure_rows >= self.repeats,
-            f"spec.auto.pilot_rows={self.pilot_rows} and spec.auto.measure_rows={self.measure_rows} are cut into "
-            f"spec.auto.repeats={self.repeats} slices: each needs at least {self.repeats} rows",
+            self.slice_rows is None or self.slice_rows >= 1,
+            f"spec.auto.slice_rows={self.slice_rows} must be 1 or more (or null for the job's batch)",
         )
         require(self.measure_top >= 0, f"spec.auto.measure_top={self.measure_top} must be 0 or more")
         require(

@@ -161,6 +161,11 @@ class Engine(ABC):
         require_checkpoint(job)
 
     @classmethod
+    def batch(cls, job: JobConfig) -> int | None:
+        """How many requests the engine will run at once for ``job``, known before it starts (None: unknown)."""
+        return job.engine.max_num_seqs
+
+    @classmethod
     @abstractmethod
     def serve_command(cls, job: JobConfig) -> str:
         """The shell command that serves this job's set-up (its model, method and batch) on this backend's server,

@@ -79,6 +79,10 @@ class LlamaCppEngine(ServerEngine):
         check_llama_cpp(job)
 
     @classmethod
+    def batch(cls, job: JobConfig) -> int | None:
+        return slots(job)
+
+    @classmethod
     def serve_command(cls, job: JobConfig) -> str:
         cls.validate(job)
         return llama_server_command(job)

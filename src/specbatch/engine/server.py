@@ -80,6 +80,11 @@ class ServerEngine(VllmFamily):
         "<overrides>), or measure the server as it is with spec=none or the spec it was started with"
     )
 
+    @classmethod
+    def batch(cls, job: JobConfig) -> int | None:
+        # The job's side of the batch; the server's own is whatever it was started with.
+        return job.engine.max_concurrency
+
     def __init__(self, job: JobConfig, target: ServerTarget) -> None:
         super().__init__(engine_fingerprint(job), concurrency=job.engine.max_concurrency)
         self.job, self.target = job, target

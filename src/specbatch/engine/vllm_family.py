@@ -8,7 +8,7 @@ from __future__ import annotations
 from specbatch.config import JobConfig
 from specbatch.engine.base import Engine
 from specbatch.serving.command_lines import vllm_console_script_broken, vllm_serve_command
-from specbatch.serving.vllm_args import check_vllm_rules
+from specbatch.serving.vllm_args import check_vllm_rules, largest_batch
 
 
 class VllmFamily(Engine):
@@ -18,6 +18,10 @@ class VllmFamily(Engine):
     def validate(cls, job: JobConfig) -> None:
         super().validate(job)
         check_vllm_rules(job)
+
+    @classmethod
+    def batch(cls, job: JobConfig) -> int | None:
+        return largest_batch(job)[0]
 
     @classmethod
     def serve_command(cls, job: JobConfig) -> str:
