@@ -348,3 +348,13 @@ def test_compare_puts_an_auto_run_beside_the_fixed_ones_as_one_set_up(tmp_path: 
     assert cells[9] != "-" and cells[-3] == "40/40"
     (recommended,) = [line for line in compared.stdout.splitlines() if line.startswith("recommended at batch")]
     assert "auto" not in recommended.split("—")[0], "auto chooses among set-ups; it is not one to recommend"
+
+
+def test_serving_spec_auto_says_to_serve_its_decision_instead() -> None:
+    serve = Path(__file__).resolve().parents[2] / "jobs" / "serve.py"
+    result = subprocess.run(
+        [sys.executable, str(serve), "--print", "spec=auto"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "serve what its decision.json names under overrides" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -5,9 +5,10 @@ whether measuring pays, and pick the winner by jobs/compare.py's noise rule.
   (specbatch.prediction), for each n-gram and suffix candidate's acceptance; its speedup is tokens per pass over what
   a pass costs, ``tau / (a + b * d)`` with d the draft tokens per pass (analysis.predicted's model) and (a, b) the
   prior below, since nothing speculative has been measured yet on this machine.
-- Budget: measuring costs an engine start-up per measured set-up (the rows it generates are kept, so they cost only
-  what the set-up is slower than the winner); it is skipped when those start-ups exceed ``spec.auto.budget`` of the
-  shard's expected time at spec=none's pace.
+- Budget: measuring runs the baseline and each measured set-up for ``repeats`` slices of the job's batch (the shard's
+  cut, specbatch.auto.generation, refuses it when those rows exceed ``spec.auto.budget`` of the shard's), and costs
+  an engine start-up per measured set-up: it is skipped when those exceed the budget of the shard's expected time at
+  spec=none's pace.
 - Decide: each measured set-up ran ``repeats`` slices, each timed on its own; speedups per slice against the
   median of the pilot's slices, and analysis.recommend.pick: the highest median wins, unless a smaller k of its
   method or spec=none is within the noise (scaled MAD), which then wins.
@@ -28,17 +29,16 @@ from specbatch.prediction.turns import ReplayTurn
 
 # What a speculative pass costs in plain decode steps, r = a + b * d, before any speculative set-up is measured here:
 # the least-squares line through the fixed runs of jobs/bench.py --auto at full batch (164 rows each of
-# HumanEval-edit and plain HumanEval, 2 cores of an AVX-512 EPYC, bfloat16, max_tokens=128; n-gram k 1, 3, 8 and
-# suffix k 5 on each: d from 0.5 to 5.3 draft tokens per pass, r from 1.19 to 3.13). The offset a - 1 is what
-# turning speculation on costs a pass before any draft token, as analysis.predicted found on the same machines
-# (1.33-1.44). At smaller batches a draft token costs less, so this prior under-predicts speculation there and
-# leans to the smaller k or none: the cheaper mistake. It ranks what to measure, and picks only when measuring
-# cannot answer; measured figures decide otherwise.
-PRIOR_PASS_COST = (1.35, 0.38)
-# Unmeasured, speculation must be predicted this much faster than spec=none to run. The prior is rough: on those
-# runs its speedups were 28 % under to 27 % over the measured ones, though it ranked none first on HumanEval (where
-# every set-up was slower) and a set-up within 5 % of the best on HumanEval-edit; a wrong pick costs more than a
-# missed one.
+# HumanEval-edit and plain HumanEval, 2 cores of an AVX-512 EPYC, bfloat16, max_tokens=128; n-gram k 1-8 and suffix
+# k 5: d from 0.5 to 5.3 draft tokens per pass, r from 1.38 to 4.02). The offset a - 1 is what turning speculation
+# on costs a pass before any draft token, as analysis.predicted found on the same machines (1.33-1.44). At smaller
+# batches a draft token costs less, so this prior under-predicts speculation there and leans to the smaller k or
+# none: the cheaper mistake. It ranks what to measure, and picks only when measuring cannot answer; measured figures
+# decide otherwise.
+PRIOR_PASS_COST = (1.22, 0.56)
+# Unmeasured, speculation must be predicted this much faster than spec=none to run: on those runs the prior's
+# speedups were 8.5 % under to 7.9 % over the measured ones (with the engine's own tokens per pass), so a predicted
+# gain below 10 % is within its error, and a wrong pick costs more than a missed one.
 UNMEASURED_MARGIN = 1.1
 
 

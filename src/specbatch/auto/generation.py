@@ -172,10 +172,10 @@ class AutoShardGeneration(ShardGeneration):
         job = candidate_job(self.job, self._candidate(label))
         engine = self._engines.get(label)
         if engine is None:
-            # The baseline's engine stays open beside one other: spec=none wins often, and then needs no second
-            # start-up (an idle vLLM engine waits on its input queue; its KV cache is engine.cpu_kvcache_space_gib).
-            for other in [name for name in self._engines if name not in ("none", label)]:
-                self._engines.pop(other).close()
+            # One engine at a time: closing one of vLLM's in-process engines tears down the process's parallel
+            # groups, which an engine left open beside it then lacks ("pipeline model parallel group is not
+            # initialized"). The last one measured is kept for the rest when it wins.
+            self._close_engines()
             began = time.perf_counter()
             engine = self._engines[label] = start_engine(job)
             startup = engine.startup_seconds or time.perf_counter() - began
@@ -239,7 +239,10 @@ class AutoShardGeneration(ShardGeneration):
         return _read_json(folder.auto_plan_path) or plan
 
     def _concurrency(self) -> int | None:
-        return self.engine.concurrency if self.engine is not None else self.job.engine.max_num_seqs
+        """Requests the pilot's engine ran at once (its own figure, or the backend's for a resumed shard)."""
+        if self.engine is not None and self.engine.concurrency:
+            return self.engine.concurrency
+        return backend_class(self.job.engine.backend).batch(self.job)
 
     def _rates(self, folder: RunFolder, numbers: list[int], label: str) -> list[tuple[int, float]]:
         """(generated tokens, seconds) of each slice of ``numbers`` that ``label`` generated."""

@@ -58,8 +58,13 @@ def speculative_config(spec: SpecConfig) -> dict[str, Any] | None:
     """The ``speculative_config`` dict for ``vllm.LLM``; None for the baseline."""
     if spec.method is SpecMethod.none:
         return None
-    # spec=auto is never an engine's set-up: each of its phases runs one of its candidates (specbatch.auto).
-    assert spec.method is not SpecMethod.auto, "spec=auto runs its candidates' set-ups, never its own"
+    if spec.method is SpecMethod.auto:
+        # Never an engine's set-up: each phase of a spec=auto job runs one of its candidates (specbatch.auto).
+        raise ConfigError(
+            "spec=auto is not one set-up to serve: it chooses one per run. Run it (python jobs/generate.py "
+            "spec=auto ...), then serve what its decision.json names under overrides, e.g. python jobs/serve.py "
+            "spec=ngram spec.num_speculative_tokens=3"
+        )
     out: dict[str, Any] = {"method": spec.method.value, "num_speculative_tokens": spec.k}
     for knob, owners in knob_owners().items():
         value = getattr(spec, knob)
