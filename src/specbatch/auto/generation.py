@@ -18,7 +18,6 @@ finds it there runs all its remaining rows with its winner. Every row is generat
 
 from __future__ import annotations
 
-import json
 import logging
 import statistics
 import time
@@ -71,10 +70,6 @@ class AutoShardGeneration(ShardGeneration):
         self.startups: list[tuple[str, float, float]] = []
 
     # --- checks and the cut, before anything loads ---
-
-    def check(self) -> None:
-        if self.engine is not None:
-            raise ValueError("spec=auto starts an engine per set-up it measures: do not pass one in")
 
     def engine_jobs(self) -> list[JobConfig]:
         return candidate_jobs(self.job)
@@ -139,7 +134,7 @@ class AutoShardGeneration(ShardGeneration):
             return
         left = sorted(todo)
         try:
-            decision = _read_json(folder.decision_path)
+            decision = folder.read_decision()
             if decision is None:
                 self._run_slices(folder, config, self._pilot, "none", left)
                 plan = self._plan(folder)
@@ -207,7 +202,7 @@ class AutoShardGeneration(ShardGeneration):
 
     def _plan(self, folder: RunFolder) -> dict[str, Any]:
         """The shard's plan, made from its pilot once (create-once: a resumed shard reads the one it wrote)."""
-        plan = _read_json(folder.auto_plan_path)
+        plan = folder.read_auto_plan()
         if plan is not None:
             return plan
         run = RunTurns(folder.root, {})
@@ -236,7 +231,7 @@ class AutoShardGeneration(ShardGeneration):
         }
         log.info("spec=auto: %s", why)
         create_json_once(folder.auto_plan_path, plan)
-        return _read_json(folder.auto_plan_path) or plan
+        return folder.read_auto_plan() or plan
 
     def _concurrency(self) -> int | None:
         """Requests the pilot's engine ran at once (its own figure, or the backend's for a resumed shard)."""
@@ -299,7 +294,7 @@ class AutoShardGeneration(ShardGeneration):
         if create_json_once(folder.decision_path, decision):
             log.info("spec=auto decided: %s (%s); written to %s", winner, why, folder.decision_path)
         else:
-            theirs = _read_json(folder.decision_path) or decision
+            theirs = folder.read_decision() or decision
             log.info(
                 "spec=auto: another shard decided first (%s, by %s); this shard's own figures say %s. The run's "
                 "decision is kept: %s",
@@ -315,10 +310,3 @@ class AutoShardGeneration(ShardGeneration):
         startup = sum(s for _, s, _ in self.startups)
         warmup = sum(w for _, _, w in self.startups)
         return summarize_shard(folder, self.job, parts, startup, warmup)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None

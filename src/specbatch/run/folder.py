@@ -99,6 +99,10 @@ class RunFolder:
         """spec=auto's choice (specbatch.auto), shared by every shard: the first one written wins."""
         return self.root / "decision.json"
 
+    def read_decision(self) -> dict[str, Any] | None:
+        """The run's spec=auto decision; None until a shard has written it."""
+        return _read_json_if_present(self.decision_path)
+
     @property
     def manifest_path(self) -> Path:
         return self.root / "merged" / "manifest.json"
@@ -166,6 +170,10 @@ class RunFolder:
     def auto_plan_path(self) -> Path:
         """spec=auto: the shard's prediction and which set-up measures which slice, fixed once the pilot is in."""
         return self.stats_dir / "auto-plan.json"
+
+    def read_auto_plan(self) -> dict[str, Any] | None:
+        """The shard's spec=auto plan; None until its pilot is in."""
+        return _read_json_if_present(self.auto_plan_path)
 
     @property
     def stats_path(self) -> Path:
