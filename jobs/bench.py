@@ -7,6 +7,7 @@
     .venv/bin/python jobs/bench.py --startup CHECKOUT [CHECKOUT ...] [--repeats 3]
     .venv/bin/python jobs/bench.py --predict [--rows 64] [--two-turn-rows 32] [--predict-max-tokens 128] [--stamp S]
     .venv/bin/python jobs/bench.py --auto [--workloads humaneval_edit,humaneval] [--setups none,ngram-k3] [--repeats 3]
+        [--auto-batches full,16]
 
 (a)-(g), what each measures and its goals: the docstring of src/specbatch/bench/__init__.py.
 One run per measurement on a shared, noisy 2-core machine: quote the ratios of one invocation together.
@@ -18,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from specbatch.bench.auto_bench import WORKLOADS, AutoPlan, auto_report, default_setups
+from specbatch.bench.auto_bench import WORKLOADS, AutoPlan, auto_report
 from specbatch.bench.full_engine import streaming_bench
 from specbatch.bench.prediction_bench import PredictPlan, predict_report
 from specbatch.bench.schedule_sweep import SweepPlan, int_list, schedule_report
@@ -53,6 +54,7 @@ def main() -> int:
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"(g): some of {', '.join(WORKLOADS)}")
     parser.add_argument("--setups", help="(g): fixed set-ups, e.g. none,ngram-k3 (default: auto's candidates)")
     parser.add_argument("--auto-max-tokens", type=int, default=128, help="(g): new tokens per row")
+    parser.add_argument("--auto-batches", default="full,16", help="(g): engine.max_num_seqs, full: default")
     parser.add_argument("--startup", type=Path, nargs="+", metavar="CHECKOUT", help="run only (e), these checkouts")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -65,9 +67,7 @@ def main() -> int:
         print(startup_bench([c.resolve() for c in args.startup], args.repeats, root, stamp))
         return 0
     if args.auto:
-        setups = args.setups.split(",") if args.setups else default_setups()
-        plan = AutoPlan(args.workloads.split(","), setups, args.rows, args.auto_max_tokens, args.repeats)
-        report, path = auto_report(plan, root, stamp)
+        report, path = auto_report(AutoPlan.from_args(args), root, stamp)
         print(report)
         log.info("report written to %s", path)
         return 0

@@ -4,6 +4,7 @@ backend (pilot, plan, measurements, decision, rest; kills in each phase; shards 
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -233,6 +234,53 @@ def test_when_measuring_does_not_pay_the_best_prediction_runs_unmeasured(tmp_pat
     assert {s for n, s in _setups(result.folder).items() if n >= 3} == {decision["winner"]}
 
 
+def _force_winner(monkeypatch, label: str) -> None:
+    """The unmeasured pick made ``label`` (the dummy's made-up tokens never repeat, so replay picks none)."""
+    monkeypatch.setattr(generation, "unmeasured_winner", lambda predicted: (label, "forced by the test"))
+
+
+def _launches(folder: RunFolder) -> list[str]:
+    return [folder.read_part_stats(n)["launch"] for n in folder.part_numbers()]
+
+
+def test_unmeasured_the_pilot_heads_a_none_stream_and_the_winner_takes_the_rest(tmp_path: Path, monkeypatch) -> None:
+    """Nothing measured (budget 0): the pilot is the first chunk of spec=none's stream, not a wave of its own. The
+    engine takes 4 requests at once here, so when the pilot's 6 rows are written only the next chunk is in
+    flight: it finishes with none, and the winner generates the rest."""
+    _force_winner(monkeypatch, "ngram-k2")
+    job = auto_job(tmp_path, "spec.auto.candidates=[none,ngram-k2]", "spec.auto.budget=0", "engine.max_num_seqs=2")
+    result = run_job(job)
+    decision = _check_run(result.folder, 40)
+    assert decision["winner"] == "ngram-k2" and not decision["measured"]
+    setups, launches = _setups(result.folder), _launches(result.folder)
+    order = [setups[n] for n in sorted(setups)]
+    handed = order.index("ngram-k2")
+    assert order == ["none"] * handed + ["ngram-k2"] * (len(order) - handed)
+    # The pilot and what was in flight with it: one stream of spec=none, then one of the winner.
+    assert handed >= 2 and len(set(launches[:handed])) == 1 and len(set(launches[handed:])) == 1
+    assert len(pq.read_table(result.folder.part_path(0))) == 6
+
+
+def test_unmeasured_a_none_that_wins_costs_no_second_stream(tmp_path: Path, monkeypatch) -> None:
+    _force_winner(monkeypatch, "none")
+    job = auto_job(tmp_path, "spec.auto.candidates=[none,ngram-k2]", "spec.auto.budget=0", "engine.max_num_seqs=2")
+    result = run_job(job)
+    assert _check_run(result.folder, 40)["winner"] == "none"
+    assert set(_setups(result.folder).values()) == {"none"} and len(set(_launches(result.folder))) == 1
+
+
+def test_a_shard_the_engine_takes_in_at_once_runs_with_none_and_says_so(tmp_path: Path, monkeypatch, caplog) -> None:
+    """40 rows and the dummy's batch of 256: every row is admitted before the pilot is done; the winner is named
+    in the decision and the log says no row was left for it."""
+    _force_winner(monkeypatch, "ngram-k2")
+    job = auto_job(tmp_path, "spec.auto.candidates=[none,ngram-k2]", "spec.auto.budget=0")
+    with caplog.at_level(logging.INFO, logger="specbatch.auto.generation"):
+        result = run_job(job)
+    assert json.loads(result.folder.decision_path.read_text())["winner"] == "ngram-k2"
+    assert set(_setups(result.folder).values()) == {"none"} and len(_rows(result.folder)) == 40
+    assert "ngram-k2 won, but no row of this shard was left for it" in caplog.text
+
+
 class _Killed(Exception):
     pass
 
@@ -271,6 +319,41 @@ def test_a_kill_in_any_phase_resumes_with_every_row_once(phase: str, tmp_path: P
     assert {n: folder.read_part_stats(n)["launch"] for n in before} == before
     if plan_before is not None:
         assert folder.auto_plan_path.read_text() == plan_before
+
+
+@pytest.mark.parametrize("phase", ["lead", "decision"])
+def test_unmeasured_a_kill_resumes_with_every_row_once(phase: str, tmp_path: Path, monkeypatch) -> None:
+    """Killed after spec=none's stream handed over (its parts and the decision written), or while the pilot's
+    decision was being made (the chunks in flight with it lost): the rerun decides from the pilot's part without
+    starting spec=none again and generates the rest with the winner."""
+    _force_winner(monkeypatch, "ngram-k2")
+    job = auto_job(tmp_path, "spec.auto.candidates=[none,ngram-k2]", "spec.auto.budget=0", "engine.max_num_seqs=2")
+    real_stream, real_plan = AutoShardGeneration._stream, AutoShardGeneration._plan
+
+    def stream(self, *args, **kwargs):
+        real_stream(self, *args, **kwargs)
+        raise _Killed(phase)
+
+    def plan(self, folder):
+        raise _Killed(phase)
+
+    monkeypatch.setattr(
+        AutoShardGeneration, "_stream" if phase == "lead" else "_plan", stream if phase == "lead" else plan
+    )
+    with pytest.raises(_Killed):
+        run_job(job)
+    folder = RunFolder.for_job(job)
+    before = {n: folder.read_part_stats(n)["launch"] for n in folder.part_numbers()}
+    assert 0 in before and (phase == "lead") == folder.decision_path.exists()
+    monkeypatch.setattr(AutoShardGeneration, "_stream", real_stream)
+    monkeypatch.setattr(AutoShardGeneration, "_plan", real_plan)
+    started = []
+    real_start = generation.start_engine
+    monkeypatch.setattr(generation, "start_engine", lambda job: started.append(job.spec.label) or real_start(job))
+    result = run_job(job)
+    _check_run(result.folder, 40)
+    assert {n: folder.read_part_stats(n)["launch"] for n in before} == before
+    assert started == ["ngram-k2"]
 
 
 def test_shards_use_the_first_decision_written(tmp_path: Path, monkeypatch) -> None:

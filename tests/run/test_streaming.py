@@ -87,7 +87,8 @@ def test_chunks_are_written_as_they_finish_and_the_engine_is_never_drained(setup
     assert [r.row_id for r in engine.added] == ["long", "s0", "s1", "s2"]
 
 
-def test_admission_is_bounded_and_a_stop_finishes_what_was_admitted(setup) -> None:
+@pytest.mark.parametrize("end", ["stop_requested", "until"])
+def test_admission_is_bounded_and_a_stop_finishes_what_was_admitted(setup, end: str) -> None:
     job, tokenizer = setup
     engine = DummyEngine(engine_fingerprint(job), concurrency=2)
     admitted: list[int] = []
@@ -97,9 +98,12 @@ def test_admission_is_bounded_and_a_stop_finishes_what_was_admitted(setup) -> No
             admitted.append(n)
             yield n, [SourceRow(f"c{n}r{i}", None, turns=["q"]) for i in range(2)]
 
-    # Stop after the engine has answered 6 requests: what was admitted by then is finished, nothing more.
-    written, result = stream(engine, job, tokenizer, chunks(), stop_requested=lambda: engine.completed >= 6)
-    assert result.stopped and sorted(result.chunks) == admitted == list(range(len(admitted)))
+    # Stop after the engine has answered 6 requests: what was admitted by then is finished, nothing more. A stop
+    # signal and until() (a hand-over to another set-up, spec=auto's) end admission alike; the result says which.
+    ending = {"stop_requested": "stopped", "until": "handed_over"}[end]
+    written, result = stream(engine, job, tokenizer, chunks(), **{end: lambda: engine.completed >= 6})
+    assert getattr(result, ending) and not getattr(result, ({"stopped", "handed_over"} - {ending}).pop())
+    assert sorted(result.chunks) == admitted == list(range(len(admitted)))
     assert len(admitted) < 10  # a bounded look-ahead, not the whole generator
     assert all(len(c.output_rows) == 2 for c in written)
 

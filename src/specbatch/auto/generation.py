@@ -4,11 +4,16 @@ The shard's rows are cut so that every phase is whole chunks, the same on every 
 config alone, so a resumed shard finds its parts where it left them):
 
 - the pilot, generated with spec=none: ``repeats`` slices of ``slice_rows`` (the job's batch) when the shard
-  measures, else one slice of ``pilot_rows`` (for the prediction alone);
+  measures, else one chunk of ``pilot_rows`` (for the prediction alone);
 - one measurement per measured set-up: the next ``repeats`` slices of ``slice_rows`` rows each;
 - the rest, in chunks of ``chunk_size``, generated with the winner.
 
-Each slice is streamed on its own (the engine drains between slices) so that its tok/s is a repeat of its set-up.
+When the shard measures, each slice is streamed on its own (the engine drains between slices) so that its tok/s is a
+repeat of its set-up. When it does not, the pilot is the first chunk of an ordinary spec=none stream of the whole
+shard: the decision is made as soon as the pilot's part is written, and only if another set-up wins does spec=none
+stop admitting chunks (those in flight finish with it) and the winner take the rest. So a none that wins costs
+nothing, and a shard the engine takes in at once runs entirely with none.
+
 Once the pilot is in, the shard's plan (the prediction, which set-up measures which slot, or why nothing is measured)
 is written create-once beside its records; once the measurements are in, the decision (specbatch.auto.decision) is
 written create-once as the run's decision.json: the first shard to write it decides for every shard, and a shard that
@@ -21,6 +26,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +141,9 @@ class AutoShardGeneration(ShardGeneration):
         left = sorted(todo)
         try:
             decision = folder.read_decision()
-            if decision is None:
+            if decision is None and self.unmeasurable is not None:
+                decision = self._lead_with_none(folder, config, left)
+            elif decision is None:
                 self._run_slices(folder, config, self._pilot, "none", left)
                 plan = self._plan(folder)
                 if plan["measuring"]:
@@ -147,6 +155,15 @@ class AutoShardGeneration(ShardGeneration):
             if rest:
                 log.info("spec=auto: %d chunk(s) left, generated with %s (%s)", len(rest), winner, decision["why"])
                 self._stream_with(folder, config, rest, winner)
+            elif winner != "none":
+                log.info(
+                    "spec=auto: %s won, but no row of this shard was left for it: the shard's %d rows were all "
+                    "admitted (the engine takes up to %d requests at once) or measured before the decision; "
+                    "choosing pays on shards of many batches",
+                    winner,
+                    len(self._span),
+                    2 * (self._concurrency() or 1),
+                )
         except BaseException as error:
             try:
                 self._close_engines()
@@ -154,6 +171,30 @@ class AutoShardGeneration(ShardGeneration):
                 log.warning("closing spec=auto's engines failed too (%s: %s)", type(exc).__name__, exc)
             raise error from None
         self._close_engines()
+
+    def _lead_with_none(self, folder: RunFolder, config: dict[str, Any], left: list[int]) -> dict[str, Any]:
+        """The unmeasured way: the pilot heads an ordinary spec=none stream of every chunk left, so it runs at the
+        job's batch and a none that wins costs nothing. Once the pilot's part is written its plan and decision are
+        made (replay alone, no engine); when another set-up wins no further chunk is admitted, the ones in flight
+        finish with none and the rest is left to the winner."""
+        pilot = self._pilot[0] if self._pilot else None
+        if pilot is None or folder.part_path(pilot).exists():
+            return self._decide(folder, self._plan(folder))
+        decided: dict[str, Any] = {}
+
+        def hand_over() -> bool:
+            if not decided and folder.part_path(pilot).exists():
+                decided.update(self._decide(folder, self._plan(folder)))
+                if decided["winner"] != "none":
+                    log.info(
+                        "spec=auto: the pilot is in and %s wins: spec=none admits no further chunk; the ones in "
+                        "flight finish with it",
+                        decided["winner"],
+                    )
+            return bool(decided) and decided["winner"] != "none"
+
+        self._stream_with(folder, config, [n for n in left if not folder.part_path(n).exists()], "none", hand_over)
+        return decided or self._decide(folder, self._plan(folder))
 
     def _run_slices(
         self, folder: RunFolder, config: dict[str, Any], slices: list[int], label: str, left: list[int]
@@ -163,7 +204,14 @@ class AutoShardGeneration(ShardGeneration):
             if number in left and not folder.part_path(number).exists():
                 self._stream_with(folder, config, [number], label)
 
-    def _stream_with(self, folder: RunFolder, config: dict[str, Any], chunks: list[int], label: str) -> None:
+    def _stream_with(
+        self,
+        folder: RunFolder,
+        config: dict[str, Any],
+        chunks: list[int],
+        label: str,
+        until: Callable[[], bool] | None = None,
+    ) -> None:
         job = candidate_job(self.job, self._candidate(label))
         engine = self._engines.get(label)
         if engine is None:
@@ -177,7 +225,7 @@ class AutoShardGeneration(ShardGeneration):
             self.startups.append((label, startup, engine.warmup_seconds))
             log.info("spec=auto: engine for %s started in %.1f s", label, startup)
         self.engine = engine
-        self._stream(engine, folder, config, chunks, job)
+        self._stream(engine, folder, config, chunks, job, until)
 
     def _close_engines(self) -> None:
         engines, self._engines = list(self._engines.values()), {}

@@ -19,8 +19,8 @@ What jobs/bench.py measures:
     full batch against compare's replay prediction (AL within 1 % n-gram, 5 % suffix; speedup within 10 %), and
     replay's speed on 1,000 rows. 28 engines, about 30 minutes. See specbatch.bench.prediction_bench.
 (g) spec=auto (issue 28; ``--auto`` runs only this): the whole auto run against every fixed candidate on the same
-    rows at full batch (start-ups apart). Goals: >= 0.95x the best fixed, >= 0.97x none where none is best. See
-    specbatch.bench.auto_bench.
+    rows, at full batch and at engine.max_num_seqs=16 (start-ups apart). Goals: >= 0.95x the best fixed, >= 0.97x
+    none where none is best. 32 jobs, about 30 minutes. See specbatch.bench.auto_bench.
 """
 
 from specbatch.common.machine import this_machine

@@ -1,14 +1,16 @@
 """spec=auto against every fixed set-up it could have chosen, on the same rows (``jobs/bench.py --auto``).
 
-Per workload: each fixed candidate (spec=none, n-gram at k 1, 2, 3, 5, 8, suffix at k 5 unless ``--setups`` says
-otherwise) and the whole spec=auto run, each through jobs/generate.py as a fresh process at full batch, repeated
-round-robin. Throughput is output tokens over generation seconds, which for spec=auto include its pilot and its
-measurements (each slice drained on its own); engine start-ups are listed apart (spec=auto starts one per set-up it
-runs). Goals (issue 28): auto >= 0.95 x the best fixed set-up, and >= 0.97 x spec=none where none is best.
+Per workload and batch (``--auto-batches``: full, the engine's default, and engine.max_num_seqs=16, where the
+164 rows of HumanEval are ten batches and the decision has rows to act on): each fixed candidate (spec=none, n-gram
+at k 1, 2, 3, 5, 8, suffix at k 5 unless ``--setups`` says otherwise) and the whole spec=auto run, each through
+jobs/generate.py as a fresh process, repeated round-robin. Throughput is output tokens over generation seconds, which
+for spec=auto include its pilot and any measurements; engine start-ups are listed apart (spec=auto starts one per
+set-up it runs). Goals (issue 28): auto >= 0.95 x the best fixed set-up, and >= 0.97 x spec=none where none is best.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import statistics
@@ -42,6 +44,15 @@ class AutoPlan:
     rows: int | None
     max_tokens: int
     repeats: int
+    # engine.max_num_seqs of each section; None: the engine's default (full batch).
+    batches: tuple[int | None, ...] = (None,)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> AutoPlan:
+        """jobs/bench.py --auto's flags."""
+        setups = args.setups.split(",") if args.setups else list(AUTO_DEFAULT_CANDIDATES)
+        batches = tuple(None if b == "full" else int(b) for b in args.auto_batches.split(","))
+        return cls(args.workloads.split(","), setups, args.rows, args.auto_max_tokens, args.repeats, batches)
 
 
 @dataclass(frozen=True)
@@ -61,11 +72,12 @@ def _overrides(setup: str) -> list[str]:
     return [f"spec={method}", *([f"spec.num_speculative_tokens={k}"] if k else [])]
 
 
-def run_one(setup: str, workload: list[str], plan: AutoPlan, root: Path) -> Measured:
+def run_one(setup: str, workload: list[str], plan: AutoPlan, root: Path, batch: int | None = None) -> Measured:
     """One job as a fresh process writing under its own ``root``; its figures from the shard summary."""
     overrides = [
         *workload,
         *_overrides(setup),
+        *([f"engine.max_num_seqs={batch}"] if batch else []),
         f"max_samples={plan.rows}" if plan.rows else "max_samples=null",
         f"sampling.max_tokens={plan.max_tokens}",
         "tracking=off",
@@ -89,18 +101,20 @@ def auto_report(plan: AutoPlan, root: Path, stamp: str) -> tuple[str, Path]:
         f"# spec=auto against the fixed set-ups ({stamp})",
         "",
         machine_header(),
-        f"full batch, greedy, model.dtype as the machine picks it, sampling.max_tokens={plan.max_tokens}, "
+        f"greedy, model.dtype as the machine picks it, sampling.max_tokens={plan.max_tokens}, "
         f"{'all' if plan.rows is None else plan.rows} rows; medians of {plan.repeats} run(s) each, round-robin; "
         "tok/s = output tokens / generation seconds (spec=auto: pilot and measuring included); start-ups apart.",
     ]
     for name in plan.workloads:
-        results: dict[str, list[Measured]] = {s: [] for s in [*plan.setups, "auto"]}
-        for repeat in range(plan.repeats):
-            for setup in results:
-                where = root / f"auto-{stamp}" / name / f"{setup}-rep{repeat}"
-                log.info("%s: %s, repeat %d", name, setup, repeat)
-                results[setup].append(run_one(setup, WORKLOADS[name], plan, where))
-        lines += ["", *workload_lines(name, results)]
+        for batch in plan.batches:
+            title = f"{name}, {'full batch' if batch is None else f'engine.max_num_seqs={batch}'}"
+            results: dict[str, list[Measured]] = {s: [] for s in [*plan.setups, "auto"]}
+            for repeat in range(plan.repeats):
+                for setup in results:
+                    where = root / f"auto-{stamp}" / name / f"batch-{batch or 'full'}" / f"{setup}-rep{repeat}"
+                    log.info("%s: %s, repeat %d", title, setup, repeat)
+                    results[setup].append(run_one(setup, WORKLOADS[name], plan, where, batch))
+            lines += ["", *workload_lines(title, results)]
     path = root / f"auto-{stamp}.md"
     path.write_text("\n".join(lines) + "\n")
     return "\n".join(lines), path
@@ -134,7 +148,3 @@ def workload_lines(name: str, results: dict[str, list[Measured]]) -> list[str]:
         goal = f" (goal >= {GOAL_NONE} as none is best: {'met' if ratio_none >= GOAL_NONE else 'missed'})"
         lines.append(f"- auto / none: {ratio_none:.3f}{goal if best == 'none' else ''}")
     return lines
-
-
-def default_setups() -> list[str]:
-    return list(AUTO_DEFAULT_CANDIDATES)

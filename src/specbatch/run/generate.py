@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import signal
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -161,10 +162,18 @@ class ShardGeneration:
         return self._source.rows(self._chunks[number])
 
     def _stream(
-        self, engine: Engine, folder: RunFolder, config: dict[str, Any], todo: list[int], job: JobConfig | None = None
+        self,
+        engine: Engine,
+        folder: RunFolder,
+        config: dict[str, Any],
+        todo: list[int],
+        job: JobConfig | None = None,
+        until: Callable[[], bool] | None = None,
     ) -> None:
         """Generate the chunks not done yet, each written as it finishes; then this launch's record of the loop.
-        ``job`` is the set-up the engine runs, when it is not the shard's own (spec=auto's phases).
+        ``job`` is the set-up the engine runs, when it is not the shard's own (spec=auto's phases); once ``until()``
+        is true no further chunk is admitted (spec=auto hands the rest to its winner) and the call returns when
+        the admitted ones are written.
 
         SIGTERM or SIGINT stops admitting chunks; the ones in flight are finished and written (for at most
         stop_grace_seconds, then abandoned), then StopRequested ends the job without the done marker.
@@ -182,7 +191,9 @@ class ShardGeneration:
                 engine.concurrency,
                 writer.launch,
             )
-            streamed = ChunkStreamer(engine, job, self._tokenizer).run(chunks, writer.write, stop_requested)
+            streamed = ChunkStreamer(engine, job, self._tokenizer).run(
+                chunks, writer.write, stop_requested, until or (lambda: False)
+            )
         writer.write_launch_record(streamed)
         if streamed.stopped:
             raise StopRequested(

@@ -58,6 +58,8 @@ class StreamResult:
     counters_scope: str = "engine"
     # True when stop_requested() ended admission before every chunk was admitted.
     stopped: bool = False
+    # True when until() ended admission before every chunk was admitted (the rest is for another set-up).
+    handed_over: bool = False
 
 
 @dataclass
@@ -95,7 +97,11 @@ class ChunkStreamer:
         chunks: Iterable[tuple[int, list[SourceRow]]],
         on_chunk: Callable[[ChunkResult], None],
         stop_requested: Callable[[], bool] = lambda: False,
+        until: Callable[[], bool] = lambda: False,
     ) -> StreamResult:
+        """Stream ``chunks`` until every one is written. A stop signal (``stop_requested``) or ``until()`` turning
+        true (spec=auto's switch to its winner) ends admission; what was admitted is finished and written either
+        way, and the result says which ended it."""
         result = StreamResult()
         source = iter(chunks)
         admitting, open_chunks, fed = True, 0, False
@@ -109,13 +115,20 @@ class ChunkStreamer:
             on_chunk(ChunkResult(chunk.number, output_rows, chunk.counters, time.perf_counter() - began))
             result.chunks.append(chunk.number)
 
+        def halt() -> bool:
+            if stop_requested():
+                result.stopped = True
+            elif until():
+                result.handed_over = True
+            return result.stopped or result.handed_over
+
         try:
             while True:
-                if admitting and stop_requested():  # checked every step, not only when the engine has room
-                    admitting, result.stopped = False, True
+                if admitting and halt():  # checked every step, not only when the engine has room
+                    admitting = False
                 while admitting and self.engine.unfinished + len(self._ready) < self.limit:
-                    if stop_requested():
-                        admitting, result.stopped = False, True
+                    if halt():
+                        admitting = False
                         break
                     item = next(source, None)
                     if item is None:
