@@ -6,7 +6,8 @@ config alone, so a resumed shard finds its parts where it left them):
 - the pilot, generated with spec=none: ``repeats`` slices of ``slice_rows`` (the job's batch) when the shard
   measures, else one chunk of ``pilot_rows`` (for the prediction alone);
 - one measurement per measured set-up: the next ``repeats`` slices of ``slice_rows`` rows each;
-- the rest, in chunks of ``chunk_size``, generated with the winner.
+- the rest, in chunks of ``chunk_size`` (after a pilot that is not measured, the next four batches' worth in chunks
+  of at most a batch: see below), generated with the winner.
 
 When the shard measures, each slice is streamed on its own (the engine drains between slices) so that its tok/s is a
 repeat of its set-up. When it does not, the pilot is the first chunk of an ordinary spec=none stream of the whole
@@ -115,7 +116,13 @@ class AutoShardGeneration(ShardGeneration):
             pilot = min(auto.pilot_rows, rows)
             self._pilot = [0] if pilot else []
             chunks.append(range(start, start + pilot))
-            return [c for c in chunks if c] + chunk_ranges(range(start + pilot, span.stop), job.chunk_size)
+            # The stream admits whole chunks: the rows it may admit before the pilot is done (about a wave, in a
+            # window of twice the batch) go in chunks of at most a batch, so that admission stops close to the
+            # decision and the winner gets what is left.
+            batch = backend_class(job.engine.backend).batch(job)
+            head = range(start + pilot, min(span.stop, start + pilot + 4 * batch) if batch else start + pilot)
+            chunks += chunk_ranges(head, min(job.chunk_size, batch or job.chunk_size))
+            return [c for c in chunks if c] + chunk_ranges(range(head.stop, span.stop), job.chunk_size)
         assert slice_rows is not None
         for phase in range(1 + self._slots):
             numbers = []
