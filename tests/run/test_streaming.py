@@ -108,6 +108,31 @@ def test_admission_is_bounded_and_a_stop_finishes_what_was_admitted(setup, end: 
     assert all(len(c.output_rows) == 2 for c in written)
 
 
+def test_while_until_is_undecided_the_engine_is_kept_full_and_nothing_is_queued_ahead(setup) -> None:
+    """spec=auto's lead stream: until() answers None until its decision; meanwhile only the engine's batch is in
+    (fewer rows committed to the set-up it may hand over from), then the usual look-ahead of twice the batch."""
+    job, tokenizer = setup
+    engine = DummyEngine(engine_fingerprint(job), concurrency=2)
+    answer: list[bool | None] = [None]
+    peak = {None: 0, False: 0}
+    real_add = engine.add
+
+    def add(request: Request) -> None:
+        real_add(request)
+        peak[answer[0]] = max(peak[answer[0]], engine.unfinished)
+
+    def until() -> bool | None:
+        if engine.completed >= 6:
+            answer[0] = False
+        return answer[0]
+
+    engine.add = add  # type: ignore[method-assign]
+    chunks = ((n, [SourceRow(f"c{n}r0", None, turns=["q"])]) for n in range(20))
+    written, result = stream(engine, job, tokenizer, chunks, until=until)
+    assert peak == {None: 2, False: 4}
+    assert len(written) == 20 and not result.handed_over and not result.stopped
+
+
 def test_an_engine_failure_cancels_what_is_in_flight(setup) -> None:
     job, tokenizer = setup
     engine = DummyEngine(engine_fingerprint(job), concurrency=1, length=2, die_after=1)

@@ -116,9 +116,9 @@ class AutoShardGeneration(ShardGeneration):
             pilot = min(auto.pilot_rows, rows)
             self._pilot = [0] if pilot else []
             chunks.append(range(start, start + pilot))
-            # The stream admits whole chunks: the rows it may admit before the pilot is done (about a wave, in a
-            # window of twice the batch) go in chunks of at most a batch, so that admission stops close to the
-            # decision and the winner gets what is left.
+            # The stream admits whole chunks: the rows it may admit before the pilot is done (it keeps the engine
+            # full meanwhile, so about a wave) go in chunks of at most a batch, so that admission stops close to
+            # the decision and the winner gets what is left.
             batch = backend_class(job.engine.backend).batch(job)
             head = range(start + pilot, min(span.stop, start + pilot + 4 * batch) if batch else start + pilot)
             chunks += chunk_ranges(head, min(job.chunk_size, batch or job.chunk_size))
@@ -189,8 +189,10 @@ class AutoShardGeneration(ShardGeneration):
             return self._decide(folder, self._plan(folder))
         decided: dict[str, Any] = {}
 
-        def hand_over() -> bool:
-            if not decided and folder.part_path(pilot).exists():
+        def hand_over() -> bool | None:
+            if not decided and not folder.part_path(pilot).exists():
+                return None  # the stream keeps the engine full and queues nothing ahead until the decision
+            if not decided:
                 decided.update(self._decide(folder, self._plan(folder)))
                 if decided["winner"] != "none":
                     log.info(
@@ -198,7 +200,7 @@ class AutoShardGeneration(ShardGeneration):
                         "flight finish with it",
                         decided["winner"],
                     )
-            return bool(decided) and decided["winner"] != "none"
+            return decided["winner"] != "none"
 
         self._stream_with(folder, config, [n for n in left if not folder.part_path(n).exists()], "none", hand_over)
         return decided or self._decide(folder, self._plan(folder))
@@ -217,7 +219,7 @@ class AutoShardGeneration(ShardGeneration):
         config: dict[str, Any],
         chunks: list[int],
         label: str,
-        until: Callable[[], bool] | None = None,
+        until: Callable[[], bool | None] | None = None,
     ) -> None:
         job = candidate_job(self.job, self._candidate(label))
         engine = self._engines.get(label)

@@ -168,12 +168,12 @@ class ShardGeneration:
         config: dict[str, Any],
         todo: list[int],
         job: JobConfig | None = None,
-        until: Callable[[], bool] | None = None,
+        until: Callable[[], bool | None] | None = None,
     ) -> None:
         """Generate the chunks not done yet, each written as it finishes; then this launch's record of the loop.
         ``job`` is the set-up the engine runs, when it is not the shard's own (spec=auto's phases); once ``until()``
         is true no further chunk is admitted (spec=auto hands the rest to its winner) and the call returns when
-        the admitted ones are written.
+        the admitted ones are written (ChunkStreamer.run: while it is None, nothing is queued ahead).
 
         SIGTERM or SIGINT stops admitting chunks; the ones in flight are finished and written (for at most
         stop_grace_seconds, then abandoned), then StopRequested ends the job without the done marker.

@@ -97,14 +97,17 @@ class ChunkStreamer:
         chunks: Iterable[tuple[int, list[SourceRow]]],
         on_chunk: Callable[[ChunkResult], None],
         stop_requested: Callable[[], bool] = lambda: False,
-        until: Callable[[], bool] = lambda: False,
+        until: Callable[[], bool | None] = lambda: False,
     ) -> StreamResult:
         """Stream ``chunks`` until every one is written. A stop signal (``stop_requested``) or ``until()`` turning
         true (spec=auto's switch to its winner) ends admission; what was admitted is finished and written either
-        way, and the result says which ended it."""
+        way, and the result says which ended it. While ``until()`` answers None (undecided) the engine is only
+        kept full, with no requests queued ahead, so that as few rows as possible are committed to this set-up
+        before the answer."""
         result = StreamResult()
         source = iter(chunks)
         admitting, open_chunks, fed = True, 0, False
+        batch, undecided = max(1, self.engine.concurrency or 1), True
         before = self.engine.counters()
         began = time.perf_counter()
 
@@ -116,17 +119,20 @@ class ChunkStreamer:
             result.chunks.append(chunk.number)
 
         def halt() -> bool:
+            nonlocal undecided
             if stop_requested():
                 result.stopped = True
-            elif until():
-                result.handed_over = True
-            return result.stopped or result.handed_over
+                return True
+            answer = until()
+            undecided, result.handed_over = answer is None, bool(answer)
+            return result.handed_over
 
         try:
             while True:
                 if admitting and halt():  # checked every step, not only when the engine has room
                     admitting = False
-                while admitting and self.engine.unfinished + len(self._ready) < self.limit:
+                limit = batch if undecided else self.limit
+                while admitting and self.engine.unfinished + len(self._ready) < limit:
                     if halt():
                         admitting = False
                         break
@@ -140,7 +146,7 @@ class ChunkStreamer:
                         self._ask(chunk, position, row, 1, [])
                     if not chunk.in_flight:
                         finish(chunk)
-                while self._ready and self.engine.unfinished < self.limit:
+                while self._ready and self.engine.unfinished < limit:
                     self._submit(self._ready.popleft(), finish)
                 if not fed and self.engine.unfinished:
                     fed = True
