@@ -49,6 +49,7 @@ def plain_before_server_keys(job: JobConfig) -> dict[str, Any]:
     assert plain["spec"].pop("k_schedule") is None, "the old rules knew no k schedule"
     assert plain["model"].pop("gguf") is None and plain["spec"].pop("draft_gguf") is None, "nor GGUF files"
     assert plain["spec"].pop("auto") is None, "nor spec=auto's knobs"
+    assert plain["spec"].pop("dspark_draft_topk") is None, "nor DSpark's top-k"
     # spec.parallel_drafting too: absent while null, counted like any knob when set (the PARD preset sets it).
     if plain["spec"]["parallel_drafting"] is None:
         del plain["spec"]["parallel_drafting"]
