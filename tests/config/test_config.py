@@ -138,6 +138,14 @@ def test_hub_presets_name_their_source() -> None:
         "category",
     )
     assert compose_job(["dataset=gsm8k"]).dataset.hub_config == "main"
+    speed = compose_job(["dataset=speed_bench"]).dataset
+    assert (speed.hub_id, speed.hub_config, speed.split, speed.category_column) == (
+        "nvidia/SPEED-Bench",
+        "qualitative",
+        "test",
+        "category",
+    )
+    assert (speed.prompt_format.value, speed.id_column) == ("turns", "question_id")
 
 
 def test_spec_none_with_many_samples_is_fine() -> None:

@@ -50,6 +50,7 @@ def plain_before_server_keys(job: JobConfig) -> dict[str, Any]:
     assert plain["model"].pop("gguf") is None and plain["spec"].pop("draft_gguf") is None, "nor GGUF files"
     assert plain["spec"].pop("auto") is None, "nor spec=auto's knobs"
     assert plain["spec"].pop("dspark_draft_topk") is None, "nor DSpark's top-k"
+    assert plain["dataset"].pop("placeholder_prefix") is None, "nor placeholder rows (SPEED-Bench)"
     # spec.parallel_drafting too: absent while null, counted like any knob when set (the PARD preset sets it).
     if plain["spec"]["parallel_drafting"] is None:
         del plain["spec"]["parallel_drafting"]
