@@ -74,7 +74,8 @@ def test_a_fitting_dflash_draft_passes_and_its_knobs_reach_vllm(tmp_path: Path) 
 
 
 def test_a_fitting_dspark_draft_passes_on_a_gpu(tmp_path: Path, on_a_gpu: None) -> None:
-    job = job_with(tmp_path, "dspark", DSPARK, "spec.dspark_draft_topk=8")
+    # A larger input vocabulary than the target's is DSpark's own (embeddings for its noise token), not a mismatch.
+    job = job_with(tmp_path, "dspark", {**DSPARK, "vocab_size": 1001}, "spec.dspark_draft_topk=8")
     preflight(job)
     assert llm_kwargs(job)["speculative_config"]["dspark_draft_topk"] == 8
 
@@ -164,6 +165,12 @@ def test_config_mistakes_are_refused_at_compose_naming_the_key(overrides: list[s
             {**DSPARK, "architectures": ["Gemma4DSparkModel"]},
             ["spec.dspark_draft_topk=8"],
             r"spec.dspark_draft_topk=8: vLLM 0.32 has it only for Qwen3DSparkModel and Qwen3OmniDSparkModel",
+        ),
+        (
+            "dspark",
+            {**DSPARK, "vocab_size": 500},
+            [],
+            r"spec=dspark: the config.json of spec.model=.* has vocab_size=500, below the 1000 of model.path=",
         ),
         (
             "dspark",

@@ -223,6 +223,7 @@ def check_block_draft(job: JobConfig) -> None:
     if spec.method is SpecMethod.dflash:
         _check_dflash_target_fit(job, draft, where)
     else:
+        _check_dspark_vocabulary(job, draft, where)
         architectures = draft.get("architectures") or []
         if not set(architectures) & set(DSPARK_ARCHITECTURES):
             raise ConfigError(
@@ -236,6 +237,19 @@ def check_block_draft(job: JobConfig) -> None:
                 f"spec.dspark_draft_topk={topk}: vLLM 0.32 has it only for {' and '.join(DSPARK_TOPK_ARCHITECTURES)} "
                 f"drafts, and {where} has architectures={architectures}: drop spec.dspark_draft_topk"
             )
+
+
+def _check_dspark_vocabulary(job: JobConfig, draft: dict[str, Any], where: str) -> None:
+    """A DSpark draft reads at least the target's vocabulary: vLLM 0.32 lets its input vocabulary be larger (with
+    embeddings of its own) and its drafted one smaller (with a d2t map), never the input smaller."""
+    model = job.model
+    target = read_model_config(model.path, model.revision)
+    ours, theirs = _get(draft, "vocab_size"), _get(target, "vocab_size") if target is not None else None
+    if isinstance(ours, int) and isinstance(theirs, int) and ours < theirs:
+        raise ConfigError(
+            f"spec=dspark: {where} has vocab_size={ours}, below the {theirs} of model.path={model.path}: it was "
+            "trained for another tokenizer; use a DSpark draft trained for this target (see conf/model_spec/)"
+        )
 
 
 def _check_dflash_target_fit(job: JobConfig, draft: dict[str, Any], where: str) -> None:
