@@ -44,6 +44,10 @@ def _attention_backends(worker: Any) -> list[str]:
     return sorted(names)
 
 
+def _flag(value: Any) -> bool | None:
+    return None if value is None else bool(value)
+
+
 def resolved_settings(llm: Any) -> dict[str, Any]:
     """The settings of a started ``vllm.LLM`` (see the module docstring); a value vLLM does not expose is None."""
     config = llm.llm_engine.vllm_config
@@ -60,9 +64,10 @@ def resolved_settings(llm: Any) -> dict[str, Any]:
         # The draft's context, capped at the target's by vLLM (SpeculativeConfig._maybe_override_draft_max_model_len);
         # null without a separate draft model config (n-gram, suffix, none).
         "draft_max_model_len": getattr(draft, "max_model_len", None),
-        "prefix_caching": bool(cache.enable_prefix_caching),
-        "chunked_prefill": bool(scheduler.enable_chunked_prefill),
-        "async_scheduling": bool(scheduler.async_scheduling),
+        "prefix_caching": _flag(cache.enable_prefix_caching),
+        "chunked_prefill": _flag(scheduler.enable_chunked_prefill),
+        # vLLM decides it at config time (None: left undecided, recorded as unknown rather than as off).
+        "async_scheduling": _flag(scheduler.async_scheduling),
         "structured_outputs": NO_STRUCTURED_OUTPUT,
         "model_runner": "v2" if config.use_v2_model_runner else "v1",
         "attention_backend": backends,
