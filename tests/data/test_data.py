@@ -226,13 +226,20 @@ def test_prompt_too_long_is_described() -> None:
     assert "100 prompt tokens + sampling.max_tokens=10 > model.max_model_len=64" in message
 
 
-def test_unknown_hub_data_set_offline_fails_fast_before_any_model(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("preset", "source"),
+    [
+        ("gsm8k", "openai/gsm8k (config main, split test)"),
+        ("speed_bench", "nvidia/SPEED-Bench (config qualitative, split test)"),
+    ],
+)
+def test_unknown_hub_data_set_offline_fails_fast_before_any_model(tmp_path: Path, preset: str, source: str) -> None:
     began = time.monotonic()
     offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    result = run_generate([f"output_root={tmp_path}", "dataset=gsm8k"], timeout=300, env=offline)
+    result = run_generate([f"output_root={tmp_path}", f"dataset={preset}"], timeout=300, env=offline)
     assert result.returncode == 2, result.stderr[-2000:]
     output = result.stdout + result.stderr
-    assert "dataset.hub_id=openai/gsm8k (config main, split test) could not be loaded" in output
+    assert f"dataset.hub_id={source} could not be loaded" in output
     assert "not available here" in output and "dataset=local dataset.path=data.jsonl" in output
     assert "starting vLLM" not in output and "Traceback" not in output
     assert time.monotonic() - began < 120
