@@ -79,6 +79,9 @@ def old_workload(config: dict[str, Any]) -> str:
     }
     if plain["model"].get("gguf") is None:
         plain["model"].pop("gguf", None)
+    # dataset.placeholder_prefix (SPEED-Bench) came later too: absent while null.
+    if plain["dataset"].get("placeholder_prefix") is None:
+        plain["dataset"].pop("placeholder_prefix", None)
     plain["engine"].setdefault("backend", "vllm")
     return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
 
