@@ -77,7 +77,14 @@ def test_every_gpu_preset_has_a_row_and_a_cpu_stand_in() -> None:
     labels = [c.label for c in GPU_CASES]
     for method in ("none", "ngram", "suffix", "parallel drafting", "one token per pass", "eagle k3", "eagle3", "mtp"):
         assert any(method in label for label in labels), method
-    assert len(CPU_CASES) == len(GPU_CASES) + 1, "the tiny family has its own none"
+    assert any("dflash" in label for label in labels) and any("dspark" in label for label in labels)
+
+    def methods(cases: tuple) -> set[str]:
+        return {o.split("=", 1)[1] for case in cases for o in case.overrides if o.startswith("spec=")}
+
+    assert methods(CPU_CASES) == methods(GPU_CASES), "every GPU method has a CPU stand-in row"
+    # Each GPU preset's checkpoints are checked on the hub before anything runs.
+    assert {"z-lab/Qwen3-8B-DFlash-b16", "deepseek-ai/dspark_qwen3_4b_block7"} <= set(gpu_check.HUB_CHECKPOINTS)
     for cases in (GPU_CASES, CPU_CASES):
         names = {c.label for c in cases}
         assert all(c.baseline is None or c.baseline in names for c in cases)
@@ -107,3 +114,14 @@ def test_a_failed_preset_keeps_the_line_that_says_why() -> None:
     assert gpu_check._last_error(log + "Traceback ...\n") == "spec.model=x is gated: export HF_TOKEN"
     assert gpu_check._last_error("") == "exited without output"
     assert gpu_check._last_error("ERROR " + "y" * 1000).endswith("…")
+
+
+def test_the_cpu_dspark_row_shows_the_refusal_before_loading() -> None:
+    from conftest import compose_job
+    from specbatch.config import ConfigError
+    from specbatch.config.preflight import preflight
+
+    case = next(c for c in CPU_CASES if "dspark" in c.label)
+    job = compose_job([*case.overrides, *gpu_check.CPU_COMMON])
+    with pytest.raises(ConfigError, match="spec=dspark: vLLM 0.32 runs DSpark only on its newer"):
+        preflight(job)

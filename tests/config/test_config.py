@@ -23,8 +23,10 @@ GROUP_FILES = sorted((group, path.stem) for group in GROUPS for path in (CONF_DI
 MODEL_SPEC_FILES = sorted(path.stem for path in (CONF_DIR / "model_spec").glob("*.yaml"))
 # Dataset presets for the user's own files: the path (and, for plain text, the template) come from the command line.
 NEEDS_PATH = {"local": ["dataset.template='{prompt}'"], "spec_bench": []}
-# A model with a preset for every checkpoint method, to compose spec presets that need a checkpoint.
+# A model with a preset for each checkpoint method, to compose spec presets that need a checkpoint: the tiny family
+# where it has a stand-in, else the GPU preset vLLM's own tests pair it with (DSpark has no CPU stand-in: README).
 PAIRED_MODEL = "tiny_llama"
+PAIRED_MODELS = {"dspark": ["model=qwen3_4b_fp8", "engine=gpu"]}
 
 
 def test_every_group_has_presets() -> None:
@@ -36,7 +38,7 @@ def test_every_group_has_presets() -> None:
 def test_every_preset_composes_and_validates(group: str, name: str) -> None:
     overrides = [f"{group}={name}"]
     if group == "spec" and SpecMethod(name) in CHECKPOINT_METHODS:
-        overrides.append(f"model={PAIRED_MODEL}")
+        overrides += PAIRED_MODELS.get(name, [f"model={PAIRED_MODEL}"])
     if group == "model" and name == "tiny_mimo":
         overrides.append("spec=mtp")
     if group == "dataset" and name in NEEDS_PATH:
@@ -136,6 +138,14 @@ def test_hub_presets_name_their_source() -> None:
         "category",
     )
     assert compose_job(["dataset=gsm8k"]).dataset.hub_config == "main"
+    speed = compose_job(["dataset=speed_bench"]).dataset
+    assert (speed.hub_id, speed.hub_config, speed.split, speed.category_column) == (
+        "nvidia/SPEED-Bench",
+        "qualitative",
+        "test",
+        "category",
+    )
+    assert (speed.prompt_format.value, speed.id_column) == ("turns", "question_id")
 
 
 def test_spec_none_with_many_samples_is_fine() -> None:
@@ -275,7 +285,8 @@ def _chain(exc: BaseException | None) -> str:
         (["model.dtype=float8"], "Invalid value 'float8', expected one of [auto, bfloat16, float16, float32]"),
         (
             ["spec.method=medusa"],
-            "Invalid value 'medusa', expected one of [none, ngram, suffix, draft_model, eagle, eagle3, mtp, auto]",
+            "Invalid value 'medusa', expected one of "
+            "[none, ngram, suffix, draft_model, eagle, eagle3, mtp, dflash, dspark, auto]",
         ),
         (["spec=eagle3", "spec.draft_sample_method=best"], "expected one of [greedy, probabilistic]"),
         # Unknown preset: Hydra lists the available ones.

@@ -49,6 +49,8 @@ def plain_before_server_keys(job: JobConfig) -> dict[str, Any]:
     assert plain["spec"].pop("k_schedule") is None, "the old rules knew no k schedule"
     assert plain["model"].pop("gguf") is None and plain["spec"].pop("draft_gguf") is None, "nor GGUF files"
     assert plain["spec"].pop("auto") is None, "nor spec=auto's knobs"
+    assert plain["spec"].pop("dspark_draft_topk") is None, "nor DSpark's top-k"
+    assert plain["dataset"].pop("placeholder_prefix") is None, "nor placeholder rows (SPEED-Bench)"
     # spec.parallel_drafting too: absent while null, counted like any knob when set (the PARD preset sets it).
     if plain["spec"]["parallel_drafting"] is None:
         del plain["spec"]["parallel_drafting"]
@@ -77,6 +79,9 @@ def old_workload(config: dict[str, Any]) -> str:
     }
     if plain["model"].get("gguf") is None:
         plain["model"].pop("gguf", None)
+    # dataset.placeholder_prefix (SPEED-Bench) came later too: absent while null.
+    if plain["dataset"].get("placeholder_prefix") is None:
+        plain["dataset"].pop("placeholder_prefix", None)
     plain["engine"].setdefault("backend", "vllm")
     return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
 

@@ -40,6 +40,8 @@ def test_every_knob_is_a_field_and_every_field_belongs_to_a_method() -> None:
         SpecMethod.draft_model: "a draft model",
         SpecMethod.eagle: "an EAGLE head",
         SpecMethod.eagle3: "an EAGLE3 head",
+        SpecMethod.dflash: "a DFlash draft",
+        SpecMethod.dspark: "a DSpark draft",
     }
 
 

@@ -226,13 +226,20 @@ def test_prompt_too_long_is_described() -> None:
     assert "100 prompt tokens + sampling.max_tokens=10 > model.max_model_len=64" in message
 
 
-def test_unknown_hub_data_set_offline_fails_fast_before_any_model(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("preset", "source"),
+    [
+        ("gsm8k", "openai/gsm8k (config main, split test)"),
+        ("speed_bench", "nvidia/SPEED-Bench (config qualitative, split test)"),
+    ],
+)
+def test_unknown_hub_data_set_offline_fails_fast_before_any_model(tmp_path: Path, preset: str, source: str) -> None:
     began = time.monotonic()
     offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    result = run_generate([f"output_root={tmp_path}", "dataset=gsm8k"], timeout=300, env=offline)
+    result = run_generate([f"output_root={tmp_path}", f"dataset={preset}"], timeout=300, env=offline)
     assert result.returncode == 2, result.stderr[-2000:]
     output = result.stdout + result.stderr
-    assert "dataset.hub_id=openai/gsm8k (config main, split test) could not be loaded" in output
+    assert f"dataset.hub_id={source} could not be loaded" in output
     assert "not available here" in output and "dataset=local dataset.path=data.jsonl" in output
     assert "starting vLLM" not in output and "Traceback" not in output
     assert time.monotonic() - began < 120
@@ -347,3 +354,31 @@ def test_the_utf8_check_counts_lines_across_blocks(tmp_path: Path, monkeypatch) 
     assert data_module._first_non_utf8_line(str(path)) is None
     path.write_bytes("é\n".encode() + "ç".encode()[:1])
     assert data_module._first_non_utf8_line(str(path)) == (2, "the file ends inside a character")
+
+
+def test_speed_bench_rows_from_a_saved_split_and_its_placeholders_become_error_rows(
+    job_factory, tmp_path: Path
+) -> None:
+    # Rows shaped as nvidia/SPEED-Bench's qualitative split: a licensed source's row holds the hub's placeholder.
+    job = job_factory("dataset=speed_bench")
+    placeholder = job.dataset.placeholder_prefix
+    rows = [
+        {"question_id": "q1", "category": "coding", "turns": ["Write a sort.", "Now in C."], "source": "x"},
+        {"question_id": "q2", "category": "summarization", "turns": [f"{placeholder}\n\n{{article}}"], "source": "y"},
+    ]
+    path = write(tmp_path / "speed_bench_qualitative.jsonl", rows)
+    job = job_factory("dataset=speed_bench", "dataset.hub_id=null", f"dataset.path={path}")
+    good, held = load_rows(job.dataset, None)
+    assert (good.row_id, good.category, good.turns, good.error) == (
+        "q1",
+        "coding",
+        ["Write a sort.", "Now in C."],
+        None,
+    )
+    assert (held.row_id, held.category, held.turns) == ("q2", "summarization", None)
+    assert held.error is not None and held.error.startswith("the prompt is a placeholder ('FULL BENCHMARK DATA")
+    # Without the prefix the same row would have gone to the model as a prompt.
+    plain = job_factory(
+        "dataset=speed_bench", "dataset.hub_id=null", f"dataset.path={path}", "dataset.placeholder_prefix=null"
+    )
+    assert load_rows(plain.dataset, None)[1].error is None

@@ -2,7 +2,8 @@
 
 Greedy in float32, each method must reproduce spec=none token for token, and a draft that is an exact copy of
 the target must have every drafted token accepted. (n-gram and suffix run on the embedded model in
-test_generate_cpu.py.)
+test_generate_cpu.py; DSpark cannot run on vLLM's CPU build: README "Block drafters".) Each run records the
+settings vLLM resolved that change acceptance.
 """
 
 from __future__ import annotations
@@ -32,10 +33,18 @@ SWEEPS = {
         "draft_copy": "draft_copy",
         "eagle": "eagle",
         "eagle3": "eagle3",
+        "dflash": "dflash",
     },
     "tiny_mimo": {"mimo_none": "none", "mtp": "mtp"},
 }
-BASELINE = {"draft_model": "none", "draft_copy": "none", "eagle": "none", "eagle3": "none", "mtp": "mimo_none"}
+BASELINE = {
+    "draft_model": "none",
+    "draft_copy": "none",
+    "eagle": "none",
+    "eagle3": "none",
+    "dflash": "none",
+    "mtp": "mimo_none",
+}
 # spec=draft_copy: a preset of the test's own config folder (--config-dir, as users add theirs): draft_model with
 # an exact copy of the target as the draft.
 DRAFT_COPY_PRESET = """defaults:
@@ -119,3 +128,17 @@ def test_a_copy_of_the_target_as_draft_is_always_accepted(runs: dict[str, dict])
     assert summary["accepted_tokens"] == summary["draft_tokens"] > 0
     assert summary["acceptance_rate_per_position"] == [1.0] * summary["num_speculative_tokens"]
     assert summary["mean_acceptance_length"] == 1 + summary["num_speculative_tokens"]
+
+
+def test_each_run_records_the_settings_vllm_resolved_that_change_acceptance(runs: dict[str, dict]) -> None:
+    settings = {name: run["summary"]["acceptance_settings"] for name, run in runs.items()}
+    for name, each in settings.items():
+        # vLLM's CPU build: its own attention backend, the older model runner (no Triton), no structured output.
+        assert each["attention_backend"] == "CPU_ATTN" and each["model_runner"] == "v1", name
+        assert each["structured_outputs"] == "off"
+        assert isinstance(each["prefix_caching"], bool) and isinstance(each["async_scheduling"], bool), name
+    # A draft's context is capped at the target's (model=tiny_llama: max_model_len 1024); none has no draft.
+    assert settings["dflash"]["draft_max_model_len"] == settings["draft_model"]["draft_max_model_len"] == 1024
+    assert settings["none"]["draft_max_model_len"] is None
+    # DFlash's block: vLLM drafts the k=3 of the tiny draft's block of 4 in one pass per step.
+    assert runs["dflash"]["summary"]["num_speculative_tokens"] == 3

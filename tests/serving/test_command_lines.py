@@ -29,6 +29,7 @@ from specbatch.serving.command_lines import (
     curl_example,
     dynamo_argv,
     dynamo_frontend_argv,
+    dynamo_sglang_argv,
     listen_address,
     serving_commands,
     sglang_argv,
@@ -303,6 +304,38 @@ def test_sglang_maps_each_method(overrides: list[str], expected: dict[str, Any])
         assert "--speculative-draft-model-path" not in got  # mtp, ngram and suffix draft without a checkpoint
 
 
+def test_dflash_is_sglangs_dflash_with_its_block_and_dspark_is_refused() -> None:
+    argv = sglang_argv(compose_job(["model=qwen3_8b", "spec=dflash", "engine=gpu"]))
+    got = flags(argv)
+    assert got["--speculative-algorithm"] == "DFLASH"
+    assert got["--speculative-draft-model-path"] == "z-lab/Qwen3-8B-DFlash-b16"
+    # The block SGLang verifies: the bonus token and vLLM's k=16 mask slots. One pass, so no steps or top-k.
+    assert got["--speculative-num-draft-tokens"] == "17"
+    assert "--speculative-num-steps" not in got and "--speculative-eagle-topk" not in got
+    job = compose_job(["model=qwen3_4b_fp8", "spec=dspark", "engine=gpu"])
+    with pytest.raises(ConfigError, match="spec.method=dspark: SGLang's speculative decoding docs name no such"):
+        sglang_argv(job)
+    printed = serving_commands(job, module=False)
+    assert "# not served the same way by SGLang: spec.method=dspark" in printed
+    assert "dynamo.sglang" not in printed and "python -m dynamo.vllm " in printed
+
+
+def test_dynamos_sglang_worker_is_launched_as_dynamos_example_with_sglangs_flags() -> None:
+    job = compose_job(DYNAMO_PRESET)
+    worker = dynamo_sglang_argv(job)
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    assert worker[:7] == ["python3", "-m", "dynamo.sglang", "--model-path", model, "--served-model-name", model]
+    assert worker[-1] == "--enable-metrics"
+    # The same SGLang flags as sglang.launch_server's, minus where it listens (the frontend's HTTP port).
+    served = sglang_argv(job)
+    assert worker[7:-1] == served[served.index("--dtype") :]
+    assert "--host" not in worker and "--port" not in worker
+    printed = serving_commands(job, module=False).splitlines()
+    at = printed.index(shlex.join(worker))
+    assert printed[at - 1] == "python -m dynamo.frontend --http-port=8000"
+    assert printed[at - 2].startswith("# NVIDIA Dynamo with SGLang")
+
+
 def test_sglang_without_speculation_is_a_plain_launch() -> None:
     argv = sglang_argv(compose_job(["spec=none", "engine=gpu", "engine.max_num_seqs=8"]))
     assert not [word for word in argv if word.startswith("--speculative")]
@@ -440,6 +473,7 @@ def test_serve_print_shows_the_three_commands_for_a_gpu_preset() -> None:
     assert shlex.split(next(line for line in lines if "-m dynamo.vllm " in line)) == dynamo_argv(job)
     assert "python -m dynamo.frontend --http-port=8000" in lines
     assert shlex.split(next(line for line in lines if "sglang.launch_server" in line)) == sglang_argv(job)
+    assert shlex.split(next(line for line in lines if "-m dynamo.sglang " in line)) == dynamo_sglang_argv(job)
 
 
 def test_serve_refuses_a_bad_override_with_generates_error() -> None:

@@ -24,6 +24,7 @@ from specbatch.analysis.predicted import PredictedRow, predicted_rows
 from specbatch.analysis.recommend import MIN_REPEATS, REPEATS_OVERRIDE, Recommendation, recommend, speedup_stats
 from specbatch.analysis.run_data import RowKey, RunData
 from specbatch.config.methods import schedule_key
+from specbatch.engine.acceptance_settings import differences
 from specbatch.run.summary import merge_summaries
 
 log = logging.getLogger(__name__)
@@ -161,6 +162,7 @@ def compare(runs: Iterable[RunData]) -> Comparison:
             "are not compared token by token: each run is checked against the baseline of its own engine"
         )
     notes += machine_notes([run for members in groups.values() for run in members])
+    notes += settings_notes([run for members in groups.values() for run in members])
     recommendations = recommend(rows)
     # Each batch size once, also when several workloads (engines, models) are short of repeats there.
     few = [str(size) for size in sorted({r.batch_size for r in recommendations if not r.enough_repeats})]
@@ -196,6 +198,32 @@ def machine_notes(runs: list[RunData]) -> list[str]:
         note = (
             f"runs of {first.config['model']['name']} on {first.config['dataset']['name']} ran on different machines, "
             f"so the speedups between them are not comparable (re-run them on one machine): {where}"
+        )
+        log.warning("%s", note)
+        notes.append(note)
+    return notes
+
+
+def settings_notes(runs: list[RunData]) -> list[str]:
+    """A warning for each workload whose runs differ in a setting that changes acceptance without being part of the
+    set-up (specbatch.engine.acceptance_settings): their AL and speedups then measure that setting too."""
+    by_workload: dict[str, list[RunData]] = defaultdict(list)
+    for run in runs:
+        by_workload[run.workload].append(run)
+    notes = []
+    for members in by_workload.values():
+        differ = differences({run.root.name: run.summary.acceptance_settings for run in members})
+        if not differ:
+            continue
+        first = members[0]
+        where = "; ".join(
+            f"{key}: "
+            + ", ".join(f"{value} in {len(names)} run(s), e.g. {names[0]}" for value, names in sorted(values.items()))
+            for key, values in differ.items()
+        )
+        note = (
+            f"runs of {first.config['model']['name']} on {first.config['dataset']['name']} differ in settings that "
+            f"change acceptance, so their AL and speedups measure those settings too (re-run them alike): {where}"
         )
         log.warning("%s", note)
         notes.append(note)

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 READY_MARKER = ".specbatch-ready"
 SMOLLM2_FOLDER = "SmolLM2-135M-Instruct"
 # The members of the tiny random family, each a folder of its root (see specbatch.assets.tiny).
-TINY_MEMBERS = ("target", "draft", "draft_copy", "eagle", "eagle3", "mtp_target")
+TINY_MEMBERS = ("target", "draft", "draft_copy", "eagle", "eagle3", "mtp_target", "dflash")
 # The values of model.embedded.
 EMBEDDED_KINDS = ("smollm2", "tiny")
 

@@ -8,6 +8,10 @@ One call builds a family that shares the embedded SmolLM2 tokenizer (a real toke
     <root>/eagle/        an EAGLE head for the target                   (spec=eagle)
     <root>/eagle3/       an EAGLE3 head for the target                  (spec=eagle3)
     <root>/mtp_target/   a Qwen2-shaped MiMo target with one built-in MTP layer  (spec=mtp)
+    <root>/dflash/       a DFlash block draft for the target            (spec=dflash)
+
+A member added after a family was built (dflash) is added to it on the next call, so an existing cache keeps
+working.
 
 The weights are random: the models say nothing sensible and the acceptance figures mean nothing. They exist to
 exercise the mechanics (engine start-up, lossless greedy verification, metrics) in seconds. Shapes follow what
@@ -46,6 +50,10 @@ HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE, LAYERS = 128, 4, 2, 32, 256, 4
 # EAGLE3 reads hidden states after these target layers; vLLM's default picks repeat a layer on so shallow a
 # target and the head then fails with "shape '[-1, ...]' is invalid".
 EAGLE3_AUX_LAYERS = [1, 2, 3]
+# DFlash reads the hidden states after these target layers (its dflash_config.target_layer_ids; vLLM adds 1, so
+# the same taps as EAGLE3's); it was "trained" on blocks of this size, and its slots hold the last token id.
+DFLASH_TARGET_LAYERS = [0, 1, 2]
+DFLASH_BLOCK = 4
 # Peakier random logits: fewer near-ties, so float32 greedy stays identical across batch shapes.
 INIT_STD = 0.1
 
@@ -58,6 +66,7 @@ def ensure_tiny_family(root: str | Path, tokenizer_dir: str | Path | None = None
     """
     root = Path(root).expanduser().resolve()
     if is_ready(root):
+        _add_missing_members(root)
         return root
     refuse_foreign_folder(root)
     if tokenizer_dir is None:
@@ -192,6 +201,86 @@ def _build(out: Path, tokenizer_dir: Path, seed: int) -> None:
         "torch_dtype": "float32",
     }
     _save_raw(out / "mtp_target", mtp_state, mtp_config, tokenizer)
+    _build_dflash(out / "dflash", out / "target")
+
+
+def _build_dflash(folder: Path, target_dir: Path) -> None:
+    """A DFlash draft (vLLM's DFlashQwen3ForCausalLM): one Qwen3-style layer (q/k norms, non-causal in vLLM since
+    the config sets no layer_types), fc fusing the three target layers it reads, hidden_norm and norm. Embeddings
+    and lm_head are the target's (vLLM shares them when the checkpoint has none)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    target = json.loads((target_dir / "config.json").read_text())
+    tokenizer = AutoTokenizer.from_pretrained(target_dir)
+    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+
+    def normal(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape) * INIT_STD
+
+    prefix = "layers.0."
+    state = {
+        f"{prefix}self_attn.q_proj.weight": normal(q, HIDDEN),
+        f"{prefix}self_attn.k_proj.weight": normal(kv, HIDDEN),
+        f"{prefix}self_attn.v_proj.weight": normal(kv, HIDDEN),
+        f"{prefix}self_attn.o_proj.weight": normal(HIDDEN, q),
+        f"{prefix}self_attn.q_norm.weight": torch.ones(HEAD_DIM),
+        f"{prefix}self_attn.k_norm.weight": torch.ones(HEAD_DIM),
+        f"{prefix}mlp.gate_proj.weight": normal(INTERMEDIATE, HIDDEN),
+        f"{prefix}mlp.up_proj.weight": normal(INTERMEDIATE, HIDDEN),
+        f"{prefix}mlp.down_proj.weight": normal(HIDDEN, INTERMEDIATE),
+        f"{prefix}input_layernorm.weight": torch.ones(HIDDEN),
+        f"{prefix}post_attention_layernorm.weight": torch.ones(HIDDEN),
+        "fc.weight": normal(HIDDEN, len(DFLASH_TARGET_LAYERS) * HIDDEN),
+        "hidden_norm.weight": torch.ones(HIDDEN),
+        "norm.weight": torch.ones(HIDDEN),
+    }
+    vocab = target["vocab_size"]
+    config = {
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "vocab_size": vocab,
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTERMEDIATE,
+        "num_hidden_layers": 1,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "max_position_embeddings": target["max_position_embeddings"],
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "block_size": DFLASH_BLOCK,
+        "target_hidden_size": HIDDEN,
+        "dflash_config": {"mask_token_id": vocab - 1, "target_layer_ids": DFLASH_TARGET_LAYERS},
+        "bos_token_id": target.get("bos_token_id"),
+        "eos_token_id": target.get("eos_token_id"),
+    }
+    _save_raw(folder, state, config, tokenizer)
+
+
+# Members that can be added to a family built before they existed, from its target alone.
+_ADDABLE = {"dflash": _build_dflash}
+
+
+def _add_missing_members(root: Path) -> None:
+    """Add members of today's family that an older build of it lacks (built aside, renamed in)."""
+    missing = [member for member in _ADDABLE if not (root / member).is_dir()]
+    for member in missing:
+        log.info("adding the tiny %s checkpoint to %s", member, root)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{member}.tmp-", dir=root))
+        try:
+            _ADDABLE[member](tmp / member, root / "target")
+            os.chmod(tmp / member, 0o755)
+            try:
+                os.rename(tmp / member, root / member)
+            except OSError:
+                if not (root / member).is_dir():  # not another process that added it meanwhile
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _save_raw(folder: Path, state: dict[str, Any], config: dict[str, Any], tokenizer: Any) -> None:

@@ -24,6 +24,9 @@ class SpecMethod(enum.StrEnum):
     eagle = "eagle"
     eagle3 = "eagle3"
     mtp = "mtp"
+    # Block drafters (vLLM 0.32): a draft that proposes a whole block in one pass from the target's hidden states.
+    dflash = "dflash"
+    dspark = "dspark"
     # Not a method of its own: the job measures candidates on its first rows and runs the rest with the winner
     # (specbatch.auto). No engine ever sees it; each phase runs one of the methods above.
     auto = "auto"
@@ -55,10 +58,17 @@ _CHECKPOINT_KNOBS = ("model", "revision")
 # How a neural drafter runs (a draft, a head, or the target's own MTP layers).
 _DRAFTER_KNOBS = ("draft_tensor_parallel_size", "draft_sample_method")
 # A checkpoint method: its checkpoint must exist here and share the target's vocabulary, and a parallel drafter
-# must name its mask token.
+# must name its mask token. Drafts with a positional range of their own (not EAGLE heads, whose range vLLM raises to
+# the target's, vllm#48894) also warn when requests may outrun it ("draft_context").
 _CHECKPOINT_CHECKS = ("draft_source", "draft_vocabulary", "parallel_drafting_token")
 # Drafters vLLM 0.32 can run in parallel-drafting mode ("Only compatible with EAGLE and draft model methods").
 _PARALLEL = ("parallel_drafting",)
+# Block drafters always draft their block in one pass: vLLM 0.32 turns parallel drafting on for them itself
+# (config/speculative.py: `if self.method in ("dflash", "dspark"): self.parallel_drafting = True`).
+_ALWAYS_PARALLEL = {
+    "parallel_drafting": "it always drafts its whole block in one pass (vLLM turns that on itself): remove "
+    "spec.parallel_drafting"
+}
 
 METHODS: dict[SpecMethod, Method] = {
     SpecMethod.none: Method(),
@@ -83,7 +93,7 @@ METHODS: dict[SpecMethod, Method] = {
     SpecMethod.draft_model: Method(
         knobs=(*_CHECKPOINT_KNOBS, *_DRAFTER_KNOBS, *_PARALLEL, "draft_gguf"),
         checkpoint="a draft model",
-        preflight=_CHECKPOINT_CHECKS,
+        preflight=(*_CHECKPOINT_CHECKS, "draft_context"),
         draft_tp_follows_target=True,
     ),
     SpecMethod.eagle: Method(
@@ -98,6 +108,24 @@ METHODS: dict[SpecMethod, Method] = {
         knobs=_DRAFTER_KNOBS,
         preflight=("mtp_layers",),
         foreign_knob_hints={"model": "mtp drafts with the target's own MTP layers: remove spec.model"},
+    ),
+    # DFlash: a block-diffusion draft (Qwen3-style layers, non-causal attention) fed by the hidden states of the
+    # target layers its config.json names; the mask token fills the block's slots.
+    SpecMethod.dflash: Method(
+        knobs=_CHECKPOINT_KNOBS + _DRAFTER_KNOBS,
+        checkpoint="a DFlash draft",
+        preflight=(*_CHECKPOINT_CHECKS, "block_draft", "draft_context"),
+        foreign_knob_hints=_ALWAYS_PARALLEL,
+    ),
+    # DSpark: a block draft with a Markov head over the block (Qwen3, Gemma4, DeepSeek-V4 drafts); vLLM 0.32 runs it
+    # only on its newer (V2) model runner.
+    SpecMethod.dspark: Method(
+        knobs=(*_CHECKPOINT_KNOBS, *_DRAFTER_KNOBS, "dspark_draft_topk"),
+        checkpoint="a DSpark draft",
+        # Its vocabulary is checked by block_draft: a DSpark draft may read a larger one than the target's (its own
+        # embeddings, e.g. for its noise token: vLLM's qwen3_dspark.py), so the exact-match check does not apply.
+        preflight=("dspark_runner", "draft_source", "block_draft", "draft_context"),
+        foreign_knob_hints=_ALWAYS_PARALLEL,
     ),
     SpecMethod.auto: Method(
         knobs=("auto",),

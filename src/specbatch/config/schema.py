@@ -151,6 +151,10 @@ class DatasetConfig:
     # Shuffle the rows (before max_samples) with this seed.
     shuffle: bool = False
     seed: int = 0
+    # Text that starts a placeholder prompt: a row whose text (or any turn) starts with it is one the data set
+    # leaves to be filled in from elsewhere (SPEED-Bench's rows of licensed sources), and becomes an error row
+    # instead of a prompt. Left out of the digests while null.
+    placeholder_prefix: str | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
 
     def __post_init__(self) -> None:
         require(bool(self.name.strip()), "dataset.name is empty: give the data set a short name")

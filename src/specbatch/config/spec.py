@@ -101,7 +101,7 @@ class SpecConfig:
     method: SpecMethod = SpecMethod.none
     # Tokens proposed per step (k); null only for method=none.
     num_speculative_tokens: int | None = None
-    # draft_model / eagle / eagle3: the draft checkpoint or head (local folder or hub id).
+    # draft_model / eagle / eagle3 / dflash / dspark: the draft checkpoint or head (local folder or hub id).
     model: str | None = None
     # Hub revision of spec.model.
     revision: str | None = None
@@ -115,6 +115,9 @@ class SpecConfig:
     parallel_drafting: bool | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
     # Model-based methods: greedy or probabilistic proposals (null: vLLM's default, greedy).
     draft_sample_method: DraftSampleMethod | None = None
+    # DSpark: evaluate its Markov head only on the top-k candidates of the base logits (Qwen3 DSpark drafts, draft
+    # on one GPU). null: the checkpoint's own dspark_draft_topk, or all. Left out of the digests while null.
+    dspark_draft_topk: int | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
     # n-gram (prompt lookup): shortest and longest suffix of the context looked up in the prompt.
     prompt_lookup_min: int | None = None
     prompt_lookup_max: int | None = None
@@ -168,7 +171,7 @@ class SpecConfig:
                 f"spec.prompt_lookup_max={hi} is below spec.prompt_lookup_min={lo}: "
                 f"set spec.prompt_lookup_max to {lo} or more",
             )
-        for key in ("suffix_decoding_max_tree_depth", "draft_tensor_parallel_size"):
+        for key in ("suffix_decoding_max_tree_depth", "draft_tensor_parallel_size", "dspark_draft_topk"):
             value = getattr(self, key)
             require(value is None or value >= 1, f"spec.{key}={value} must be 1 or more (or null for vLLM's default)")
         # vLLM 0.32's ranges (SpecConfig._verify_suffix_args): 0 cached requests turns the global tree off (the
@@ -183,6 +186,13 @@ class SpecConfig:
         require(prob is None or 0 <= prob <= 1, f"spec.suffix_decoding_min_token_prob={prob} must be in [0, 1]")
         if self.model is not None:
             require(bool(self.model.strip()), "spec.model is empty: set it to a folder or hub id, or to null")
+        # vLLM 0.32's dspark_draft_topk field: "Requires draft tensor parallel size 1" (config/speculative.py).
+        require(
+            self.dspark_draft_topk is None or self.draft_tensor_parallel_size in (None, 1),
+            f"spec.dspark_draft_topk={self.dspark_draft_topk} needs the draft on one GPU, but "
+            f"spec.draft_tensor_parallel_size={self.draft_tensor_parallel_size}: set "
+            "spec.draft_tensor_parallel_size=1 or drop spec.dspark_draft_topk",
+        )
 
     def _take_k_from_schedule(self) -> None:
         """Check spec.k_schedule on its own (coverage of engine.max_num_seqs is JobConfig's) and derive k from it."""

@@ -216,13 +216,29 @@ def parse_row(record: dict[str, Any], row_id: str, cfg: DatasetConfig) -> Source
     category = None if category is None else str(category)
     try:
         if cfg.prompt_format is PromptFormat.text:
-            return SourceRow(row_id, category, text=_text(record, cfg.template or ""))
-        if cfg.prompt_format is PromptFormat.messages:
+            row = SourceRow(row_id, category, text=_text(record, cfg.template or ""))
+        elif cfg.prompt_format is PromptFormat.messages:
             messages = _messages(record.get(cfg.messages_column), cfg.messages_column)
-            return SourceRow(row_id, category, messages=messages)
-        return SourceRow(row_id, category, turns=_turns(record.get(cfg.turns_column), cfg.turns_column))
+            row = SourceRow(row_id, category, messages=messages)
+        else:
+            row = SourceRow(row_id, category, turns=_turns(record.get(cfg.turns_column), cfg.turns_column))
+        _refuse_placeholder(row, cfg.placeholder_prefix)
     except _BadRow as exc:
         return SourceRow(row_id, category, error=str(exc))
+    return row
+
+
+def _refuse_placeholder(row: SourceRow, prefix: str | None) -> None:
+    """A prompt the data set left as a placeholder would be generated from as if it were one (and skew every
+    figure of its category): such a row is an error row."""
+    if not prefix:
+        return
+    texts = [row.text or "", *(m["content"] for m in row.messages or []), *(row.turns or [])]
+    if any(text.startswith(prefix) for text in texts):
+        raise _BadRow(
+            f"the prompt is a placeholder ({prefix[:60]!r}...): the data set leaves this row to be filled in from "
+            "its source. Prepare the data set with its own script and run that file (README, SPEED-Bench)"
+        )
 
 
 class _BadRow(ValueError):

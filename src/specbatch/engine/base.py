@@ -117,6 +117,10 @@ class Engine(ABC):
     # None: it starts an engine per set-up.
     fixed_speculation: str | None = None
 
+    # The settings that change acceptance silently, as the started engine resolved them
+    # (specbatch.engine.acceptance_settings); None when the backend cannot tell (a server's, the dummy's).
+    acceptance_settings: dict[str, Any] | None = None
+
     def __init__(self, fingerprint: str, concurrency: int | None = None) -> None:
         self.fingerprint = fingerprint
         # Requests the engine runs at once (its batch): engine.max_num_seqs, or the backend's own default.

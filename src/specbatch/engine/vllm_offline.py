@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from specbatch.config import JobConfig, SamplingConfig
+from specbatch.engine.acceptance_settings import resolved_settings
 from specbatch.engine.base import Completion, Request, RequestRefused, Sample, engine_fingerprint
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
 from specbatch.engine.vllm_cpu_fixes import correct_cpu_kernels
@@ -243,6 +244,8 @@ class VllmEngine(VllmFamily):
         engine.ipc_dir = ipc_dir
         engine.startup_seconds = time.perf_counter() - began
         log.info("engine ready in %.1f s (runs up to %s requests at once)", engine.startup_seconds, engine.concurrency)
+        engine.acceptance_settings = resolved_settings(llm)
+        log.info("settings that change acceptance, as vLLM resolved them: %s", engine.acceptance_settings)
         if job.engine.warmup:
             engine.warm_up()
         return engine

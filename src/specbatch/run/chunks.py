@@ -65,13 +65,15 @@ class ChunkWriter:
             self.todo,
         )
 
-    def write_launch_record(self, streamed: StreamResult) -> None:
-        """The loop's wall time and engine counter differences, for the parts it wrote (absent if it was killed)."""
+    def write_launch_record(self, streamed: StreamResult, acceptance_settings: dict[str, Any] | None = None) -> None:
+        """The loop's wall time and engine counter differences, for the parts it wrote (absent if it was killed),
+        and the settings its engine resolved that change acceptance (specbatch.engine.acceptance_settings)."""
         record = {
             "parts": streamed.chunks,
             "seconds": streamed.seconds,
             "counters": asdict(streamed.counters) if streamed.counters is not None else None,
             "counters_scope": streamed.counters_scope,
             "machine": this_machine().line(),
+            "acceptance_settings": acceptance_settings,
         }
         atomic_write_json(self.folder.launch_record_path(self.launch), record)

@@ -44,8 +44,9 @@ def upgrade_run_record(record: dict[str, Any], path: Path) -> dict[str, Any]:
 # that wrote the part (none: one generate call per chunk, before the engine was streamed), the part's size and
 # checksum (none: only its Parquet footer can be checked), the engine's batch (unknown).
 _PART_STATS_ADDED = {"launch": None, "part": None, "concurrency": None}
-# Keys of a launch record added since: whose work its counters count (before the key: this job's engine alone).
-_LAUNCH_RECORD_ADDED = {"counters_scope": "engine"}
+# Keys of a launch record added since: whose work its counters count (before the key: this job's engine alone), and
+# the settings that change acceptance (not recorded before).
+_LAUNCH_RECORD_ADDED = {"counters_scope": "engine", "acceptance_settings": None}
 
 
 def upgrade_part_stats(stats: dict[str, Any]) -> dict[str, Any]:

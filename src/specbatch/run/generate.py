@@ -194,7 +194,7 @@ class ShardGeneration:
             streamed = ChunkStreamer(engine, job, self._tokenizer).run(
                 chunks, writer.write, stop_requested, until or (lambda: False)
             )
-        writer.write_launch_record(streamed)
+        writer.write_launch_record(streamed, engine.acceptance_settings)
         if streamed.stopped:
             raise StopRequested(
                 f"stopped by {stop_requested.name} after {len(writer.written)} of {len(todo)} chunks of shard "

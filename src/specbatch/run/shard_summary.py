@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 from specbatch.common.machine import this_machine
 from specbatch.config import JobConfig
 from specbatch.engine import figures_from_a_server
+from specbatch.engine.acceptance_settings import merged_settings
 from specbatch.engine.spec_metrics import Counters
 from specbatch.run.folder import RunFolder
 from specbatch.run.summary import RowTotals, Summary, summarize
@@ -35,7 +36,7 @@ def summarize_shard(
         by_launch[stats["launch"]].append({**stats, "number": number})
         for record in pq.read_table(part, columns=_SUMMARY_COLUMNS).to_pylist():
             totals.add(record)
-    counters, seconds, scopes = Counters(), 0.0, set()
+    counters, seconds, scopes, settings = Counters(), 0.0, set(), []
     concurrency = max((s["concurrency"] or 0 for stats in by_launch.values() for s in stats), default=0)
     for launch, stats in by_launch.items():
         record = folder.read_launch_record(launch)
@@ -49,6 +50,7 @@ def summarize_shard(
             scopes.add("requests")
         if own:
             seconds += record["seconds"]
+            settings.append(record["acceptance_settings"])
         elif launch is None:  # one generate call per chunk (before streaming): each chunk's own time
             seconds += sum(s["seconds"] for s in stats)
         else:
@@ -66,4 +68,5 @@ def summarize_shard(
         from_a_server=figures_from_a_server(job),
         # The machine that finishes the shard; each launch's own is in its launch record.
         machine=this_machine().to_dict(),
+        acceptance_settings=merged_settings(settings),
     )

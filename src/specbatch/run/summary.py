@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specbatch.common.machine import machine_line
+from specbatch.engine.acceptance_settings import merged_settings
 from specbatch.engine.spec_metrics import SERVER_WIDE_NOTE, Counters, acceptance_length, steps_unknown
 from specbatch.run.output_rows import STATUS_OK
 
@@ -102,6 +103,10 @@ class Summary:
     # The machine that generated it (specbatch.common.machine.Machine.to_dict); several shards or repeats on
     # different machines: {"mixed": [their lines]}. Null for runs written before it was recorded.
     machine: dict[str, Any] | None = None
+    # What its engine resolved of the settings that change acceptance silently (draft max_model_len, prefix caching,
+    # chunked prefill, async scheduling, structured output, model runner, attention backend:
+    # specbatch.engine.acceptance_settings). Null where the backend cannot tell and for runs written before.
+    acceptance_settings: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,6 +121,7 @@ class Summary:
             "per_category",
             "counters_scope",
             "machine",
+            "acceptance_settings",
         }
         return {k: float(v) for k, v in asdict(self).items() if k not in skip and v is not None}
 
@@ -154,6 +160,7 @@ def summarize(
     counters_scope: str | None = None,
     machine: dict[str, Any] | None = None,
     from_a_server: bool = False,
+    acceptance_settings: dict[str, Any] | None = None,
 ) -> Summary:
     speculative = k is not None
     drafts = delta.drafts
@@ -190,6 +197,7 @@ def summarize(
         concurrency=concurrency,
         counters_scope=counters_scope,
         machine=machine,
+        acceptance_settings=acceptance_settings,
     )
 
 
@@ -247,6 +255,7 @@ def merge_summaries(summaries: list[Summary]) -> Summary:
         )
         or None,
         machine=merged_machine(s.machine for s in summaries),
+        acceptance_settings=merged_settings(s.acceptance_settings for s in summaries),
     )
 
 

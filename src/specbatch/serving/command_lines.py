@@ -1,4 +1,4 @@
-"""The job's engine as server command lines: vLLM's OpenAI server, NVIDIA Dynamo's vLLM worker and SGLang.
+"""The job's engine as server command lines: vLLM's OpenAI server, NVIDIA Dynamo's vLLM and SGLang workers, SGLang.
 
 Pure functions (no vLLM import): they turn a :class:`JobConfig` into argv lists and printable commands. The vLLM
 and Dynamo commands carry every argument of ``llm_kwargs(job)`` (the offline job's ``vllm.LLM`` arguments) as its
@@ -152,22 +152,27 @@ def dynamo_frontend_argv(job: JobConfig) -> list[str]:
 
 
 # How our methods map onto SGLang's --speculative-algorithm (python -m sglang.launch_server), from SGLang's
-# docs/advanced_features/speculative_decoding.md ("Full Parameter Reference", the MTP example with MiMo) and
-# docs/advanced_features/suffix_decoding.md:
+# docs/advanced_features/speculative_decoding.md ("Full Parameter Reference", the MTP example with MiMo, "DFlash
+# Decoding") and docs/advanced_features/suffix_decoding.md:
 #   eagle -> EAGLE, eagle3 -> EAGLE3 and draft_model -> STANDALONE, with --speculative-draft-model-path spec.model;
 #   mtp -> EAGLE without a draft path (the target's own MTP layers, as SGLang's MiMo example; NEXTN is its alias);
+#   dflash -> DFLASH with the draft path: one pass per block, so no steps or top-k (SGLang forces both to 1);
 #   ngram -> NGRAM (--speculative-ngram-{min,max}-match-window-size from prompt_lookup_min/max; CUDA only);
 #   suffix -> SUFFIX (--speculative-suffix-* from the suffix_decoding_* knobs; needs arctic-inference).
-# SGLang counts the verified position in --speculative-num-draft-tokens (with topk 1 it is num_steps + 1), so our k
-# drafted tokens are k + 1 there; topk 1 (one chain, one BFS branch for n-gram) is how vLLM drafts.
+# SGLang counts the verified position in --speculative-num-draft-tokens (with topk 1 it is num_steps + 1; for DFLASH
+# it is the block: the bonus token and k mask slots, as vLLM's DFlash queries 1 + k), so our k drafted tokens are
+# k + 1 there; topk 1 (one chain, one BFS branch for n-gram) is how vLLM drafts.
 _SGLANG_ALGORITHMS = {
     SpecMethod.eagle: "EAGLE",
     SpecMethod.eagle3: "EAGLE3",
     SpecMethod.draft_model: "STANDALONE",
     SpecMethod.mtp: "EAGLE",
+    SpecMethod.dflash: "DFLASH",
     SpecMethod.ngram: "NGRAM",
     SpecMethod.suffix: "SUFFIX",
 }
+# Methods whose drafts SGLang takes as one pass of a block: only the size of the block is theirs to set.
+_SGLANG_BLOCK_ALGORITHMS = (SpecMethod.dflash, SpecMethod.ngram, SpecMethod.suffix)
 _SGLANG_SUFFIX_FLAGS = {
     "suffix_decoding_max_tree_depth": "--speculative-suffix-max-tree-depth",
     "suffix_decoding_max_cached_requests": "--speculative-suffix-max-cached-requests",
@@ -176,13 +181,12 @@ _SGLANG_SUFFIX_FLAGS = {
 }
 
 
-def sglang_argv(job: JobConfig) -> list[str]:
-    """SGLang's server for this job (the mapping above); ConfigError for what SGLang cannot express."""
+def _sglang_engine_flags(job: JobConfig) -> list[str]:
+    """SGLang's server flags for this job's model, engine and method (the mapping above), without the launcher,
+    the model path or where it listens; ConfigError for what SGLang cannot express."""
     model, engine, spec = job.model, job.engine, job.spec
-    host, port = listen_address(job)
-    argv = ["python", "-m", "sglang.launch_server", "--model-path", model.path, "--host", host, "--port", str(port)]
     optional = {"--tokenizer-path": model.tokenizer, "--revision": model.revision}
-    argv += [part for flag, value in optional.items() if value is not None for part in (flag, value)]
+    argv = [part for flag, value in optional.items() if value is not None for part in (flag, value)]
     argv += ["--dtype", model.dtype.value, "--context-length", str(model.max_model_len)]
     argv += ["--tp-size", str(model.tensor_parallel_size), "--random-seed", str(engine.seed)]
     argv += ["--trust-remote-code"] if model.trust_remote_code else []
@@ -196,6 +200,11 @@ def sglang_argv(job: JobConfig) -> list[str]:
     if spec.method is SpecMethod.none:
         return argv
     where = f"spec.method={spec.method.value}"
+    if spec.method not in _SGLANG_ALGORITHMS:
+        raise ConfigError(
+            f"{where}: SGLang's speculative decoding docs name no such algorithm (its DFLASH runs DFlash drafts, "
+            "not DSpark's), so it cannot be served the same way there; serve it with vLLM"
+        )
     if spec.draft_sample_method is not None and spec.draft_sample_method.value != "greedy":
         raise ConfigError(
             f"spec.draft_sample_method={spec.draft_sample_method.value}: SGLang's drafters propose their top tokens "
@@ -226,7 +235,7 @@ def sglang_argv(job: JobConfig) -> list[str]:
         argv += ["--speculative-draft-model-path", spec.model]
     if spec.revision is not None:
         argv += ["--speculative-draft-model-revision", spec.revision]
-    if spec.method in (SpecMethod.ngram, SpecMethod.suffix):
+    if spec.method in _SGLANG_BLOCK_ALGORITHMS:
         argv += ["--speculative-num-draft-tokens", str(k + 1)]
     else:
         argv += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1"]
@@ -239,6 +248,33 @@ def sglang_argv(job: JobConfig) -> list[str]:
         if (value := getattr(spec, knob)) is not None:
             argv += [flag, str(value)]
     return argv
+
+
+def sglang_argv(job: JobConfig) -> list[str]:
+    """SGLang's server for this job on ``engine.url``'s host and port; ConfigError for what SGLang cannot express."""
+    host, port = listen_address(job)
+    argv = [
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        job.model.path,
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
+    return argv + _sglang_engine_flags(job)
+
+
+def dynamo_sglang_argv(job: JobConfig) -> list[str]:
+    """NVIDIA Dynamo's SGLang worker for this job, as Dynamo's examples/backends/sglang/launch/agg_spec_decoding.sh
+    launches it: SGLang's own flags (its worker parses them with SGLang's ServerArgs), the model served under its
+    path, and ``--enable-metrics`` for SGLang's spec-decode counters. HTTP is the frontend's
+    (:func:`dynamo_frontend_argv`), so the worker takes no host or port."""
+    served = job.engine.served_model or job.model.path
+    argv = ["python3", "-m", "dynamo.sglang", "--model-path", job.model.path, "--served-model-name", served]
+    return argv + _sglang_engine_flags(job) + ["--enable-metrics"]
 
 
 def format_command(argv: list[str]) -> str:
@@ -306,7 +342,15 @@ def serving_commands(job: JobConfig, *, module: bool) -> str:
         "# SGLang",
     ]
     try:
-        lines.append(format_command(sglang_argv(job)))
+        sglang, dynamo_sglang = format_command(sglang_argv(job)), format_command(dynamo_sglang_argv(job))
     except ConfigError as exc:
+        # Dynamo's SGLang worker takes SGLang's own flags, so the same reason stands for it.
         lines.append(f"# not served the same way by SGLang: {exc}")
+        return "\n".join(lines)
+    lines += [
+        sglang,
+        "# NVIDIA Dynamo with SGLang: the same frontend, and an SGLang worker with the same SGLang flags",
+        format_command(dynamo_frontend_argv(job)),
+        dynamo_sglang,
+    ]
     return "\n".join(lines)

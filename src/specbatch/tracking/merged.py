@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from specbatch.config import TrackingConfig
+from specbatch.engine.acceptance_settings import as_params
 from specbatch.run.folder import RunFolder, read_run
 from specbatch.run.summary import Summary
 from specbatch.tracking.logger import mlflow_run
@@ -43,6 +44,7 @@ def log_merged_run(
         if run is None:
             return
         run.log_summary(summary)
+        run.log_params(as_params(summary.acceptance_settings))
         run.log_text(json.dumps(summary.to_dict(), indent=2), "summary.json")
         profile = RunFolder(run_folder).merged_profile_path
         if profile.is_file():

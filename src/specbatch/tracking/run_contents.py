@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from specbatch.common.png import pyplot, save_png
 from specbatch.config import spec_caption, spec_label
 from specbatch.engine import recorded_backend
+from specbatch.engine.acceptance_settings import as_params
 from specbatch.run.folder import RunFolder, read_run, shard_folders
 from specbatch.run.summary import Summary
 from specbatch.tracking.logger import RunLogger, flatten
@@ -138,6 +139,8 @@ def log_shard_results(
     if summary.concurrency:
         run.set_tag("mlflow.runName", run_name(config, folder, first_turn_prompts(parts), summary.concurrency))
     run.log_summary(summary)
+    # Beside the config's params: what the engine resolved of the settings that change acceptance silently.
+    run.log_params(as_params(summary.acceptance_settings))
     if summary.counters_scope:
         # "server": drafts and acceptance are the server's, every client's (SERVER_WIDE_NOTE).
         run.set_tag("counters_scope", summary.counters_scope)
