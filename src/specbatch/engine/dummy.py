@@ -130,11 +130,15 @@ class DummyEngine(VllmFamily):
             return ("unseeded", self._unseeded)
         return request.sampling.seed
 
+    def _greedy_token(self, run: _Running) -> int:
+        """The most likely next token of ``run`` (the only one when greedy)."""
+        return _digest(run.request.prompt_token_ids, run.sample, len(run.tokens)) % VOCABULARY
+
     def _token(self, run: _Running, drafted: bool) -> int:
         """The next token of ``run``: greedy, the first candidate; sampling, a candidate drawn with
         TOKEN_PROBABILITIES whether it was drafted or not (lossless). ``drafted``: a draft token the step accepted."""
         position = len(run.tokens)
-        greedy = _digest(run.request.prompt_token_ids, run.sample, position) % VOCABULARY
+        greedy = self._greedy_token(run)
         if not run.request.sampling.temperature:
             return greedy
         uniform = _digest(run.draws, run.sample, position) / 2**64
