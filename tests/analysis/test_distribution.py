@@ -62,7 +62,7 @@ def test_verdicts_same_shifted_and_too_few() -> None:
     few = check_distribution(samples(rng, 4, 8), samples(rng, 4, 8))
     assert few.verdict == TOO_FEW and few.detectable_tv > MAX_DETECTABLE_TV
     # Every sample its own first token (a model that spreads them thin): no test can compare those.
-    thin = {(f"p{p}", 1, s): [1000 * p + s] for p in range(16) for s in range(200)}
+    thin = {(f"p{p}", 1, s): [1000 * p + s] for p in range(16) for s in range(30)}
     spread = check_distribution(thin, {(r, t, s): [ids[0] + 10**6] for (r, t, s), ids in thin.items()})
     assert spread.verdict == TOO_FEW and spread.detectable_tv == 1.0 and spread.unseen_mass["2"] == 1.0
     # One sample per prompt (sampling.n=1) cannot be tested per prompt at all.
@@ -90,7 +90,7 @@ class GreedyDrafts(DummyEngine):
         return self._greedy_token(run) if drafted else super()._token(run, drafted)
 
 
-PROMPTS, SAMPLES = 32, 128
+PROMPTS, SAMPLES = 24, 128
 
 
 def test_compare_flags_an_engine_that_is_not_lossless_and_passes_one_that_is(job_factory, tmp_path: Path) -> None:
@@ -106,6 +106,7 @@ def test_compare_flags_an_engine_that_is_not_lossless_and_passes_one_that_is(job
         "sampling.max_tokens=8",
         "engine.max_num_seqs=256",
         f"chunk_size={PROMPTS}",
+        f"max_samples={PROMPTS}",
     ]
     none, ngram = job_factory("spec=none", *common), job_factory("spec=ngram", *common)
     broken = job_factory("spec=ngram", *common, "run_name=greedy-drafts")
