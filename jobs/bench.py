@@ -8,8 +8,9 @@
     .venv/bin/python jobs/bench.py --predict [--rows 64] [--two-turn-rows 32] [--predict-max-tokens 128] [--stamp S]
     .venv/bin/python jobs/bench.py --auto [--workloads humaneval_edit,humaneval] [--setups none,ngram-k3] [--repeats 3]
         [--auto-batches full,16]
+    .venv/bin/python jobs/bench.py --sampling [--max-samples 16] [--check-prompts 12] [--check-samples 128]
 
-(a)-(g), what each measures and its goals: the docstring of src/specbatch/bench/__init__.py.
+(a)-(h), what each measures and its goals: the docstring of src/specbatch/bench/__init__.py.
 One run per measurement on a shared, noisy 2-core machine: quote the ratios of one invocation together.
 """
 
@@ -22,6 +23,7 @@ from pathlib import Path
 from specbatch.bench.auto_bench import WORKLOADS, AutoPlan, auto_report
 from specbatch.bench.full_engine import streaming_bench
 from specbatch.bench.prediction_bench import PredictPlan, predict_report
+from specbatch.bench.sampling_bench import sampling_report
 from specbatch.bench.schedule_sweep import SweepPlan, int_list, schedule_report
 from specbatch.bench.speedup import speedup_bench
 from specbatch.bench.startup import startup_bench
@@ -56,6 +58,9 @@ def main() -> int:
     parser.add_argument("--auto-max-tokens", type=int, default=128, help="(g): new tokens per row")
     parser.add_argument("--auto-batches", default="full,16", help="(g): engine.max_num_seqs, full: default")
     parser.add_argument("--startup", type=Path, nargs="+", metavar="CHECKOUT", help="run only (e), these checkouts")
+    parser.add_argument("--sampling", action="store_true", help="run only (h), n=4 sampling and the check")
+    parser.add_argument("--check-prompts", type=int, default=12, help="(h): prompts of the distribution check")
+    parser.add_argument("--check-samples", type=int, default=128, help="(h): samples per prompt of the check")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     register_configs()
@@ -66,32 +71,28 @@ def main() -> int:
     if args.startup:
         print(startup_bench([c.resolve() for c in args.startup], args.repeats, root, stamp))
         return 0
+    if args.sampling:
+        return shown(sampling_report(args.max_samples, 4, args.check_prompts, args.check_samples, root, stamp))
     if args.auto:
-        report, path = auto_report(AutoPlan.from_args(args), root, stamp)
-        print(report)
-        log.info("report written to %s", path)
-        return 0
+        return shown(auto_report(AutoPlan.from_args(args), root, stamp))
     if args.predict:
         plan = PredictPlan(args.rows or 64, args.two_turn_rows or 32, args.predict_max_tokens)
-        report, path = predict_report(plan, root, stamp)
-        print(report)
-        log.info("report written to %s", path)
-        return 0
+        return shown(predict_report(plan, root, stamp))
     if args.streaming:
-        report, path = streaming_bench(args.rows or 128, args.two_turn_rows or 64, root, stamp, args.report)
-        print(report)
-        log.info("report written to %s", path)
-        return 0
+        return shown(streaming_bench(args.rows or 128, args.two_turn_rows or 64, root, stamp, args.report))
     if args.schedule:
         if args.schedule_prompts < max(args.batch_sizes):
             parser.error(f"--schedule-prompts {args.schedule_prompts} cannot fill batch size {max(args.batch_sizes)}")
         plan = SweepPlan(args.batch_sizes, args.ks, args.repeats, args.schedule_prompts, args.schedule_max_tokens)
         schedule_dir = (args.schedule_dir or root / f"schedule-{stamp}").resolve()
-        report, path = schedule_report(plan, root, stamp, schedule_dir, args.max_samples, args.skip_overhead)
-        print(report)
-        log.info("report written to %s", path)
-        return 0
+        return shown(schedule_report(plan, root, stamp, schedule_dir, args.max_samples, args.skip_overhead))
     print(speedup_bench(args.max_samples, root, stamp, args.skip_overhead))
+    return 0
+
+
+def shown(report_and_path: tuple[str, Path]) -> int:
+    print(report_and_path[0])
+    log.info("report written to %s", report_and_path[1])
     return 0
 
 

@@ -10,29 +10,18 @@ import pytest
 
 from conftest import PROJECT_ROOT, compose_job
 from specbatch.engine import start_engine
-from specbatch.serving.vllm_args import runs_in_process
 
 pytestmark = pytest.mark.slow
 
 
-def test_an_engine_after_an_ngram_engine_in_the_same_process_starts(tmp_path) -> None:
-    # vLLM's CPU worker re-registered its Triton stand-ins at every start, scanning sys.modules; once n-gram had
-    # loaded numba, the scan failed on llvmlite's wrappers ("'_lib_fn_wrapper' object has no attribute 'get'").
-    for spec in ("ngram", "none"):
-        job = compose_job([f"spec={spec}", "model.dtype=float32", "max_samples=2", f"output_root={tmp_path}"])
-        assert runs_in_process(job)
-        engine = start_engine(job)  # warms up: one short request each
-        try:
-            assert engine.warmup_seconds > 0
-        finally:
-            engine.close()
-    assert "llvmlite.binding.ffi" in sys.modules, "the case this guards: numba was loaded by the n-gram engine"
+# An engine after an n-gram engine in the same process: tests/analysis/test_distribution_cpu.py starts them so.
 
 
 def test_an_engine_starts_in_a_process_that_replayed_ngram_drafting_first(tmp_path) -> None:
     # A fresh process that loads numba (the prediction's replay calls vLLM's n-gram matcher) before its first
-    # engine: vLLM's first kernel override registration then met llvmlite's wrappers (the failure above, without
-    # an engine before it). jobs/predict.py then an in-process engine is what choosing a set-up for a job does.
+    # engine: vLLM's first kernel override registration then met llvmlite's wrappers (the failure the docstring of
+    # tests/analysis/test_distribution_cpu.py names, without an engine before it). jobs/predict.py then an
+    # in-process engine is what choosing a set-up for a job does.
     script = f"""
 import numpy as np, sys
 from specbatch.prediction.replay import replay

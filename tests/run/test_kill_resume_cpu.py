@@ -1,4 +1,5 @@
-"""SIGKILL in the middle of generation, for real: the rerun finishes the shard with every row exactly once."""
+"""SIGKILL in the middle of generation, for real: the rerun finishes the shard with every row and sample exactly once
+(two seeded samples per row, each its own request)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from specbatch.run.folder import RunFolder
 pytestmark = pytest.mark.slow
 
 N_ROWS = 12
+SAMPLES = 2
 
 
 def test_killed_shard_resumes_to_exactly_once(tmp_path: Path) -> None:
@@ -23,6 +25,8 @@ def test_killed_shard_resumes_to_exactly_once(tmp_path: Path) -> None:
         "chunk_size=3",
         # Two requests at once and four queued: several chunks are in flight, the last ones not yet admitted.
         "engine.max_num_seqs=2",
+        "sampling=sampled",
+        f"sampling.n={SAMPLES}",
         "sampling.max_tokens=48",
         "tracking=off",
     ]
@@ -37,8 +41,8 @@ def test_killed_shard_resumes_to_exactly_once(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     parts = sorted(layout.data_dir.glob("part-*.parquet"))
     assert [p.name for p in parts] == [f"part-{i:05d}.parquet" for i in range(N_ROWS // 3)]
-    ids = [r["row_id"] for p in parts for r in pq.read_table(p).to_pylist()]  # every part opens
-    assert sorted(ids) == sorted(f"HumanEval/{i}" for i in range(N_ROWS)) and len(set(ids)) == N_ROWS
+    keys = [(r["row_id"], r["sample_index"]) for p in parts for r in pq.read_table(p).to_pylist()]  # every part opens
+    assert sorted(keys) == sorted((f"HumanEval/{i}", s) for i in range(N_ROWS) for s in range(SAMPLES))
     assert not list(layout.data_dir.glob(".*tmp*"))
     assert layout.done_marker.is_file()
     # Only the chunks that were not finished were generated again.

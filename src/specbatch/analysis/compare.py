@@ -1,4 +1,5 @@
-"""Is speculation worth it here, and with which k? Speedup over spec=none, acceptance and greedy equality.
+"""Is speculation worth it here, and with which k? Speedup over spec=none, acceptance, greedy equality and, under
+sampling, whether the output distribution is the baseline's (specbatch.analysis.distribution).
 
 Runs are matched to a baseline (``spec=none``) that generated the same prompts with the same model, dtype, sampling
 and engine at the same batch size: everything in the run's config except the speculative method, the repeat number
@@ -6,7 +7,8 @@ and where things are written. Throughput comes from the stored timings (generati
 engine start excluded); repeats of one set-up give a mean and a spread. Equality is checked row by row against the
 baseline's token ids: in float32 greedy decoding speculation must reproduce them exactly; in bfloat16 near-tied
 logits flip with the shape of the computation, so the report also says how often the baseline differs from itself
-across batch sizes.
+across batch sizes. Under sampling equal tokens are not expected at all: there each run's samples are tested
+against its baseline's as two samples of one distribution.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specbatch.analysis.comparison_rows import BaselineConsistency, CompareRow, RunFigures
+from specbatch.analysis.distribution import DistributionCheck, check_distribution
 from specbatch.analysis.k_schedules import KSchedule, build_schedules
 from specbatch.analysis.predicted import PredictedRow, predicted_rows
 from specbatch.analysis.recommend import MIN_REPEATS, REPEATS_OVERRIDE, Recommendation, recommend, speedup_stats
@@ -86,6 +89,8 @@ class Comparison:
     run_figures: list[RunFigures] = field(default_factory=list)
     # Per measured n-gram or suffix set-up: its AL and speedup predicted by replay (analysis/predicted.py).
     predicted: list[PredictedRow] = field(default_factory=list)
+    # Per sampled speculative run: its samples against its baseline's (analysis/distribution.py).
+    distribution: list[DistributionCheck] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -96,6 +101,7 @@ class Comparison:
             "schedules": [asdict(s) | {"override": s.override} for s in self.schedules],
             "run_figures": [asdict(f) for f in self.run_figures],
             "predicted": [asdict(p) for p in self.predicted],
+            "distribution": [asdict(d) for d in self.distribution],
         }
 
 
@@ -137,6 +143,7 @@ def compare(runs: Iterable[RunData]) -> Comparison:
             "add spec=none to the sweep (e.g. -m spec=none,ngram,suffix) with the same model, data set and batch size"
         )
     rows, notes, figures = [], list(copies), []
+    distribution: list[DistributionCheck] = []
     for (workload, batch, *_), members in sorted(groups.items(), key=_group_order):
         base = baselines.get((workload, batch))
         if base is None:
@@ -146,7 +153,9 @@ def compare(runs: Iterable[RunData]) -> Comparison:
             )
         row, checks = _row(members, base)
         rows.append(row)
-        figures += _run_figures(members, base, checks)
+        sampled = distribution_checks(members, base)
+        distribution += sampled
+        figures += _run_figures(members, base, checks, {d.run_folder: d for d in sampled})
     consistency = _baseline_consistency(baselines)
     dtypes = sorted({r.dtype for r in rows})
     notes.append(f"greedy equality compared in {', '.join(dtypes)}")
@@ -160,6 +169,11 @@ def compare(runs: Iterable[RunData]) -> Comparison:
         notes.append(
             "completions of different engines and weights (e.g. vLLM's bfloat16 and llama.cpp's quantised GGUF) "
             "are not compared token by token: each run is checked against the baseline of its own engine"
+        )
+    if distribution:
+        notes.append(
+            "under sampling identical rows are not expected and say nothing about losslessness: the distribution "
+            "check (each sampled run's first tokens against its baseline's) does"
         )
     notes += machine_notes([run for members in groups.values() for run in members])
     notes += settings_notes([run for members in groups.values() for run in members])
@@ -176,7 +190,27 @@ def compare(runs: Iterable[RunData]) -> Comparison:
     # Beside each measured n-gram and suffix set-up, what replaying it on its baseline's tokens predicts.
     predicted, unpredicted = predicted_rows(rows, baselines)
     notes += unpredicted
-    return Comparison(rows, recommendations, consistency, notes, schedules, figures, predicted)
+    return Comparison(rows, recommendations, consistency, notes, schedules, figures, predicted, distribution)
+
+
+def distribution_checks(members: list[RunData], base: list[RunData] | None) -> list[DistributionCheck]:
+    """Each sampled speculative run's samples against its baseline's first repeat (greedy runs: none; they have
+    token equality)."""
+    temperature = float(members[0].config["sampling"]["temperature"])
+    if not base or members[0].method == "none" or temperature == 0:
+        return []
+    return [
+        DistributionCheck(
+            run_folder=str(m.root),
+            baseline_folder=str(base[0].root),
+            method=m.method,
+            k=m.k,
+            batch_size=m.batch_size,
+            temperature=temperature,
+            result=check_distribution(m.tokens, base[0].tokens),
+        )
+        for m in members
+    ]
 
 
 def machine_notes(runs: list[RunData]) -> list[str]:
@@ -230,7 +264,12 @@ def settings_notes(runs: list[RunData]) -> list[str]:
     return notes
 
 
-def _run_figures(members: list[RunData], base: list[RunData] | None, checks: dict[str, Equality]) -> list[RunFigures]:
+def _run_figures(
+    members: list[RunData],
+    base: list[RunData] | None,
+    checks: dict[str, Equality],
+    sampled: dict[str, DistributionCheck],
+) -> list[RunFigures]:
     if not base:
         return []
     base_median = statistics.median(b.summary.output_tokens_per_second for b in base)
@@ -242,6 +281,7 @@ def _run_figures(members: list[RunData], base: list[RunData] | None, checks: dic
             speedup=m.summary.output_tokens_per_second / base_median,
             identical_share=checks[str(m.root)].share if str(m.root) in checks else None,
             baseline_folder=str(base[0].root),
+            distribution=sampled[str(m.root)].result if str(m.root) in sampled else None,
         )
         for m in members
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specbatch.analysis.distribution import DistributionTest
 from specbatch.config import spec_caption
 
 
@@ -74,6 +75,8 @@ class RunFigures:
     identical_share: float | None
     # The baseline's first repeat (the reference of identical_share).
     baseline_folder: str
+    # Under sampling: its samples tested against the baseline's (None for greedy runs and the baseline).
+    distribution: DistributionTest | None = None
 
 
 @dataclass(frozen=True)

@@ -182,15 +182,24 @@ def summary_metrics(comparison: Comparison) -> list[tuple[str, float, int]]:
 RUN_FIGURES_PREFIX = "against_none"
 
 
-def run_figures(comparison: Comparison) -> list[tuple[Path, dict[str, float], Path]]:
+def run_figures(comparison: Comparison) -> list[tuple[Path, dict[str, float], Path, dict[str, str]]]:
     """What goes onto each compared run: ``against_none/speedup`` (its tok/s over its baseline's median) and
-    ``against_none/identical_share`` (rows identical to the baseline's first repeat)."""
+    ``against_none/identical_share`` (rows identical to the baseline's first repeat); under sampling, as the greedy
+    equality is for greedy runs, the distribution check: ``against_none/distribution_p_value``,
+    ``against_none/detectable_tv`` and the tag ``against_none.distribution`` (its verdict)."""
     out = []
     for figure in comparison.run_figures:
         metrics = {f"{RUN_FIGURES_PREFIX}/speedup": figure.speedup}
+        tags: dict[str, str] = {}
         if figure.identical_share is not None:
             metrics[f"{RUN_FIGURES_PREFIX}/identical_share"] = figure.identical_share
-        out.append((Path(figure.run_folder), metrics, Path(figure.baseline_folder)))
+        test = figure.distribution
+        if test is not None:
+            tags[f"{RUN_FIGURES_PREFIX}.distribution"] = test.verdict
+            if test.p_value is not None and test.detectable_tv is not None:
+                metrics[f"{RUN_FIGURES_PREFIX}/distribution_p_value"] = test.p_value
+                metrics[f"{RUN_FIGURES_PREFIX}/detectable_tv"] = test.detectable_tv
+        out.append((Path(figure.run_folder), metrics, Path(figure.baseline_folder), tags))
     return out
 
 

@@ -31,6 +31,7 @@ class RunData:
     config: dict[str, Any]
     summary: Summary
     tokens: dict[RowKey, list[int]]
+    # First-turn requests: the rows' first turns, each sample its own request (sampling.n per row).
     prompts: int
     # What the run measured, byte for byte (its run.json and shard summaries): a copied run folder has the same, a
     # repeat never does (its repeat number and timings differ). Empty: unknown.
@@ -122,13 +123,14 @@ def load_run(root: Path) -> RunData:
     config = read_run(root)["config"]
     summary = finished_summary(root)
     tokens: dict[RowKey, list[int]] = {}
-    first_turn_rows: set[str] = set()
+    first_turn_rows: set[tuple[str, int]] = set()
     columns = ["row_id", "turn", "sample_index", "status", "completion_token_ids"]
     for folder in shard_folders(root):
         for part in folder.parts():
             for row in pq.read_table(part, columns=columns).to_pylist():
                 if row["turn"] == 1:
-                    first_turn_rows.add(row["row_id"])
+                    # Each sample is a request of its own: n samples of one row fill n places in the batch.
+                    first_turn_rows.add((row["row_id"], row["sample_index"]))
                 if row["status"] == STATUS_OK:
                     tokens[(row["row_id"], row["turn"], row["sample_index"])] = row["completion_token_ids"]
     return RunData(root, config, summary, tokens, prompts=len(first_turn_rows), measurement=_measurement(root))

@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from specbatch.analysis.compare import Comparison
+from specbatch.analysis.distribution import ALPHA, MAX_DETECTABLE_TV, POWER, PREFIX_LENGTHS
 from specbatch.common.atomic_files import atomic_write, atomic_write_json, atomic_write_text
 from specbatch.config import spec_caption
 
@@ -62,6 +63,7 @@ def format_comparison(comparison: Comparison) -> str:
             lines.append(f"  or its preset: {schedule.preset_command()}")
     lines += cross_engine_table(comparison)
     lines += predicted_table(comparison)
+    lines += distribution_table(comparison)
     for c in comparison.baseline_consistency:
         lines.append(
             f"baseline vs itself ({c.dtype}), batch size {c.batch_sizes[0]} vs {c.batch_sizes[1]}: "
@@ -69,6 +71,33 @@ def format_comparison(comparison: Comparison) -> str:
         )
     lines += [f"note: {n}" for n in comparison.notes]
     return "\n".join(lines)
+
+
+def distribution_table(comparison: Comparison) -> list[str]:
+    """Each sampled speculative run against its baseline: the two-sample test of analysis/distribution.py."""
+    if not comparison.distribution:
+        return []
+    lengths = list(comparison.distribution[0].result.p_values) or [str(m) for m in PREFIX_LENGTHS]
+    lines = [
+        "",
+        f"distribution under sampling, against spec=none ({comparison.distribution[0].result.test}; "
+        f"differs when p < {ALPHA}, too few samples to tell when the shift it detects with power {POWER} is above "
+        f"{MAX_DETECTABLE_TV} in total variation):",
+        "| batch | method | k | temperature | prompts | samples per prompt (run / none) | "
+        + " | ".join(f"p, first {m}" for m in lengths)
+        + " | p | detectable TV | verdict |",
+        "|---|---|---|---|---|---|" + "---|" * len(lengths) + "---|---|---|",
+    ]
+    for check in comparison.distribution:
+        test = check.result
+        ps = " | ".join(f"{test.p_values[m]:.2g}" if m in test.p_values else "-" for m in lengths)
+        p = "-" if test.p_value is None else f"{test.p_value:.2g}"
+        tv = "-" if test.detectable_tv is None else f"{test.detectable_tv:.3f}"
+        lines.append(
+            f"| {check.batch_size} | {check.method} | {check.k or '-'} | {check.temperature} | {test.prompts} | "
+            f"{test.samples:g} / {test.baseline_samples:g} | {ps} | {p} | {tv} | {test.verdict} |"
+        )
+    return lines
 
 
 def predicted_table(comparison: Comparison) -> list[str]:

@@ -21,6 +21,9 @@ What jobs/bench.py measures:
 (g) spec=auto (issue 28; ``--auto`` runs only this): the whole auto run against every fixed candidate on the same
     rows, at full batch and at engine.max_num_seqs=16 (start-ups apart). Goals: >= 0.95x the best fixed, >= 0.97x
     none where none is best. 32 jobs, about 30 minutes. See specbatch.bench.auto_bench.
+(h) Sampling (issue 29; ``--sampling`` runs only this): spec=none, ngram and suffix on the default data set with n=4
+    samples per prompt at temperature 0.7, and the distribution check of ngram, suffix (embedded model) and
+    draft_model (tiny pair) against spec=none in float32. See specbatch.bench.sampling_bench.
 """
 
 from specbatch.common.machine import this_machine

@@ -44,6 +44,7 @@ from specbatch.config.schema import (
     SamplingConfig,
     ShardConfig,
     TrackingConfig,
+    sample_seed,
 )
 from specbatch.config.serialise import public_config, to_plain_dict, to_yaml
 from specbatch.config.spec import SpecConfig
@@ -77,6 +78,7 @@ __all__ = [
     "register_configs",
     "run_folder_config",
     "run_folder_digest",
+    "sample_seed",
     "schema_keys",
     "spec_caption",
     "spec_label",

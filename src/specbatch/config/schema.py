@@ -12,7 +12,8 @@ computes the run folder's digest, the engine's fingerprint and the comparison's 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from omegaconf import MISSING
@@ -23,7 +24,6 @@ from specbatch.config.declarations import ABSENT_WHEN_NULL, OLD_RUNS_DEFAULT, Id
 from specbatch.config.dtype import Dtype, DtypeChoice, choose_dtype
 from specbatch.config.engine import EngineConfig
 from specbatch.config.errors import ConfigError, require
-from specbatch.config.methods import SpecMethod
 from specbatch.config.spec import SpecConfig
 
 _FOLDER, _ENGINE, _WORKLOAD = Identity.run_folder, Identity.engine, Identity.workload
@@ -198,7 +198,8 @@ class SamplingConfig:
     max_tokens: int = 256
     # Per-request seed; makes sampled (temperature > 0) runs repeatable.
     seed: int | None = 0
-    # Completions per prompt; one output row each.
+    # Completions per prompt; one output row each. Each is a request of its own (n=1) with its own seed
+    # (sample_seed) and its own speculative figures: vLLM reports those only for n=1, and a rerun reproduces each.
     n: int = 1
 
     def __post_init__(self) -> None:
@@ -210,6 +211,23 @@ class SamplingConfig:
         require(self.top_k >= 0, f"sampling.top_k={self.top_k} must be 0 (off) or 1 or more")
         require(self.max_tokens >= 1, f"sampling.max_tokens={self.max_tokens} must be 1 or more")
         require(self.n >= 1, f"sampling.n={self.n} must be 1 or more")
+
+    def for_sample(self, seed: int | None) -> SamplingConfig:
+        """One sample's request: this sampling with n=1 and that sample's seed (see :func:`sample_seed`)."""
+        return replace(self, n=1, seed=seed)
+
+
+def sample_seed(seed: int | None, setup: str, row_id: str, sample: int) -> int | None:
+    """The seed of one sample: a digest of ``sampling.seed``, the speculative set-up, the row and the sample index,
+    so a rerun reproduces every sample and a resumed shard regenerates the same ones. The set-up is in it because a
+    speculative run and its spec=none baseline are compared as two independent samples of one distribution
+    (specbatch.analysis.distribution): with one seed they would draw their first token from the same generator state
+    and share it. None (no seed) stays None: vLLM then draws from its own random state."""
+    if seed is None:
+        return None
+    digest = hashlib.sha256(f"{seed}\0{setup}\0{row_id}\0{sample}".encode()).digest()
+    # 31 bits: a seed every backend takes (the OpenAI API's is a signed integer).
+    return int.from_bytes(digest[:4], "big") >> 1
 
 
 @dataclass
@@ -319,18 +337,6 @@ class JobConfig:
             f"run_name is {len((self.run_name or '').encode())} bytes long: at most {MAX_RUN_NAME_BYTES} fit in a "
             "folder name (with the shard and repeat suffixes); choose a shorter run_name",
         )
-        self._check_spec_against_model()
-
-    def _check_spec_against_model(self) -> None:
-        # What a backend refuses of the method (a checkpoint it needs, vLLM's batch and GPU rules) is the backend's
-        # own check (specbatch.engine.validate_job), run before anything is written.
-        spec = self.spec
-        if spec.method is not SpecMethod.none and self.sampling.n > 1:
-            raise ConfigError(
-                f"sampling.n={self.sampling.n} with spec={spec.method.value}: vLLM reports the per-request spec "
-                "figures this job records only for n=1. Use sampling.n=1 (repeat the run with another "
-                "sampling.seed for more samples) or spec=none."
-            )
 
 
 GROUPS: dict[str, type] = {

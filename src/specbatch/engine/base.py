@@ -43,7 +43,8 @@ class RequestRefused(ValueError):
 
 @dataclass(frozen=True)
 class Request:
-    """One turn of one row, ready to generate: the exact prompt token ids and how to sample."""
+    """One turn of one row, ready to generate: the exact prompt token ids and how to sample. The job asks each of
+    ``sampling.n`` samples as a request of its own (``sample``, with n=1 and the sample's seed in ``sampling``)."""
 
     row_id: str
     turn: int
@@ -51,11 +52,13 @@ class Request:
     sampling: SamplingConfig
     # The conversation the token ids were rendered from (chat data sets): for engines that take a chat instead.
     messages: tuple[dict[str, str], ...] | None = None
+    # Which of the row's sampling.n samples this request is (0 with n=1).
+    sample: int = 0
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One completion of a request (``sampling.n`` of them per request)."""
+    """One completion of a request (``request.sampling.n`` of them: one for the job's requests)."""
 
     text: str
     token_ids: list[int]

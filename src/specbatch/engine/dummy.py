@@ -4,7 +4,13 @@ It behaves like a real engine where the job can tell: at most ``concurrency`` re
 wait, each running request gains tokens every step, requests finish in the order their lengths make them finish
 (not the order they came in), and with a speculative method each step is a speculative step whose figures obey
 vLLM's invariants (accepted ≤ drafted, AL = 1 + accepted / steps, histogram over 0..k accepted). Lengths, tokens and
-acceptance are functions of the prompt alone, so the same request always gives the same completion.
+acceptance are functions of the prompt alone (and, when sampling, of the request's seed), so the same request always
+gives the same completion.
+
+Sampling (temperature > 0) draws each token from a fixed distribution of the prompt and the position
+(``TOKEN_PROBABILITIES`` over ``len`` candidates, the first being the greedy token), with uniforms from the request's
+seed: every token, drafted or not, comes from that distribution, so with or without a speculative method the
+completions have one distribution, as a lossless engine's do. ``_token`` is where a test engine breaks that.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from specbatch.engine.vllm_family import VllmFamily
 # vLLM's own default for max_num_seqs on CPU; the dummy runs as many at once when engine.max_num_seqs is null.
 DEFAULT_CONCURRENCY = 256
 VOCABULARY = 1000
+# Under sampling: the chance of each candidate token at a position (the first is the greedy token).
+TOKEN_PROBABILITIES = (0.4, 0.3, 0.2, 0.1)
 
 
 def _digest(*parts: object) -> int:
@@ -37,6 +45,8 @@ class _Running:
     tokens: list[int] = field(default_factory=list)
     steps: int = 0
     histogram: list[int] = field(default_factory=list)
+    # What its sampled tokens are drawn from (DummyEngine._draws).
+    draws: object = 0
 
 
 class DummyEngine(VllmFamily):
@@ -80,6 +90,8 @@ class DummyEngine(VllmFamily):
             "accepted_tokens": 0,
         }
         self._per_position = [0] * (k or 0)
+        # Requests sampled without a seed so far (each draws anew).
+        self._unseeded = 0
 
     @classmethod
     def start(cls, job: JobConfig) -> Self:
@@ -94,19 +106,47 @@ class DummyEngine(VllmFamily):
         key = id(request)
         self._open[key] = {}
         for sample in range(request.sampling.n):
-            length = self._length(request, sample)
-            running = _Running(request, sample, length, histogram=[0] * ((self.k or 0) + 1))
+            draws = self._draws(request)
+            length = self._length(request, sample, draws)
+            running = _Running(request, sample, length, histogram=[0] * ((self.k or 0) + 1), draws=draws)
             self._open[key][sample] = running
             self._waiting.append(running)
         self._totals["prompt_tokens"] += len(request.prompt_token_ids) * request.sampling.n
 
-    def _length(self, request: Request, sample: int) -> int:
+    def _length(self, request: Request, sample: int, draws: object) -> int:
         if self.length is not None:
             wanted = self.length(request) if callable(self.length) else self.length
             return max(1, min(wanted, request.sampling.max_tokens))
         # Mixed lengths, like real completions: from 1 token to sampling.max_tokens.
-        sampled = request.sampling.seed if request.sampling.temperature else 0
-        return 1 + _digest(request.prompt_token_ids, sample, sampled) % request.sampling.max_tokens
+        return 1 + _digest(request.prompt_token_ids, sample, draws) % request.sampling.max_tokens
+
+    def _draws(self, request: Request) -> object:
+        """What a request's random draws come from: nothing when greedy, its seed when sampling (a request without a
+        seed gets a fresh one, as vLLM draws from its own random state)."""
+        if not request.sampling.temperature:
+            return 0
+        if request.sampling.seed is None:
+            self._unseeded += 1
+            return ("unseeded", self._unseeded)
+        return request.sampling.seed
+
+    def _greedy_token(self, run: _Running) -> int:
+        """The most likely next token of ``run`` (the only one when greedy)."""
+        return _digest(run.request.prompt_token_ids, run.sample, len(run.tokens)) % VOCABULARY
+
+    def _token(self, run: _Running, drafted: bool) -> int:
+        """The next token of ``run``: greedy, the first candidate; sampling, a candidate drawn with
+        TOKEN_PROBABILITIES whether it was drafted or not (lossless). ``drafted``: a draft token the step accepted."""
+        position = len(run.tokens)
+        greedy = self._greedy_token(run)
+        if not run.request.sampling.temperature:
+            return greedy
+        uniform = _digest(run.draws, run.sample, position) / 2**64
+        choice, total = 0, TOKEN_PROBABILITIES[0]
+        while uniform >= total and choice < len(TOKEN_PROBABILITIES) - 1:
+            choice += 1
+            total += TOKEN_PROBABILITIES[choice]
+        return greedy if choice == 0 else _digest(run.request.prompt_token_ids, position, choice) % VOCABULARY
 
     def step(self) -> list[Completion]:
         if self.die_after is not None and self.completed >= self.die_after:
@@ -139,8 +179,8 @@ class DummyEngine(VllmFamily):
             for position in range(accepted):
                 self._per_position[position] += 1
         run.steps += 1
-        for _ in range(accepted + 1):
-            run.tokens.append(_digest(run.request.prompt_token_ids, run.sample, len(run.tokens)) % VOCABULARY)
+        for index in range(accepted + 1):
+            run.tokens.append(self._token(run, drafted=index < accepted))
         self._totals["generation_tokens"] += accepted + 1
 
     def _sample(self, run: _Running) -> Sample:

@@ -152,7 +152,9 @@ class ServerEngine(VllmFamily):
     def warmup(self) -> None:
         """One short request, so the server's own first-call costs stay out of the timings."""
         began = time.perf_counter()
-        warm = Request("warmup", 1, PROBE_PROMPT * 2, self.job.sampling, ({"role": "user", "content": "Hello"},))
+        # One sample, as the job asks each of its samples.
+        sampling = self.job.sampling.for_sample(self.job.sampling.seed)
+        warm = Request("warmup", 1, PROBE_PROMPT * 2, sampling, ({"role": "user", "content": "Hello"},))
         self._call(self._ask_once(warm, max_tokens=8))
         self.warmup_seconds = time.perf_counter() - began
 

@@ -61,12 +61,18 @@ _EMPTY_OUTPUT = dict.fromkeys(
 
 
 def build_output_rows(
-    prompt: Prompt, samples: list[Sample], method: str, k: int | None, answer_order: int | None = None
+    prompt: Prompt,
+    samples: list[Sample],
+    method: str,
+    k: int | None,
+    answer_order: int | None = None,
+    first_sample: int = 0,
 ) -> list[dict[str, Any]]:
-    """Output rows from a prompt and the engine's samples for it: one per completion (sampling.n);
-    ``answer_order``: how many requests the engine had answered before this one in this launch."""
+    """Output rows from a prompt and the engine's samples for it: one per completion, numbered from
+    ``first_sample`` (the request's sample index); ``answer_order``: how many requests the engine had answered
+    before this one in this launch."""
     rows = []
-    for index, completion in enumerate(samples):
+    for index, completion in enumerate(samples, start=first_sample):
         figures = completion.spec if k is not None else None
         rows.append(
             {
@@ -104,12 +110,14 @@ def error_output_row(
     method: str,
     k: int | None,
     prompt: Prompt | None = None,
+    sample: int = 0,
 ) -> dict[str, Any]:
-    """A row that was not generated, with why; it keeps its place in the output so nothing goes missing."""
+    """A row (one sample of one turn) that was not generated, with why; it keeps its place in the output so
+    nothing goes missing."""
     return {
         "row_id": row_id,
         "turn": turn,
-        "sample_index": 0,
+        "sample_index": sample,
         "category": category,
         "status": STATUS_ERROR,
         "error": message,

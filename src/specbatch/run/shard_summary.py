@@ -17,7 +17,15 @@ from specbatch.run.folder import RunFolder
 from specbatch.run.summary import RowTotals, Summary, summarize
 
 # Row columns the summary needs (read back from every part).
-_SUMMARY_COLUMNS = ["category", "status", "completion_tokens", "spec_steps", "draft_tokens", "accepted_tokens"]
+_SUMMARY_COLUMNS = [
+    "sample_index",
+    "category",
+    "status",
+    "completion_tokens",
+    "spec_steps",
+    "draft_tokens",
+    "accepted_tokens",
+]
 
 
 def summarize_shard(

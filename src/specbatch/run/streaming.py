@@ -1,11 +1,12 @@
 """Generating a shard's chunks through one engine that is never left to drain.
 
-Rows come in chunk by chunk; each row's turn 1 becomes a request, and each later turn is asked as soon as the turn
-before it finished (with the model's own answer in the conversation). Requests are added while the engine holds
-fewer than ``2 × its concurrency``: enough queued ahead that a finished request's slot is taken at the next step,
-few enough that memory stays flat on huge shards. A chunk is handed to ``on_chunk`` (which writes its Parquet part)
-the moment its last row and turn finished, whatever the other chunks are doing: ``chunk_size`` sets how much a kill
-can lose, never the batch.
+Rows come in chunk by chunk; each row's turn 1 becomes a request per sample (``sampling.n`` of them, each with its own
+seed), and each sample's later turn is asked as soon as that sample's turn before it finished (with its own answer in
+the conversation): a chunk holds every (row, turn, sample) of its rows, so a resume redoes each exactly once.
+Requests are added while the engine holds fewer than ``2 × its concurrency``: enough queued ahead that a finished
+request's slot is taken at the next step, few enough that memory stays flat on huge shards. A chunk is handed to
+``on_chunk`` (which writes its Parquet part) the moment its last row, turn and sample finished, whatever the other
+chunks are doing: ``chunk_size`` sets how much a kill can lose, never the batch.
 
 Rows that cannot be asked (malformed, empty, too long, refused by the engine, or whose previous turn failed) become
 error rows and are never sent; the other rows of their chunk go on.
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specbatch.common.interrupts import StopRequested, signal_name
-from specbatch.config import JobConfig
+from specbatch.config import JobConfig, sample_seed
 from specbatch.data.prompts import Prompt, length_error, oversized_error, render
 from specbatch.data.rows import SourceRow
 from specbatch.engine import Completion, Engine, Request, RequestRefused
@@ -86,9 +87,11 @@ class ChunkStreamer:
     def __init__(self, engine: Engine, job: JobConfig, tokenizer: Any) -> None:
         self.engine, self.job, self.tokenizer = engine, job, tokenizer
         self.method, self.k = job.spec.method.value, job.spec.k
+        # What the samples' seeds are drawn for (sample_seed): the set-up this engine runs.
+        self.setup = job.spec.label
         self.limit = 2 * max(1, engine.concurrency or 1)
         self._ready: deque[Request] = deque()
-        self._asked: dict[tuple[str, int], _Asked] = {}
+        self._asked: dict[tuple[str, int, int], _Asked] = {}
         # Progress: requests answered and tokens generated so far, and when it was last logged.
         self._answered_requests, self._tokens, self._logged = 0, 0, 0.0
 
@@ -143,7 +146,7 @@ class ChunkStreamer:
                     chunk = _Chunk(*item)
                     open_chunks += 1
                     for position, row in enumerate(chunk.rows):
-                        self._ask(chunk, position, row, 1, [])
+                        self._ask(chunk, position, row, 1, [], range(self.job.sampling.n))
                     if not chunk.in_flight:
                         finish(chunk)
                 while self._ready and self.engine.unfinished < limit:
@@ -193,49 +196,63 @@ class ChunkStreamer:
             self._tokens / elapsed,
         )
 
-    def _ask(self, chunk: _Chunk, position: int, row: SourceRow, turn: int, answers: list[str]) -> None:
-        """Queue ``turn`` of ``row``, or record it (and its later turns) as errors when it cannot be asked."""
+    def _ask(
+        self, chunk: _Chunk, position: int, row: SourceRow, turn: int, answers: list[str], samples: Iterable[int]
+    ) -> None:
+        """Queue ``turn`` of ``row`` for each of ``samples`` (all n for turn 1; one sample's own conversation after
+        that), or record it (and its later turns) as errors when it cannot be asked."""
+        samples = list(samples)
         if row.error is not None:
-            self._fail(chunk, position, row, turn, row.error, None)
+            self._fail(chunk, position, row, turn, row.error, None, samples)
             return
         oversized = oversized_error(row, answers, self.tokenizer, self.job.model.max_model_len)
         if oversized:
-            self._fail(chunk, position, row, turn, oversized, None)
+            self._fail(chunk, position, row, turn, oversized, None, samples)
             return
         prompt = render(row, turn, answers, self.job.dataset, self.tokenizer)
         problem = self._prompt_problem(prompt)
         if problem:
-            self._fail(chunk, position, row, turn, problem, prompt)
+            self._fail(chunk, position, row, turn, problem, prompt, samples)
             return
-        request = Request(row.row_id, turn, prompt.token_ids, self.job.sampling, prompt.messages)
-        self._asked[(row.row_id, turn)] = _Asked(chunk, position, prompt, answers)
-        chunk.in_flight += 1
-        # A row's next turn goes first: its conversation is open and its chunk waits for it.
-        (self._ready.appendleft if turn > 1 else self._ready.append)(request)
+        sampling = self.job.sampling
+        for sample in samples:
+            # Each sample its own request (n=1): vLLM gives per-request speculative figures only for n=1, and the
+            # engine shares the prompt's prefill between them through its prefix cache, as it does for its own n.
+            seed = sample_seed(sampling.seed, self.setup, row.row_id, sample)
+            request = Request(
+                row.row_id, turn, prompt.token_ids, sampling.for_sample(seed), prompt.messages, sample=sample
+            )
+            self._asked[(row.row_id, turn, sample)] = _Asked(chunk, position, prompt, answers)
+            chunk.in_flight += 1
+            # A row's next turn goes first: its conversation is open and its chunk waits for it.
+            (self._ready.appendleft if turn > 1 else self._ready.append)(request)
 
     def _submit(self, request: Request, finish: Callable[[_Chunk], None]) -> None:
         try:
             self.engine.add(request)
         except RequestRefused as exc:
-            asked = self._asked.pop((request.row_id, request.turn))
+            asked = self._asked.pop((request.row_id, request.turn, request.sample))
             asked.chunk.in_flight -= 1
             row = asked.chunk.rows[asked.position]
-            self._fail(asked.chunk, asked.position, row, request.turn, f"refused by the engine: {exc}", asked.prompt)
+            why = f"refused by the engine: {exc}"
+            self._fail(asked.chunk, asked.position, row, request.turn, why, asked.prompt, [request.sample])
             if not asked.chunk.in_flight:
                 finish(asked.chunk)
 
     def _answered(self, completion: Completion, finish: Callable[[_Chunk], None]) -> None:
         request = completion.request
-        asked = self._asked.pop((request.row_id, request.turn))
+        asked = self._asked.pop((request.row_id, request.turn, request.sample))
         chunk, position = asked.chunk, asked.position
         chunk.in_flight -= 1
         if completion.error is not None:
-            self._fail(chunk, position, chunk.rows[position], request.turn, completion.error, asked.prompt)
+            row = chunk.rows[position]
+            self._fail(chunk, position, row, request.turn, completion.error, asked.prompt, [request.sample])
             if not chunk.in_flight:
                 finish(chunk)
             return
         order = self._answered_requests
-        for out in build_output_rows(asked.prompt, completion.samples, self.method, self.k, order):
+        outs = build_output_rows(asked.prompt, completion.samples, self.method, self.k, order, request.sample)
+        for out in outs:
             chunk.output_rows.append(((position, out["turn"], out["sample_index"]), out))
         counters = _request_counters(completion)
         chunk.counters = chunk.counters + counters
@@ -243,19 +260,30 @@ class ChunkStreamer:
         self._tokens += counters.generation_tokens
         row = chunk.rows[position]
         if request.turn < row.num_turns:
-            # Later turns continue the conversation with the first sample's answer.
-            self._ask(chunk, position, row, request.turn + 1, [*asked.answers, completion.samples[0].text])
+            # Each sample continues its own conversation, with its own answer.
+            answers = [*asked.answers, completion.samples[0].text]
+            self._ask(chunk, position, row, request.turn + 1, answers, [request.sample])
         if not chunk.in_flight:
             finish(chunk)
 
-    def _fail(self, chunk: _Chunk, position: int, row: SourceRow, turn: int, why: str, prompt: Prompt | None) -> None:
-        """``turn`` of the row is an error row saying why; every later turn says which turn failed and why (a
-        malformed row gives the same reason on every turn)."""
+    def _fail(
+        self,
+        chunk: _Chunk,
+        position: int,
+        row: SourceRow,
+        turn: int,
+        why: str,
+        prompt: Prompt | None,
+        samples: list[int],
+    ) -> None:
+        """``turn`` of the row is an error row saying why, for each of ``samples``; every later turn of those
+        samples says which turn failed and why (a malformed row gives the same reason on every turn)."""
         later = why if row.error is not None else f"turn {turn} failed: {why}"
         for t in range(turn, max(row.num_turns, turn) + 1):
             message, shown = (why, prompt) if t == turn else (later, None)
-            out = error_output_row(row.row_id, t, row.category, message, self.method, self.k, shown)
-            chunk.output_rows.append(((position, t, 0), out))
+            for sample in samples:
+                out = error_output_row(row.row_id, t, row.category, message, self.method, self.k, shown, sample)
+                chunk.output_rows.append(((position, t, sample), out))
 
     def _prompt_problem(self, prompt: Prompt) -> str | None:
         if not prompt.token_ids:

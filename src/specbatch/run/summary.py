@@ -28,6 +28,8 @@ class RowTotals:
 
     rows: int = 0
     error_rows: int = 0
+    # Prompts asked (row turns: the rows of sample 0); None when a part of a summary written before it was counted.
+    prompts: int | None = 0
     # category -> raw sums.
     categories: dict[str, dict[str, int]] = field(default_factory=dict)
     # The run has a category column (dataset.category_column): rows without a category count as UNKNOWN_CATEGORY.
@@ -38,6 +40,8 @@ class RowTotals:
         ok = record["status"] == STATUS_OK
         self.rows += 1
         self.error_rows += not ok
+        if self.prompts is not None:
+            self.prompts += record.get("sample_index", 0) == 0
         category = record.get("category")
         if category is None and not self.by_category:
             return
@@ -54,6 +58,7 @@ class RowTotals:
     def merge(self, other: RowTotals) -> None:
         self.rows += other.rows
         self.error_rows += other.error_rows
+        self.prompts = None if self.prompts is None or other.prompts is None else self.prompts + other.prompts
         self.by_category = self.by_category or other.by_category
         for category, theirs in other.categories.items():
             mine = self.categories.setdefault(category, dict.fromkeys(_CATEGORY_SUMS, 0))
@@ -107,6 +112,9 @@ class Summary:
     # chunked prefill, async scheduling, structured output, model runner, attention backend:
     # specbatch.engine.acceptance_settings). Null where the backend cannot tell and for runs written before.
     acceptance_settings: dict[str, Any] | None = None
+    # Prompts asked (row turns); ``rows`` counts their samples (sampling.n each). Null for runs written before it
+    # was counted.
+    prompts: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -142,6 +150,7 @@ class Summary:
         return RowTotals(
             rows=self.rows,
             error_rows=self.error_rows,
+            prompts=self.prompts,
             categories=categories,
             by_category=self.per_category is not None,
         )
@@ -198,6 +207,7 @@ def summarize(
         counters_scope=counters_scope,
         machine=machine,
         acceptance_settings=acceptance_settings,
+        prompts=totals.prompts,
     )
 
 
@@ -307,7 +317,8 @@ def format_table(summary: Summary) -> str:
     labels = {
         "method": "method",
         "num_speculative_tokens": "k (speculative tokens)",
-        "rows": "output rows",
+        "prompts": "prompts (row turns)",
+        "rows": "output rows (samples)",
         "error_rows": "error rows (not generated)",
         "prompt_tokens": "prompt tokens",
         "output_tokens": "output tokens",

@@ -84,21 +84,25 @@ def folder_run_ids(folders: list[Path]) -> dict[Path, FolderRuns]:
     return found
 
 
-def log_run_figures(figures: list[tuple[Path, dict[str, float], Path]], comparison: str) -> list[tuple[str, str]]:
+def log_run_figures(
+    figures: list[tuple[Path, dict[str, float], Path, dict[str, str]]], comparison: str
+) -> list[tuple[str, str]]:
     """Log compare's per-run figures onto each compared run's own MLflow run(s): ``(run folder, metrics, baseline
-    folder)``; the baseline's run id and folder, and ``comparison`` (where the comparison was written) become tags.
+    folder, tags)``; the baseline's run id and folder, and ``comparison`` (where the comparison was written) become
+    tags too.
     The same metric names on every run are what lets MLflow's chart view draw one bar per run. Returns the (tracking
     URI, experiment id) pairs the runs are in; raises TrackingUnreachable."""
     from mlflow.entities import Metric, RunTag
 
-    runs = folder_run_ids(sorted({p for f, _, b in figures for p in (f, b)}))
+    runs = folder_run_ids(sorted({p for f, _, b, _ in figures for p in (f, b)}))
     now = int(time.time() * 1000)
     places: dict[tuple[str, str], None] = {}
-    for folder, metrics, baseline in figures:
+    for folder, metrics, baseline, own_tags in figures:
         if folder not in runs:
             continue
         found = runs[folder]
         tags = [RunTag("baseline_run_folder", str(baseline)), RunTag(COMPARISON_TAG, comparison)]
+        tags += [RunTag(key, value) for key, value in sorted(own_tags.items())]
         if baseline in runs:
             tags.append(RunTag("baseline_run_id", runs[baseline].run_ids[0]))
         batch = [Metric(name, float(value), now, 0) for name, value in sorted(metrics.items())]
