@@ -8,7 +8,7 @@
     .venv/bin/python jobs/bench.py --predict [--rows 64] [--two-turn-rows 32] [--predict-max-tokens 128] [--stamp S]
     .venv/bin/python jobs/bench.py --auto [--workloads humaneval_edit,humaneval] [--setups none,ngram-k3] [--repeats 3]
         [--auto-batches full,16]
-    .venv/bin/python jobs/bench.py --sampling [--max-samples 16] [--check-prompts 12] [--check-samples 128]
+    .venv/bin/python jobs/bench.py --sampling [--max-samples 16] [--check-prompts 8] [--check-samples 128]
 
 (a)-(h), what each measures and its goals: the docstring of src/specbatch/bench/__init__.py.
 One run per measurement on a shared, noisy 2-core machine: quote the ratios of one invocation together.
@@ -59,7 +59,7 @@ def main() -> int:
     parser.add_argument("--auto-batches", default="full,16", help="(g): engine.max_num_seqs, full: default")
     parser.add_argument("--startup", type=Path, nargs="+", metavar="CHECKOUT", help="run only (e), these checkouts")
     parser.add_argument("--sampling", action="store_true", help="run only (h), n=4 sampling and the check")
-    parser.add_argument("--check-prompts", type=int, default=12, help="(h): prompts of the distribution check")
+    parser.add_argument("--check-prompts", type=int, default=8, help="(h): prompts of the distribution check")
     parser.add_argument("--check-samples", type=int, default=128, help="(h): samples per prompt of the check")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Self
 
-from specbatch.config import ConfigError, JobConfig
+from specbatch.config import JobConfig
 from specbatch.config.methods import SpecMethod
 from specbatch.engine.base import require_checkpoint
 from specbatch.engine.server import ServerEngine
@@ -67,12 +67,9 @@ class LlamaCppEngine(ServerEngine):
         # rules about batches and GPUs do not apply to llama-server.
         if job.spec.method is not SpecMethod.draft_model:
             require_checkpoint(job)
+        # sampling.n > 1 needs nothing of llama-server: the job asks each sample as a request of its own (n=1) with
+        # its own seed, which llama-server's sampler takes per request.
         spec_flags(job)
-        if job.sampling.n != 1:
-            raise ConfigError(
-                f"sampling.n={job.sampling.n}: llama-server returns one completion per request; use sampling.n=1 "
-                "on engine.backend=llama_cpp"
-            )
 
     @classmethod
     def check(cls, job: JobConfig) -> None:
