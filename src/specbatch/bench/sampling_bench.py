@@ -46,8 +46,8 @@ SENTENCES = (
 )
 # Before each sentence: the prompts are then 130-134 tokens with the chat template, more than vLLM's CPU KV block of
 # 128, so a prompt's first block is computed once and its samples share it (prefix caching: 96 % of prompt tokens
-# hit). Each sample then costs its last few prompt tokens and its own: the check's 3 x 1,024 samples take about
-# 3 minutes on 2 cores, where the 47-token prompts before it prefilled every sample whole (1,152 in 3.6 minutes).
+# hit). Each sample then costs its last few prompt tokens and its own: 1,024 samples of 8 tokens took 72 s with
+# spec=none on 2 cores, where the 47-token prompts before prefilled every sample whole (1,152 in 3.6 minutes).
 PREAMBLE = (
     "Here is a short exercise in careful copying. You will be shown one sentence below, taken from a simple story "
     "written for young readers. Read it carefully, then write it out again exactly as it is given, with the same "
@@ -115,7 +115,14 @@ def sampling_report(
         ]
         folders = _runs(common, setups, root, f"checked-{stamp}")
         checked = run_compare(Sources(folders), out_dir=root / f"sampling-{model}-{stamp}").comparison
-        lines += [f"## the distribution check, model={model}", *distribution_table(checked), ""]
+        lines += [f"## the distribution check, model={model} {' '.join(extra)}".rstrip(), *distribution_table(checked)]
+        # The table names a run by its method; two draft_model set-ups differ in their overrides.
+        named = {str(folder): " ".join(setup) for folder, setup in zip(folders[1:], setups, strict=True)}
+        lines += [
+            "",
+            *(f"- {named.get(c.run_folder, c.method)}: {c.result.verdict}" for c in checked.distribution),
+            "",
+        ]
     path = root / f"sampling-{stamp}.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
     return "\n".join(lines), path
