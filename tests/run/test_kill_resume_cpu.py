@@ -27,7 +27,7 @@ def test_killed_shard_resumes_to_exactly_once(tmp_path: Path) -> None:
         "engine.max_num_seqs=2",
         "sampling=sampled",
         f"sampling.n={SAMPLES}",
-        "sampling.max_tokens=48",
+        "sampling.max_tokens=32",
         "tracking=off",
     ]
     layout = RunFolder.for_job(compose_job(args))
