@@ -11,6 +11,8 @@ from transformers import AutoTokenizer
 
 from conftest import compose_job
 from specbatch.bench.sampling_bench import CHECKED, SENTENCES, write_copy_prompts
+from specbatch.data.prompts import render
+from specbatch.data.rows import SourceRow
 from specbatch.run.folder import RunFolder
 
 # vLLM's CPU KV block (vllm/platforms/cpu.py: 128 unless set): a prompt's full blocks are what prefix caching shares.
@@ -32,15 +34,12 @@ def test_each_checked_set_up_has_its_own_folder_and_the_self_draft_is_the_model(
 
 def test_the_prompts_fill_more_than_one_kv_block_with_the_chat_template(tmp_path: Path) -> None:
     path = tmp_path / "prompts.jsonl"
-    write_copy_prompts(path)
+    job = compose_job(["model=smollm2_135m", *write_copy_prompts(path)])
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["text"].rsplit(": ", 1)[1] for r in rows] == list(SENTENCES)
-    job = compose_job(["model=smollm2_135m"])
     tokenizer = AutoTokenizer.from_pretrained(job.model.path)
     for row in rows:
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": row["text"]}], tokenize=False, add_generation_prompt=True
-        )
-        length = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+        # The prompt as the job renders it from this data set's config.
+        prompt = render(SourceRow(row["id"], text=row["text"]), 1, [], job.dataset, tokenizer)
         # Shared: the first block; each sample computes the rest of its prompt (a few tokens) and its own.
-        assert CPU_KV_BLOCK < length <= CPU_KV_BLOCK + 8, (row["id"], length)
+        assert CPU_KV_BLOCK < len(prompt.token_ids) <= CPU_KV_BLOCK + 8, (row["id"], len(prompt.token_ids))
