@@ -81,6 +81,9 @@ def test_sigkill_of_the_job_leaves_no_engine_process_or_shm(tmp_path: Path) -> N
     # Engine core and worker in processes of their own (vLLM's default, and on a GPU ours): the case that can leave
     # them behind. Without a GPU the job runs them in its own process, which a kill -9 ends with it.
     args += ["model.dtype=float32", "engine.multiprocessing=true"]
+    # No warm-up request: it only keeps one-off costs out of the timings, which nothing here reads; the engine's
+    # processes and ring buffers are there from its start, before any request.
+    args += ["engine.warmup=false"]
     layout = RunFolder.for_job(compose_job(args))
     shm_before = _shm_entries()
     ipc_before = _ipc_dirs()
