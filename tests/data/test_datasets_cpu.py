@@ -22,6 +22,9 @@ from specbatch.pipeline import run_job
 pytestmark = pytest.mark.slow
 
 COMMON = ["model.dtype=float32", "sampling.max_tokens=24", "dataset=local"]
+# For the jobs whose test does not read MLflow: each job's fresh tmp_path would otherwise create and migrate a
+# SQLite store of its own and log a run to it (seconds a job, for nothing asserted).
+NO_MLFLOW = "tracking=off"
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +52,7 @@ def test_each_format_generates_every_row(engine: Engine, tmp_path: Path, suffix:
         "dataset.template='{question}'",
         "dataset.id_column=id",
         "dataset.category_column=topic",
+        NO_MLFLOW,
     )
     assert [(r["row_id"], r["category"], r["status"], r["turn"]) for r in rows] == [
         ("a", "math", "ok", 1),
@@ -65,7 +69,8 @@ def test_messages_rows_keep_their_system_prompt(engine: Engine, tmp_path: Path) 
         {"messages": [{"role": "system", "content": "You answer in French."}, {"role": "user", "content": "Hello!"}]},
         {"messages": [{"role": "user", "content": "Say yes."}]},
     ]
-    summary, rows = run(engine, tmp_path, write(tmp_path / "chats.jsonl", chats), "dataset.prompt_format=messages")
+    path = write(tmp_path / "chats.jsonl", chats)
+    summary, rows = run(engine, tmp_path, path, "dataset.prompt_format=messages", NO_MLFLOW)
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert rows[0]["prompt"].startswith("<|im_start|>system\nYou answer in French.<|im_end|>")
     # No system message in the row: the chat template's default one is used.
@@ -126,7 +131,13 @@ def test_bad_rows_are_recorded_and_never_sent(engine: Engine, tmp_path: Path) ->
     path.write_text("\n".join(lines) + "\n")
     before = engine.counters()
     summary, rows = run(
-        engine, tmp_path, str(path), "dataset.template='{q}'", "dataset.id_column=id", "dataset.category_column=cat"
+        engine,
+        tmp_path,
+        str(path),
+        "dataset.template='{q}'",
+        "dataset.id_column=id",
+        "dataset.category_column=cat",
+        NO_MLFLOW,
     )
     sent = engine.counters() - before
     status = {r["row_id"]: (r["status"], r["error"]) for r in rows}
@@ -155,7 +166,8 @@ def test_a_line_that_is_not_utf8_is_an_error_row_and_the_rest_are_generated(tmp_
         f"dataset.path={path}",
         "dataset.template='{question}'",
     ]
-    args += ["dataset.id_column=id", "spec=none", "sampling.max_tokens=16", "tracking=off"]
+    # No warm-up: nothing here is timed, and the order asserted is the data's check before the engine starts.
+    args += ["dataset.id_column=id", "spec=none", "sampling.max_tokens=16", "tracking=off", "engine.warmup=false"]
     result = run_generate(args, timeout=600)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]

@@ -32,6 +32,8 @@ COMMON = [
     "sampling.max_tokens=96",
     "engine.max_num_seqs=1",
     "tracking=off",
+    # Nothing here compares timings (compare's speedup only has to exist): no warm-up request per engine.
+    "engine.warmup=false",
 ]
 
 

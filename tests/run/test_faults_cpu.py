@@ -28,7 +28,7 @@ INJECT = PROJECT_ROOT / "tests" / "inject_enospc.py"
 KILL_WAIT = 30.0
 
 
-def args_for(tmp_path: Path, experiment: str, rows: int, chunk: int) -> list[str]:
+def args_for(tmp_path: Path, experiment: str, rows: int, chunk: int, *extra: str) -> list[str]:
     return [
         "spec=ngram",
         f"max_samples={rows}",
@@ -37,7 +37,14 @@ def args_for(tmp_path: Path, experiment: str, rows: int, chunk: int) -> list[str
         "model.dtype=float32",
         f"output_root={tmp_path}",
         f"tracking.experiment={experiment}",
+        *extra,
     ]
+
+
+# No warm-up request (~2 s of a job) where nothing waits on the first steps' speed: no timing figure is read. The
+# group-signal tests keep it: warm-up compiles n-gram's matcher (numba), which a first step would otherwise do while
+# the chunks in flight must finish within the stop's grace.
+NO_WARMUP = "engine.warmup=false"
 
 
 def mlflow_statuses(tmp_path: Path, experiment: str) -> list[str]:
@@ -51,7 +58,7 @@ def all_row_ids(layout: RunFolder) -> list[str]:
 
 
 def test_a_full_disk_while_writing_a_chunk(tmp_path: Path) -> None:
-    args = args_for(tmp_path, "disk-full", rows=4, chunk=2)
+    args = args_for(tmp_path, "disk-full", 4, 2, NO_WARMUP)
     layout = RunFolder.for_job(compose_job(args))
     failed = subprocess.run(
         [sys.executable, str(INJECT), *args],
@@ -129,7 +136,7 @@ def test_ctrl_c_past_the_grace_period_abandons_the_chunks_in_flight(tmp_path: Pa
 def test_sigterm_to_every_process_of_a_multiprocess_engine_stops_within_slurms_kill_wait(tmp_path: Path) -> None:
     # What Slurm does at a time limit: SIGTERM to the job and to vLLM's engine processes alike (they shut down on
     # it at once). The job stops in one line, keeps only whole chunks, and nothing it started outlives it.
-    args = [*args_for(tmp_path, "slurm-stop", rows=6, chunk=2), "engine.max_num_seqs=2", "engine.multiprocessing=true"]
+    args = [*args_for(tmp_path, "slurm-stop", 6, 2, NO_WARMUP), "engine.max_num_seqs=2", "engine.multiprocessing=true"]
     layout = RunFolder.for_job(compose_job(args))
     job = LiveJob.generate(args)
     job.wait_for("engine fed: 4 requests from 2 chunks", timeout=600)

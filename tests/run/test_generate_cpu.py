@@ -33,6 +33,7 @@ pytestmark = pytest.mark.slow
 N_PROMPTS = 4
 MAX_TOKENS = 64
 EXPERIMENT = "e2e"
+SPECS = ("none", "ngram", "suffix")
 
 
 @pytest.fixture(scope="module")
@@ -61,31 +62,44 @@ def overrides(root: Path, spec: str) -> list[str]:
         f"max_samples={N_PROMPTS}",
         f"sampling.max_tokens={MAX_TOKENS}",
         f"tracking.experiment={EXPERIMENT}",
+        # No timing here is compared with another (only > 0 and sums): the warm-up request would cost each engine
+        # ~2 s for nothing.
+        "engine.warmup=false",
     ]
 
 
 @pytest.fixture(scope="module")
-def runs(root: Path) -> dict[str, dict]:
-    """Both runs once per module, through the real entry script (one engine each)."""
+def multirun(root: Path) -> dict:
+    """The three runs once per module, through the real entry script as one multirun (an engine each, one after
+    another in one process: two process starts and vLLM imports fewer than a job each)."""
     out: dict[str, dict] = {}
     sockets_before = _sockets_in_tmp()
-    for spec in ("none", "ngram", "suffix"):
-        result = run_generate(overrides(root, spec))
-        assert result.returncode == 0, result.stderr[-4000:]
-        # A normal stop leaves nothing of the engine behind and says nothing about it (the engine runs in the
-        # job's process here): no "resource_tracker: ... leaked shared_memory" warning, no IPC socket in /tmp.
-        assert "resource_tracker" not in result.stderr and "leaked" not in result.stderr, result.stderr[-2000:]
-        assert not _sockets_in_tmp() - sockets_before, sorted(_sockets_in_tmp() - sockets_before)
+    sweep = root / "sweep"
+    result = run_generate(["-m", *overrides(root, ",".join(SPECS)), f"hydra.sweep.dir={sweep}"])
+    assert result.returncode == 0, result.stderr[-4000:]
+    # A normal stop leaves nothing of the engines behind and says nothing about it (each engine runs in the job's
+    # process here): no "resource_tracker: ... leaked shared_memory" warning, no IPC socket in /tmp.
+    assert "resource_tracker" not in result.stderr and "leaked" not in result.stderr, result.stderr[-2000:]
+    assert not _sockets_in_tmp() - sockets_before, sorted(_sockets_in_tmp() - sockets_before)
+    jobs = sweep_jobs(sweep)
+    assert [failed for _, failed in jobs] == [None] * len(SPECS)
+    for spec, (folder, _) in zip(SPECS, jobs, strict=True):
+        # Each sweep job wrote where the same settings as a single job write (test_rerun_... relies on it).
         layout = RunFolder.for_job(compose_job(overrides(root, spec)))
+        assert layout.root.resolve() == Path(folder).resolve(), spec
         part = layout.part_path(0)
         out[spec] = {
-            "log": result.stdout + result.stderr,
             "layout": layout,
             "part": part,
             "rows": {r["row_id"]: r for r in pq.read_table(part).to_pylist()},
             "summary": json.loads(layout.stats_path.read_text()),
         }
-    return out
+    return {"runs": out, "log": result.stdout + result.stderr}
+
+
+@pytest.fixture(scope="module")
+def runs(multirun: dict) -> dict[str, dict]:
+    return multirun["runs"]
 
 
 def test_parquet_schema_rows_and_metadata(runs: dict[str, dict]) -> None:
@@ -159,16 +173,22 @@ def test_speculative_runs_write_their_acceptance_profile(runs: dict[str, dict]) 
         assert listed == [f"speculation_profile/{layout.profile_path.name}"]
 
 
-def test_summary_table_is_printed(runs: dict[str, dict]) -> None:
-    log = runs["ngram"]["log"]
-    assert "mean acceptance length" in log and "output tok/s" in log and "engine start-up seconds" in log
+def test_summary_table_is_printed(multirun: dict) -> None:
+    # The multirun's output holds the three jobs' tables: n-gram's is the one whose method line says ngram.
+    tables = re.findall(r"^-{20,}\n(.*?)\n-{20,}$", multirun["log"], re.MULTILINE | re.DOTALL)
+    [table] = [t for t in tables if re.search(r"^method +ngram$", t, re.MULTILINE)]
+    assert "mean acceptance length" in table and "output tok/s" in table and "engine start-up seconds" in table
 
 
 def test_mlflow_run_has_params_metrics_tags_artifacts(runs: dict[str, dict], root: Path) -> None:
     client = MlflowClient(tracking_uri=f"sqlite:///{root}/mlflow.db")
     experiment = client.get_experiment_by_name(EXPERIMENT)
-    found = {r.data.tags["method"]: r for r in client.search_runs([experiment.experiment_id])}
-    assert set(found) == {"none", "ngram", "suffix"}
+    logged = client.search_runs([experiment.experiment_id])
+    # The multirun's parent run beside its three jobs' runs.
+    [parent] = [r for r in logged if r.data.tags.get("specbatch.kind") == "sweep"]
+    found = {r.data.tags["method"]: r for r in logged if r is not parent}
+    assert len(logged) == 4 and set(found) == set(SPECS)
+    assert all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id for r in found.values())
     run = found["ngram"]
     summary = runs["ngram"]["summary"]
     assert run.info.status == "FINISHED"

@@ -86,7 +86,8 @@ def test_a_kill_then_an_edited_data_file_is_refused_and_the_killed_run_ends_kill
 def test_two_launches_with_different_shard_counts_at_the_same_moment(tmp_path: Path) -> None:
     data = tmp_path / "q.jsonl"
     write_rows(data, [f"q{i}" for i in range(6)], "question")
-    common = local_args(tmp_path, data, "tracking=off", "shard.index=0")
+    # No warm-up request: no timing is read, and it is ~2 s of the winner's engine start.
+    common = local_args(tmp_path, data, "tracking=off", "engine.warmup=false", "shard.index=0")
     jobs = {count: LiveJob.generate([*common, f"shard.count={count}"]) for count in (2, 3)}
     codes = {count: job.wait(timeout=900) for count, job in jobs.items()}
     assert sorted(codes.values()) == [0, 2], {c: j.output[-2000:] for c, j in jobs.items()}
@@ -107,6 +108,8 @@ def test_a_launch_racing_the_end_of_another_reports_it_and_overwrites_nothing(tm
     write_rows(data, [f"q{i}" for i in range(6)], "tell me about the number")
     args = local_args(tmp_path, data, "chunk_size=2", "tracking.experiment=ending")
     layout = RunFolder.for_job(compose_job(args))
+    # The first launch keeps its warm-up request (after "engine ready"): part of the time the second one has to
+    # reach its first look before the first finishes.
     first = LiveJob.generate(args)
     second = None
     try:

@@ -25,6 +25,8 @@ def test_a_run_on_a_tracking_server_shows_everything(mlflow_server, tmp_path: Pa
         "max_samples=3",
         "sampling.max_tokens=32",
         "model.dtype=float32",
+        # No warm-up request: no timing figure is checked, and it is ~2 s of the job.
+        "engine.warmup=false",
         f"output_root={tmp_path}",
     ]
     # tracking=server takes the URI from MLFLOW_TRACKING_URI, as on a cluster where it is set once for everyone.
@@ -58,6 +60,7 @@ def test_server_killed_mid_run_then_logged_later(tmp_path: Path) -> None:
         "model.dtype=float32",
         "chunk_size=1",
         "sampling.max_tokens=48",
+        "engine.warmup=false",
         f"output_root={tmp_path}",
         "tracking.http_retries=0",
         "tracking.http_timeout_seconds=5",
