@@ -3,8 +3,11 @@ with the exit code a shell would show, and the previous handlers back afterwards
 
 from __future__ import annotations
 
+import io
+import logging
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -59,3 +62,53 @@ def test_a_second_signal_stops_at_once_and_a_finished_stream_cancels_the_timer()
         wait_until(stop)
     time.sleep(0.5)  # past the grace: the timer went with the context, nothing is raised here
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+class _SlowStream(io.StringIO):
+    """A stream whose every write takes a while (a slow terminal, a full pipe): a timer fires inside it."""
+
+    def write(self, text: str) -> int:
+        time.sleep(0.5)
+        return super().write(text)
+
+
+def test_a_stop_at_once_that_comes_inside_a_log_call_is_not_lost_in_it(capsys: pytest.CaptureFixture[str]) -> None:
+    # Seen on a slow CPU: Ctrl-C with stop_grace_seconds=0 fired its timer while the job wrote a log line; logging
+    # caught the stop, printed it as a "Logging error" traceback, and the job went on to finish its chunks.
+    log = logging.getLogger("specbatch.test_interrupts.slow")
+    handler = logging.StreamHandler(_SlowStream())
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        with pytest.raises(StopRequested, match=r"not finished within stop_grace_seconds=0.1\)"):
+            with stop_signals_deferred(0.1) as stop:
+                os.kill(os.getpid(), signal.SIGINT)
+                wait_until(lambda: stop.signum is not None)
+                log.warning("a line being written when the grace runs out")
+                # Put off while inside logging, the stop comes right after the call.
+                time.sleep(5)
+            pytest.fail("the stop was lost")
+    finally:
+        log.removeHandler(handler)
+    assert "Logging error" not in capsys.readouterr().err
+    assert handler.stream.getvalue() == "a line being written when the grace runs out\n"
+
+
+def test_a_signal_before_streaming_that_comes_inside_a_log_call_still_stops_the_job(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    log = logging.getLogger("specbatch.test_interrupts.slow_before")
+    handler = logging.StreamHandler(_SlowStream())
+    log.addHandler(handler)
+    log.propagate = False
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    try:
+        with pytest.raises(StopRequested, match="stopped by SIGTERM while loading") as stopped:
+            with stop_signals_raise("while loading"):
+                log.warning("a line being written when SIGTERM comes")
+                time.sleep(5)
+            pytest.fail("the stop was lost")
+    finally:
+        log.removeHandler(handler)
+    assert stopped.value.exit_code == EXIT_STOPPED
+    assert "Logging error" not in capsys.readouterr().err

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import FrameType
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,8 @@ class StopSignal:
     # What to say about it, said by the first caller after it came: logging inside the signal handler itself can
     # land in the middle of another log call ("reentrant call" in the stream's flush).
     message: str = ""
+    # Why the chunks in flight are being abandoned, once a stop at once was put off (it came inside a log call).
+    abandoning: str = ""
 
     def __call__(self) -> bool:
         if self.message:
@@ -65,6 +68,21 @@ class StopSignal:
     @property
     def name(self) -> str:
         return signal_name(self.signum) if self.signum is not None else ""
+
+
+# How soon a stop at once that came inside a log call is raised again.
+RETRY_SECONDS = 0.05
+_LOGGING_DIR = os.path.dirname(logging.__file__) + os.sep
+
+
+def _inside_logging(frame: FrameType | None) -> bool:
+    """Whether the main thread was inside the logging package (a handler's emit or flush) when the signal came:
+    logging catches any Exception its handlers raise and prints it instead."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_LOGGING_DIR):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _in_main_thread() -> bool:
@@ -90,11 +108,25 @@ def stop_signals_raise(what: str = "before any chunk was generated") -> Iterator
         yield
         return
 
-    def handler(signum: int, frame: object) -> None:
+    put_off: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if _inside_logging(frame):
+            # Raised in the middle of a log call, logging would catch the stop and print it, and the job go on.
+            put_off[:] = [signum]
+            signal.setitimer(signal.ITIMER_REAL, RETRY_SECONDS)
+            return
         raise StopRequested(f"stopped by {signal_name(signum)} {what}", signum)
 
-    with _handlers(handler, STOP_SIGNALS):
-        yield
+    def on_timer(signum: int, frame: FrameType | None) -> None:
+        if put_off:
+            handler(put_off[0], frame)
+
+    with _handlers(handler, STOP_SIGNALS), _handlers(on_timer, (signal.SIGALRM,)):
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 @contextlib.contextmanager
@@ -107,16 +139,23 @@ def stop_signals_deferred(grace_seconds: float) -> Iterator[StopSignal]:
         yield stop
         return
 
-    def abandon(why: str) -> None:
+    def abandon(why: str, frame: FrameType | None) -> None:
         assert stop.signum is not None
+        if _inside_logging(frame):
+            # Raised in the middle of a log call, the stop would be caught by logging's own error handler (printed
+            # as a "Logging error" traceback) and lost, and the job would go on: raised a moment later instead.
+            stop.abandoning = why
+            signal.setitimer(signal.ITIMER_REAL, RETRY_SECONDS)
+            return
         raise StopRequested(
             f"stopped by {stop.name} ({why}): the chunks in flight were abandoned, nothing of theirs was written",
             stop.signum,
         )
 
-    def on_stop(signum: int, frame: object) -> None:
+    def on_stop(signum: int, frame: FrameType | None) -> None:
         if stop.signum is not None:
-            abandon(f"sent twice, after {time.monotonic() - stop.at:.0f} s")
+            abandon(f"sent twice, after {time.monotonic() - stop.at:.0f} s", frame)
+            return
         stop.signum, stop.at = signum, time.monotonic()
         stop.message = (
             f"{stop.name} received: finishing the chunks in flight for at most {grace_seconds:g} s "
@@ -124,8 +163,8 @@ def stop_signals_deferred(grace_seconds: float) -> Iterator[StopSignal]:
         )
         signal.setitimer(signal.ITIMER_REAL, max(grace_seconds, 0.001))
 
-    def on_timer(signum: int, frame: object) -> None:
-        abandon(f"not finished within stop_grace_seconds={grace_seconds:g}")
+    def on_timer(signum: int, frame: FrameType | None) -> None:
+        abandon(stop.abandoning or f"not finished within stop_grace_seconds={grace_seconds:g}", frame)
 
     with _handlers(on_stop, STOP_SIGNALS), _handlers(on_timer, (signal.SIGALRM,)):
         try:
