@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -72,43 +73,46 @@ class _SlowStream(io.StringIO):
         return super().write(text)
 
 
-def test_a_stop_at_once_that_comes_inside_a_log_call_is_not_lost_in_it(capsys: pytest.CaptureFixture[str]) -> None:
-    # Seen on a slow CPU: Ctrl-C with stop_grace_seconds=0 fired its timer while the job wrote a log line; logging
-    # caught the stop, printed it as a "Logging error" traceback, and the job went on to finish its chunks.
+@pytest.fixture
+def slow_log() -> Iterator[logging.Logger]:
+    """A logger of its own whose only handler writes to a _SlowStream."""
     log = logging.getLogger("specbatch.test_interrupts.slow")
     handler = logging.StreamHandler(_SlowStream())
     log.addHandler(handler)
     log.propagate = False
     try:
-        with pytest.raises(StopRequested, match=r"not finished within stop_grace_seconds=0.1\)"):
-            with stop_signals_deferred(0.1) as stop:
-                os.kill(os.getpid(), signal.SIGINT)
-                wait_until(lambda: stop.signum is not None)
-                log.warning("a line being written when the grace runs out")
-                # Put off while inside logging, the stop comes right after the call.
-                time.sleep(5)
-            pytest.fail("the stop was lost")
+        yield log
     finally:
         log.removeHandler(handler)
+        log.propagate = True
+
+
+def test_a_stop_at_once_that_comes_inside_a_log_call_is_not_lost_in_it(
+    slow_log: logging.Logger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Seen on a slow CPU: Ctrl-C with stop_grace_seconds=0 fired its timer while the job wrote a log line; logging
+    # caught the stop, printed it as a "Logging error" traceback, and the job went on to finish its chunks.
+    with pytest.raises(StopRequested, match=r"not finished within stop_grace_seconds=0.1\)"):
+        with stop_signals_deferred(0.1) as stop:
+            os.kill(os.getpid(), signal.SIGINT)
+            wait_until(lambda: stop.signum is not None)
+            slow_log.warning("a line being written when the grace runs out")
+            # Put off while inside logging, the stop comes right after the call.
+            time.sleep(5)
+        pytest.fail("the stop was lost")
     assert "Logging error" not in capsys.readouterr().err
-    assert handler.stream.getvalue() == "a line being written when the grace runs out\n"
+    [stream] = [h.stream for h in slow_log.handlers if isinstance(getattr(h, "stream", None), _SlowStream)]
+    assert stream.getvalue() == "a line being written when the grace runs out\n"
 
 
 def test_a_signal_before_streaming_that_comes_inside_a_log_call_still_stops_the_job(
-    capsys: pytest.CaptureFixture[str],
+    slow_log: logging.Logger, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    log = logging.getLogger("specbatch.test_interrupts.slow_before")
-    handler = logging.StreamHandler(_SlowStream())
-    log.addHandler(handler)
-    log.propagate = False
     threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
-    try:
-        with pytest.raises(StopRequested, match="stopped by SIGTERM while loading") as stopped:
-            with stop_signals_raise("while loading"):
-                log.warning("a line being written when SIGTERM comes")
-                time.sleep(5)
-            pytest.fail("the stop was lost")
-    finally:
-        log.removeHandler(handler)
+    with pytest.raises(StopRequested, match="stopped by SIGTERM while loading") as stopped:
+        with stop_signals_raise("while loading"):
+            slow_log.warning("a line being written when SIGTERM comes")
+            time.sleep(5)
+        pytest.fail("the stop was lost")
     assert stopped.value.exit_code == EXIT_STOPPED
     assert "Logging error" not in capsys.readouterr().err
