@@ -49,7 +49,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import optimize, stats
 
 RowKey = tuple[str, int, int]
 
@@ -163,6 +162,10 @@ def detectable_tv(prompts: int, n_run: float, n_base: float, alpha: float = ALPH
     (the module docstring says why). 1.0 when even a shift of all the mass would not reach that power."""
     if prompts < 1 or min(n_run, n_base) < 1:
         return 1.0
+    # Imported here: scipy.stats takes ~0.7 s to import, and every job imports this module (spec=auto's decision
+    # reads the check) while only a comparison computes a power.
+    from scipy import optimize, stats
+
     critical = stats.chi2.ppf(1 - alpha, prompts)
 
     def shortfall(delta: float) -> float:
