@@ -1,31 +1,42 @@
 """The job against a real vLLM server on loopback (embedded SmolLM2 + ngram, float32 greedy, with an API key).
 
-One server for the module (started as jobs/serve.py starts it); the last test kills it in the middle of a job and
-starts it again. The offline job runs once on the same prompts, as the reference the server's results must equal.
+One server for the module (started as jobs/serve.py starts it). The fault test kills it in the middle of a job and
+starts it again through jobs/serve.py itself; the last test then checks that serve.py (Dynamo's chat request, where
+the key goes, SIGTERM ending it all), so one vLLM server start serves both. The offline job runs once on the same
+prompts, as the reference the server's results must equal.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import LiveJob, assert_one_line_stop, compose_job, run_generate
+from conftest import PROJECT_ROOT, LiveJob, assert_one_line_stop, compose_job, run_generate
 from mlflow_server import free_port
+from specbatch.serving import child_server, reaper
+from specbatch.serving.command_lines import SAKURA_MAX_TOKENS, SAKURA_PROMPT
 from specbatch.serving.vllm_server import VllmServer
 
 pytestmark = pytest.mark.slow
 
+SERVE = PROJECT_ROOT / "jobs" / "serve.py"
 KEY = "sk-specbatch-test-5b0e2c7d91f4"
 # float32 greedy: the server's completions must equal the offline job's token for token.
-SETUP = ["model.dtype=float32", "spec=ngram", "sampling=greedy"]
+SETUP = ["spec=ngram", "model.dtype=float32", "sampling=greedy"]
 ROWS = 8
 # Completions of the tests that stop a job or look at rows' statuses only: they compare nothing with the offline
 # job, so they need not decode 256 tokens a row; at 48 a pair of rows is still a second or more of decoding, so a
@@ -34,12 +45,15 @@ SHORT = "sampling.max_tokens=48"
 
 
 class Server:
-    """The module's server, which the last test restarts."""
+    """The module's server: started by this process first; the fault test kills it and starts it again as
+    jobs/serve.py, which the last test stops with SIGTERM."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, root: Path) -> None:
         self.url = f"http://127.0.0.1:{port}/v1"
-        self.job = compose_job([*SETUP, f"engine.url={self.url}"])
+        self.overrides = [*SETUP, f"engine.url={self.url}", f"output_root={root}"]
+        self.job = compose_job(self.overrides)
         self.process: VllmServer | None = None
+        self.serve_job: LiveJob | None = None
 
     def start(self) -> None:
         self.process = VllmServer.start(self.job, timeout=300)
@@ -49,21 +63,42 @@ class Server:
         assert self.process is not None
         self.process.kill()
 
+    def serve(self) -> LiveJob:
+        """jobs/serve.py serving the same set-up at the same URL, once it says it serves (the server this process
+        started is stopped first if it still runs: a test run on its own)."""
+        if self.serve_job is None:
+            if self.process is not None:
+                self.process.stop()
+            self.serve_job = LiveJob([sys.executable, str(SERVE), *self.overrides], env={"OPENAI_API_KEY": KEY})
+        self.serve_job.wait_for("Ctrl-C or SIGTERM stops the server", timeout=300)
+        return self.serve_job
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+        job = self.serve_job
+        if job is not None and job.process.poll() is None:
+            job.process.send_signal(signal.SIGTERM)
+            try:
+                job.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                job.process.kill()
+                job.wait(timeout=30)
+
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with pytest.MonkeyPatch.context() as patch:
         # The server requires the key (jobs/serve.py passes it on from engine.api_key_env's variable).
         patch.setenv("OPENAI_API_KEY", KEY)
-        served = Server(free_port())
+        served = Server(free_port(), tmp_path_factory.mktemp("serve"))
         rendezvous_before = _rendezvous_files()
         served.start()
         try:
             yield served
         finally:
-            if served.process is not None:
-                served.process.stop()
-        # vLLM's workers meet through a file in their temp folder, which a killed server (the last test) or its
+            served.stop()
+        # vLLM's workers meet through a file in their temp folder, which a killed server (the fault test) or its
         # stop left in /tmp: the servers' temp folder is their own, removed with them.
         assert not _rendezvous_files() - rendezvous_before, sorted(_rendezvous_files() - rendezvous_before)
 
@@ -171,11 +206,27 @@ def test_a_wrong_key_is_one_error_naming_the_variable(server: Server, tmp_path: 
     assert not (out / "runs").exists()
 
 
-def test_sigterm_to_the_jobs_process_group_finishes_the_chunks_in_flight(server: Server, tmp_path: Path) -> None:
-    # Ctrl-C, `timeout` and systemd signal the job's group; the server (serving others too) is not in it.
+def test_group_sigterm_finishes_chunks_in_flight_a_killed_server_loses_nothing_finished_a_rerun_does_every_row_once(
+    server: Server, tmp_path: Path
+) -> None:
+    """One run folder takes both faults, each checked, then one rerun finishes it: SIGTERM to the job's group (as
+    Ctrl-C, `timeout` and systemd send it; the server, serving others too, is not in it), then the job started
+    again has the server killed under it. It kills the module's server and starts it again, as jobs/serve.py."""
     out = tmp_path / "outputs"
-    args = [*SETUP, "engine.backend=server", f"engine.url={server.url}", f"output_root={out}", "max_samples=12"]
-    args += ["chunk_size=2", "engine.max_concurrency=2", SHORT, "tracking=off"]
+    # 12 chunks of 2 rows: the SIGTERM lands after the first, the kill after the resumed job's first (at most 6
+    # chunks written by then: 2 in flight at each signal), whatever the machine's speed.
+    args = [
+        *SETUP,
+        "engine.backend=server",
+        f"engine.url={server.url}",
+        f"output_root={out}",
+        "max_samples=24",
+        "chunk_size=2",
+        "engine.max_concurrency=2",
+        "engine.retries=1",
+        SHORT,
+        "tracking=off",
+    ]
     job = LiveJob.generate(args, env={"OPENAI_API_KEY": KEY})
     job.wait_for("chunk 0 written", timeout=300)
     job.signal_group(signal.SIGTERM)
@@ -183,47 +234,86 @@ def test_sigterm_to_the_jobs_process_group_finishes_the_chunks_in_flight(server:
     assert "stopped by SIGTERM after" in job.output, job.output[-3000:]
     assert_one_line_stop(job.output)
     folder = run_folder(out)
-    parts = list((folder / "data").rglob("*.parquet"))
-    assert all(pq.read_table(p).num_rows == 2 for p in parts) and len(parts) < 6
-    rerun = LiveJob.generate(args, env={"OPENAI_API_KEY": KEY})
-    assert rerun.wait(timeout=600) == 0, rerun.output[-3000:]
-    assert len(rows_by_id(out)) == 12
+    stopped = {p.name: p.read_bytes() for p in (folder / "data").rglob("*.parquet")}
+    assert all(pq.read_table(p).num_rows == 2 for p in (folder / "data").rglob("*.parquet")) and len(stopped) < 6
 
-
-def test_the_server_killed_mid_run_loses_nothing_finished_and_the_rerun_finishes_every_row_once(
-    server: Server, tmp_path: Path
-) -> None:
-    """Last in the module: it kills the server and starts it again."""
-    out = tmp_path / "outputs"
-    args = [
-        *SETUP,
-        "engine.backend=server",
-        f"engine.url={server.url}",
-        f"output_root={out}",
-        "max_samples=24",
-        "chunk_size=4",
-        "engine.max_concurrency=2",
-        "engine.retries=1",
-        SHORT,
-        "tracking=off",
-    ]
-    job = LiveJob.generate(args, env={"OPENAI_API_KEY": KEY})
-    job.wait_for("chunk 1 written", timeout=300)
+    resumed = LiveJob.generate(args, env={"OPENAI_API_KEY": KEY})
+    resumed.wait_for("written: 2 rows (1 of ", timeout=300)  # its own first chunk
     server.kill()
-    code = job.wait(timeout=120)
-    assert code == 1, job.output[-3000:]
-    assert f"engine.url={server.url} stopped answering" in job.output
-    assert "rerun the same command" in job.output
-    folder = run_folder(out)
+    code = resumed.wait(timeout=120)
+    assert code == 1, resumed.output[-3000:]
+    assert f"engine.url={server.url} stopped answering" in resumed.output
+    assert "rerun the same command" in resumed.output
     kept = {p.name: p.read_bytes() for p in (folder / "data").rglob("*.parquet")}
-    assert 2 <= len(kept) < 6, "the chunks finished before the kill are on disk, the rest are not"
+    assert len(stopped) < len(kept) < 12, "the chunks finished before the kill are on disk, the rest are not"
     assert not (folder / "done" / "shard-00000-of-00001").exists(), "the shard is not marked done"
-    server.start()
+
+    server.serve()
     rerun = LiveJob.generate(args, env={"OPENAI_API_KEY": KEY})
     assert rerun.wait(timeout=600) == 0, rerun.output[-3000:]
     rows = rows_by_id(out)
     assert len(rows) == 24 and all(r["status"] == "ok" for r in rows.values())
-    # The chunks written before the kill were not written again.
+    # The chunks written before the SIGTERM and the kill were not written again.
     for path in (folder / "data").rglob("*.parquet"):
         if path.name in kept:
             assert path.read_bytes() == kept[path.name], path.name
+    assert stopped.items() <= kept.items()
+
+
+def test_serve_job_answers_dynamos_chat_request_and_sigterm_leaves_nothing(server: Server) -> None:
+    """Last in the module: jobs/serve.py (the fault test started it), stopped by SIGTERM."""
+    job = server.serve()
+    url, key = server.url, KEY
+    group = None
+    try:
+        assert f" at {url} (pid " in job.output
+        [process] = [p for p in psutil.Process(job.process.pid).children() if "api_server" in " ".join(p.cmdline())]
+        group = os.getpgid(process.pid)
+        assert group != os.getpgid(job.process.pid)
+        members = child_server._group_members(group)
+        assert len(members) >= 2  # the API server and vLLM's engine core
+        # The key reaches the server through its environment only: in no command line, in nothing printed.
+        assert not [p for p in [*members, psutil.Process(job.process.pid)] if key in "\0".join(p.cmdline())]
+        # vLLM's IPC sockets are in the server's own folder, removed with it (not named by UUID in /tmp).
+        ipc = Path(process.environ()["VLLM_RPC_BASE_PATH"])
+        assert ipc.name.startswith(reaper.IPC_PREFIX) and any(ipc.iterdir())
+        assert key not in job.output and '"Authorization: Bearer $OPENAI_API_KEY"' in job.output
+        assert "jobs/generate.py spec=ngram" in job.output and "engine.backend=server" in job.output
+
+        model = compose_job([]).model.path
+        with httpx.Client(trust_env=False, timeout=300) as client:
+            assert client.get(f"{url}/models").status_code == 401  # the server wants the key the job sends
+            answer = client.post(
+                f"{url}/chat/completions",
+                headers={"Authorization": f"Bearer {key}"},
+                json={"model": model, "messages": [{"role": "user", "content": SAKURA_PROMPT}], "max_tokens": 250},
+            )
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            assert body["choices"][0]["message"]["content"].strip()
+            assert 0 < body["usage"]["completion_tokens"] <= SAKURA_MAX_TOKENS
+            # --per-request-spec-decode-metrics summary: the response carries the request's own figures.
+            assert body["metrics"]["speculative_decoding"]["num_spec_tokens"] == 3
+            metrics = client.get(url.removesuffix("/v1") + "/metrics").text
+        assert "vllm:spec_decode_num_drafts_total" in metrics
+
+        job.process.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        assert job.wait(timeout=30) == 0
+        assert wait_gone(group, timeout=max(0.0, 30 - (time.monotonic() - stopped))) == []
+        assert not ipc.exists()
+        # Dead, at most a zombie waiting for an init that reaps (not every container's init does).
+        assert not [p for p in members if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        if job.process.poll() is None:
+            job.process.kill()
+            job.wait(timeout=30)
+        if group is not None and child_server._group_members(group):
+            os.killpg(group, signal.SIGKILL)
+
+
+def wait_gone(group: int, timeout: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    while (left := child_server._group_members(group)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left

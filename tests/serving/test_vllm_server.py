@@ -1,10 +1,10 @@
 """The server's life: refused before launch when engine.url cannot be served, healthy or failing fast with its log,
-its whole process group ended on stop (SIGKILL if it ignores SIGTERM) or when its parent is killed; then the real
-thing: jobs/serve.py serving SmolLM2 + n-gram, answering Dynamo's chat request, stopped by SIGTERM."""
+its whole process group ended on stop (SIGKILL if it ignores SIGTERM) or when its parent is killed. The real thing,
+jobs/serve.py serving SmolLM2 + n-gram, answering Dynamo's chat request and stopped by SIGTERM, is checked in
+tests/engine/test_server_backend_cpu.py, on the vLLM server that module starts again through jobs/serve.py."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import socket
@@ -13,23 +13,18 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
-from conftest import PROJECT_ROOT, LiveJob, compose_job
+from conftest import PROJECT_ROOT, compose_job
 from specbatch.config import ConfigError
 from specbatch.serving import child_server, reaper, vllm_server
 from specbatch.serving.child_server import ServerStartError
-from specbatch.serving.command_lines import SAKURA_MAX_TOKENS, SAKURA_PROMPT
 from specbatch.serving.vllm_server import VllmServer
 
-SERVE = PROJECT_ROOT / "jobs" / "serve.py"
-# Sessions on this machine share its two cores: whoever starts a vLLM engine holds this lock (flock).
-ENGINE_LOCK = "/tmp/vllm-engine.lock"
 # A stand-in for vLLM's server: answers /health, and starts a child in its group as vLLM's engine process does.
 # argv: port, "ignore" to ignore SIGTERM (it and its child), "fail" to exit at once, "crash" to die 2 s after it
 # started, its child first, leaving the /dev/shm file the child made (as vLLM's engine leaves its ring buffers).
@@ -252,91 +247,3 @@ import time; time.sleep(600)
     if left:  # the test failed: do not leave the fake server behind
         os.killpg(group, signal.SIGKILL)
     assert left == []
-
-
-def inherits_engine_lock() -> bool:
-    """Whether this process already holds the engine lock through a descriptor from `flock /tmp/vllm-engine.lock`:
-    locking it again on a new descriptor would wait for ourselves forever."""
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}") == ENGINE_LOCK:
-                return True
-        except OSError:
-            continue
-    return False
-
-
-@pytest.fixture
-def engine_lock() -> Iterator[None]:
-    """One vLLM engine at a time on this machine (the same lock as `flock /tmp/vllm-engine.lock <command>`)."""
-    if inherits_engine_lock():
-        yield
-        return
-    with open(ENGINE_LOCK, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
-@pytest.mark.slow
-def test_serve_job_answers_dynamos_chat_request_and_sigterm_leaves_nothing(tmp_path: Path, engine_lock) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/v1"
-    key = "sk-serve-test-" + os.urandom(8).hex()
-    job = LiveJob(
-        [
-            sys.executable,
-            str(SERVE),
-            "spec=ngram",
-            "model.dtype=float32",
-            f"engine.url={url}",
-            f"output_root={tmp_path}",
-        ],
-        env={"OPENAI_API_KEY": key},
-    )
-    group = None
-    try:
-        job.wait_for("Ctrl-C or SIGTERM stops the server", timeout=300)
-        assert f" at {url} (pid " in job.output
-        [server] = [p for p in psutil.Process(job.process.pid).children() if "api_server" in " ".join(p.cmdline())]
-        group = os.getpgid(server.pid)
-        assert group != os.getpgid(job.process.pid)
-        members = group_alive(group)
-        assert len(members) >= 2  # the API server and vLLM's engine core
-        # The key reaches the server through its environment only: in no command line, in nothing printed.
-        assert not [p for p in [*members, psutil.Process(job.process.pid)] if key in "\0".join(p.cmdline())]
-        # vLLM's IPC sockets are in the server's own folder, removed with it (not named by UUID in /tmp).
-        ipc = Path(server.environ()["VLLM_RPC_BASE_PATH"])
-        assert ipc.name.startswith(reaper.IPC_PREFIX) and any(ipc.iterdir())
-        assert key not in job.output and '"Authorization: Bearer $OPENAI_API_KEY"' in job.output
-        assert "jobs/generate.py spec=ngram" in job.output and "engine.backend=server" in job.output
-
-        model = compose_job([]).model.path
-        with httpx.Client(trust_env=False, timeout=300) as client:
-            assert client.get(f"{url}/models").status_code == 401  # the server wants the key the job sends
-            answer = client.post(
-                f"{url}/chat/completions",
-                headers={"Authorization": f"Bearer {key}"},
-                json={"model": model, "messages": [{"role": "user", "content": SAKURA_PROMPT}], "max_tokens": 250},
-            )
-            assert answer.status_code == 200, answer.text
-            body = answer.json()
-            assert body["choices"][0]["message"]["content"].strip()
-            assert 0 < body["usage"]["completion_tokens"] <= SAKURA_MAX_TOKENS
-            # --per-request-spec-decode-metrics summary: the response carries the request's own figures.
-            assert body["metrics"]["speculative_decoding"]["num_spec_tokens"] == 3
-            metrics = client.get(f"http://127.0.0.1:{port}/metrics").text
-        assert "vllm:spec_decode_num_drafts_total" in metrics
-
-        job.process.send_signal(signal.SIGTERM)
-        stopped = time.monotonic()
-        assert job.wait(timeout=30) == 0
-        assert wait_gone(group, timeout=max(0.0, 30 - (time.monotonic() - stopped))) == []
-        assert not ipc.exists()
-        # Dead, at most a zombie waiting for an init that reaps (not every container's init does).
-        assert not [p for p in members if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    finally:
-        if job.process.poll() is None:
-            job.process.kill()
-            job.wait(timeout=30)
-        if group is not None and group_alive(group):
-            os.killpg(group, signal.SIGKILL)

@@ -1,25 +1,35 @@
 """The job against a real `mlflow server` on 127.0.0.1 over HTTP (sqlite store, artifacts through the server):
-what a run shows, read back with MlflowClient; and the server killed mid-run, then the run logged afterwards."""
+what a run shows, read back with MlflowClient; and the server killed mid-run, then the run logged afterwards.
+
+One server for the module: the last test kills it, and starts it again on the same store."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import PNG_MAGIC, PROJECT_ROOT, LiveJob, compose_job, run_generate
-from mlflow_server import start_mlflow_server
+from mlflow_server import MlflowServer, start_mlflow_server
 from specbatch.run.folder import RunFolder
 
 pytestmark = pytest.mark.slow
 LOG_RUN = PROJECT_ROOT / "jobs" / "log_run.py"
 
 
-def test_a_run_on_a_tracking_server_shows_everything(mlflow_server, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def tracking_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """The module's server (its store in its workdir); stopping it after the last test killed it is safe."""
+    with start_mlflow_server(tmp_path_factory.mktemp("mlflow-server")) as server:
+        yield server
+
+
+def test_a_run_on_a_tracking_server_shows_everything(tracking_server: MlflowServer, tmp_path: Path) -> None:
     args = [
         "tracking=server",
         "max_samples=3",
@@ -30,9 +40,9 @@ def test_a_run_on_a_tracking_server_shows_everything(mlflow_server, tmp_path: Pa
         f"output_root={tmp_path}",
     ]
     # tracking=server takes the URI from MLFLOW_TRACKING_URI, as on a cluster where it is set once for everyone.
-    proc = run_generate(args, env={"MLFLOW_TRACKING_URI": mlflow_server.uri})
+    proc = run_generate(args, env={"MLFLOW_TRACKING_URI": tracking_server.uri})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    client = MlflowClient(mlflow_server.uri)
+    client = MlflowClient(tracking_server.uri)
     experiment = client.get_experiment_by_name("specbatch/humaneval_edit")
     [run] = client.search_runs([experiment.experiment_id])
     assert run.info.run_name == "ngram-k3 · bs3 · smollm2-135m-instruct" and run.info.status == "FINISHED"
@@ -53,8 +63,8 @@ def test_a_run_on_a_tracking_server_shows_everything(mlflow_server, tmp_path: Pa
     assert len(table["data"]) == 3
 
 
-def test_server_killed_mid_run_then_logged_later(tmp_path: Path) -> None:
-    store = tmp_path / "server"
+def test_server_killed_mid_run_then_logged_later(tracking_server: MlflowServer, tmp_path: Path) -> None:
+    """Last in the module: it kills the module's server."""
     args = [
         "max_samples=4",
         "model.dtype=float32",
@@ -65,12 +75,11 @@ def test_server_killed_mid_run_then_logged_later(tmp_path: Path) -> None:
         "tracking.http_retries=0",
         "tracking.http_timeout_seconds=5",
     ]
-    with start_mlflow_server(store) as server:
-        uri = server.uri
-        job = LiveJob.generate([*args, f"tracking.uri={uri}"])
-        job.wait_for("MLflow run ngram-k3", timeout=600)  # the run exists on the server, generation is next
-        server.kill()
-        code = job.wait(timeout=900)
+    uri = tracking_server.uri
+    job = LiveJob.generate([*args, f"tracking.uri={uri}"])
+    job.wait_for("MLflow run ngram-k3", timeout=600)  # the run exists on the server, generation is next
+    tracking_server.kill()
+    code = job.wait(timeout=900)
     assert code == 0, job.output[-3000:]
     layout = RunFolder.for_job(compose_job([*args, f"tracking.uri={uri}"]))
     assert layout.done_marker.exists() and len(list(layout.data_dir.glob("part-*.parquet"))) == 4
@@ -80,7 +89,7 @@ def test_server_killed_mid_run_then_logged_later(tmp_path: Path) -> None:
     pending = json.loads(layout.mlflow_pending_path.read_text())
     assert pending["run_id"]
 
-    with start_mlflow_server(store) as again:  # same store, back up (on another port)
+    with start_mlflow_server(tracking_server.workdir) as again:  # same store, back up (on another port)
         logged = subprocess.run(
             [sys.executable, str(LOG_RUN), str(layout.root), "--tracking-uri", again.uri],
             capture_output=True,
