@@ -23,19 +23,20 @@ pytestmark = pytest.mark.slow
 N_PROMPTS = 3
 MAX_TOKENS = 32
 
-# One multirun (`-m`) per model: its jobs run one after another in one process, as a user's sweep does, which saves
-# a process start (~10 s of imports here, twice that on slower CPUs) per method. Name → spec choice, per model; the
-# tiny family is built on first use by the job itself (model.embedded).
-SWEEPS = {
-    "tiny_llama": {
-        "none": "none",
-        "draft_model": "draft_model",
-        "draft_copy": "draft_copy",
-        "eagle": "eagle",
-        "eagle3": "eagle3",
-        "dflash": "dflash",
-    },
-    "tiny_mimo": {"mimo_none": "none", "mtp": "mtp"},
+# One multirun (`-m`) over every method of both models: its jobs run one after another in one process, as a user's
+# sweep does, which saves a process start (~10 s of imports here, twice that on slower CPUs) per method. A sweep
+# crosses the values it is given, so each (model, spec) pair is a preset of the test's own config folder (case/<name>,
+# Hydra's experiment presets: `+case=<name>` overrides both groups). Name → (model, spec choice); the tiny family is
+# built on first use by the job itself (model.embedded).
+CASES = {
+    "none": ("tiny_llama", "none"),
+    "draft_model": ("tiny_llama", "draft_model"),
+    "draft_copy": ("tiny_llama", "draft_copy"),
+    "eagle": ("tiny_llama", "eagle"),
+    "eagle3": ("tiny_llama", "eagle3"),
+    "dflash": ("tiny_llama", "dflash"),
+    "mimo_none": ("tiny_mimo", "none"),
+    "mtp": ("tiny_mimo", "mtp"),
 }
 BASELINE = {
     "draft_model": "none",
@@ -51,6 +52,11 @@ DRAFT_COPY_PRESET = """defaults:
   - draft_model
 model: ${specbatch_cache:}/tiny/draft_copy
 """
+CASE_PRESET = """# @package _global_
+defaults:
+  - override /model: {model}
+  - override /spec: {spec}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -58,43 +64,46 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("methods")
     (root / "conf" / "spec").mkdir(parents=True)
     (root / "conf" / "spec" / "draft_copy.yaml").write_text(DRAFT_COPY_PRESET)
+    (root / "conf" / "case").mkdir()
+    for name, (model, spec) in CASES.items():
+        (root / "conf" / "case" / f"{name}.yaml").write_text(CASE_PRESET.format(model=model, spec=spec))
+    sweep_dir = root / "sweep"
+    result = run_generate(
+        [
+            "--config-dir",
+            str(root / "conf"),
+            "-m",
+            f"+case={','.join(CASES)}",
+            f"output_root={root}",
+            f"hydra.sweep.dir={sweep_dir}",
+            "dataset=humaneval",
+            f"max_samples={N_PROMPTS}",
+            f"sampling.max_tokens={MAX_TOKENS}",
+            "tracking=off",
+            # Nothing here reads a timing: no warm-up request per engine (8 engines).
+            "engine.warmup=false",
+        ]
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    # Hydra runs a sweep's jobs in the order of the swept values; each job names its run folder.
+    jobs = sweep_jobs(sweep_dir)
+    assert [failed for _, failed in jobs] == [None] * len(CASES)
     out: dict[str, dict] = {}
-    for model, choices in SWEEPS.items():
-        sweep_dir = root / f"sweep-{model}"
-        result = run_generate(
-            [
-                "--config-dir",
-                str(root / "conf"),
-                "-m",
-                f"spec={','.join(choices.values())}",
-                f"model={model}",
-                f"output_root={root}",
-                f"hydra.sweep.dir={sweep_dir}",
-                "dataset=humaneval",
-                f"max_samples={N_PROMPTS}",
-                f"sampling.max_tokens={MAX_TOKENS}",
-                "tracking=off",
-            ]
-        )
-        assert result.returncode == 0, f"{model}: {result.stderr[-4000:]}"
-        # Hydra runs a sweep's jobs in the order of the swept values; each job names its run folder.
-        jobs = sweep_jobs(sweep_dir)
-        assert [failed for _, failed in jobs] == [None] * len(choices)
-        for name, (folder, _) in zip(choices, jobs, strict=True):
-            layout = RunFolder(folder)
-            out[name] = {
-                "config": json.loads(layout.run_json.read_text())["config"],
-                "rows": {r["row_id"]: r for r in pq.read_table(layout.part_path(0)).to_pylist()},
-                "summary": json.loads(layout.stats_path.read_text()),
-            }
+    for name, (folder, _) in zip(CASES, jobs, strict=True):
+        layout = RunFolder(folder)
+        out[name] = {
+            "config": json.loads(layout.run_json.read_text())["config"],
+            "rows": {r["row_id"]: r for r in pq.read_table(layout.part_path(0)).to_pylist()},
+            "summary": json.loads(layout.stats_path.read_text()),
+        }
     return out
 
 
-def test_each_sweep_job_ran_its_own_method_and_draft(runs: dict[str, dict]) -> None:
-    for choices in SWEEPS.values():
-        for name in choices:
-            spec = runs[name]["config"]["spec"]
-            assert spec["method"] == name.removeprefix("mimo_").replace("draft_copy", "draft_model"), name
+def test_each_sweep_job_ran_its_own_model_method_and_draft(runs: dict[str, dict]) -> None:
+    for name, (model, _) in CASES.items():
+        config = runs[name]["config"]
+        assert config["spec"]["method"] == name.removeprefix("mimo_").replace("draft_copy", "draft_model"), name
+        assert config["model"]["name"] == model.replace("_", "-"), name
     assert runs["draft_copy"]["config"]["spec"]["model"].endswith("/tiny/draft_copy")
     assert runs["draft_model"]["config"]["spec"]["model"].endswith("/tiny/draft")
 
