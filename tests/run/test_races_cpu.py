@@ -112,12 +112,13 @@ def test_a_launch_racing_the_end_of_another_reports_it_and_overwrites_nothing(tm
     write_rows(data, [f"q{i}" for i in range(6)], "tell me about the number")
     args = local_args(tmp_path, data, "chunk_size=2", "tracking.experiment=ending")
     layout = RunFolder.for_job(compose_job(args))
-    # The first launch keeps its warm-up request (after "engine ready"): part of the time the second one has to
-    # reach its first look before the first finishes.
+    # The second launch starts once the first, holding the shard's lock, starts its engine: the engine's start, its
+    # warm-up request and the generation are the time the second one has to reach its first look before the first
+    # finishes. (Started at "engine ready", with only the last two, it came too late beside a busy neighbour.)
     first = LiveJob.generate(args)
     second = None
     try:
-        first.wait_for("engine ready", timeout=600)
+        first.wait_for("starting vLLM", timeout=600)
         second = LiveJob.generate(args)
         # The second launch has taken its first look (no done marker yet) and read the data; it is held there
         # until the first one has finished, as a slow start on a busy node would.
