@@ -42,8 +42,9 @@ def args_for(tmp_path: Path, experiment: str, rows: int, chunk: int, *extra: str
 
 
 # No warm-up request (~2 s of a job) where nothing waits on the first steps' speed: no timing figure is read. The
-# group-signal tests keep it: warm-up compiles n-gram's matcher (numba), which a first step would otherwise do while
-# the chunks in flight must finish within the stop's grace.
+# group-signal launches keep it: warm-up compiles n-gram's matcher (numba), which a first step would otherwise do
+# while the chunks in flight must finish within the stop's grace (and the full disk before them, in the same run
+# folder, has it too: engine.warmup is part of the run's identity).
 NO_WARMUP = "engine.warmup=false"
 
 
@@ -57,9 +58,21 @@ def all_row_ids(layout: RunFolder) -> list[str]:
     return [r for p in sorted(layout.data_dir.glob("part-*.parquet")) for r in pq.read_table(p)["row_id"].to_pylist()]
 
 
-def test_a_full_disk_while_writing_a_chunk(tmp_path: Path) -> None:
-    args = args_for(tmp_path, "disk-full", 4, 2, NO_WARMUP)
+def parts(layout: RunFolder) -> int:
+    return len(list(layout.data_dir.glob("part-*.parquet")))
+
+
+def test_a_full_disk_then_sigterm_to_the_group_then_ctrl_c_past_the_grace_keep_whole_chunks_for_one_rerun(
+    tmp_path: Path,
+) -> None:
+    # One run folder takes three faults in turn, each asserted, then one rerun finishes it. Two requests at once, four
+    # queued: in each launch two chunks are in the engine when the stream starts and the rest are not. Five chunks:
+    # the full disk keeps one, the SIGTERM launch writes at most its two in flight, so the Ctrl-C launch still has
+    # two to feed. (stop_grace_seconds is in no identity: the Ctrl-C launch resumes the same run.)
+    args = [*args_for(tmp_path, "faults", rows=10, chunk=2), "engine.max_num_seqs=2"]
     layout = RunFolder.for_job(compose_job(args))
+
+    # A full disk while writing the second chunk.
     failed = subprocess.run(
         [sys.executable, str(INJECT), *args],
         cwd=PROJECT_ROOT,
@@ -76,61 +89,47 @@ def test_a_full_disk_while_writing_a_chunk(tmp_path: Path) -> None:
     [kept] = [p.name for p in layout.data_dir.iterdir()]
     assert kept in ("part-00000.parquet", "part-00001.parquet")
     assert not layout.done_marker.exists()
-    assert mlflow_statuses(tmp_path, "disk-full") == ["FAILED"]
+    assert mlflow_statuses(tmp_path, "faults") == ["FAILED"]
 
-    again = run_generate(args)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "2 chunks, 1 to generate" in again.stdout + again.stderr
-    assert layout.done_marker.exists() and sorted(all_row_ids(layout)) == [f"HumanEval/{i}" for i in range(4)]
-    assert mlflow_statuses(tmp_path, "disk-full") == ["FAILED", "FINISHED"]
-
-
-def test_sigterm_to_the_process_group_stops_after_the_chunks_in_flight(tmp_path: Path) -> None:
-    # `timeout`, systemd and `kill -TERM -- -<pgid>` signal the whole group. Two requests at once, four queued:
-    # chunks 0 and 1 are in the engine when the stream starts, chunk 2 is not.
-    args = [*args_for(tmp_path, "sigterm", rows=6, chunk=2), "engine.max_num_seqs=2"]
-    layout = RunFolder.for_job(compose_job(args))
+    # `timeout`, systemd and `kill -TERM -- -<pgid>` signal the whole group: the chunks in flight are finished.
     job = LiveJob.generate(args)
     job.wait_for("engine fed: 4 requests from 2 chunks", timeout=600)
     job.signal_group(signal.SIGTERM)
     signalled = time.monotonic()
     assert job.wait(timeout=600) == EXIT_STOPPED, job.output[-3000:]
     assert time.monotonic() - signalled < KILL_WAIT, "Slurm would have sent SIGKILL by now"
-    stopped = re.search(r"stopped by SIGTERM after (\d) of 3 chunks", job.output)
+    assert "5 chunks, 4 to generate" in job.output, job.output[-3000:]  # the full disk's kept chunk is not redone
+    stopped = re.search(r"stopped by SIGTERM after (\d) of 4 chunks", job.output)
     assert stopped, job.output[-3000:]
     assert_one_line_stop(job.output)
     written = int(stopped.group(1))
     # The chunks in flight were finished and written; nothing after them was started; no done marker.
-    assert written >= 1 and len(list(layout.data_dir.glob("part-*.parquet"))) == written
+    assert written >= 1 and parts(layout) == 1 + written
     assert not list(layout.data_dir.glob(".*tmp*")) and not layout.done_marker.exists()
-    assert mlflow_statuses(tmp_path, "sigterm") == ["KILLED"]
+    assert mlflow_statuses(tmp_path, "faults") == ["FAILED", "KILLED"]
 
-    again = run_generate(args)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert f"3 chunks, {3 - written} to generate" in again.stdout + again.stderr
-    assert sorted(all_row_ids(layout)) == sorted(f"HumanEval/{i}" for i in range(6))
-    assert layout.done_marker.exists()
-
-
-def test_ctrl_c_past_the_grace_period_abandons_the_chunks_in_flight(tmp_path: Path) -> None:
     # SIGINT to the group is Ctrl-C in a terminal. With no grace at all, the chunks in flight are abandoned:
     # nothing of theirs is written, and the rerun generates them.
-    args = [*args_for(tmp_path, "sigint", rows=4, chunk=2), "engine.max_num_seqs=2", "stop_grace_seconds=0"]
-    layout = RunFolder.for_job(compose_job(args))
-    job = LiveJob.generate(args)
+    ctrl_c_args = [*args, "stop_grace_seconds=0"]
+    job = LiveJob.generate(ctrl_c_args)
     job.wait_for("engine fed: 4 requests from 2 chunks", timeout=600)
     job.signal_group(signal.SIGINT)
     assert job.wait(timeout=600) == EXIT_INTERRUPTED, job.output[-3000:]
+    assert f"5 chunks, {4 - written} to generate" in job.output, job.output[-3000:]
     assert "stopped by SIGINT (not finished within stop_grace_seconds=0)" in job.output, job.output[-3000:]
     assert_one_line_stop(job.output)
-    written = len(list(layout.data_dir.glob("part-*.parquet")))
-    assert written < 2 and not list(layout.data_dir.glob(".*tmp*")) and not layout.done_marker.exists()
-    assert mlflow_statuses(tmp_path, "sigint") == ["KILLED"]
+    before = 1 + written
+    assert parts(layout) - before < 2 and not list(layout.data_dir.glob(".*tmp*")) and not layout.done_marker.exists()
+    assert mlflow_statuses(tmp_path, "faults") == ["FAILED", "KILLED", "KILLED"]
 
-    again = run_generate(args)
+    done = parts(layout)
+    again = run_generate(ctrl_c_args)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert f"2 chunks, {2 - written} to generate" in again.stdout + again.stderr
-    assert sorted(all_row_ids(layout)) == sorted(f"HumanEval/{i}" for i in range(4))
+    assert f"5 chunks, {5 - done} to generate" in again.stdout + again.stderr
+    # Every row exactly once: what each fault kept, and what the rerun generated.
+    assert sorted(all_row_ids(layout)) == sorted(f"HumanEval/{i}" for i in range(10))
+    assert layout.done_marker.exists()
+    assert mlflow_statuses(tmp_path, "faults") == ["FAILED", "KILLED", "KILLED", "FINISHED"]
 
 
 def test_sigterm_to_every_process_of_a_multiprocess_engine_stops_within_slurms_kill_wait(tmp_path: Path) -> None:

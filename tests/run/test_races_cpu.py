@@ -53,10 +53,14 @@ def test_a_kill_then_an_edited_data_file_is_refused_and_the_killed_run_ends_kill
     # in the job's last 2 s) and the job still runs once chunk 0 and its MLflow run (started on its own thread once
     # the engine is built, so it may come just after chunk 0) are both there: the kill waits for both. The run is
     # seen through the job's own record of it, not the store: a client opening the store while the job creates its
-    # tables runs the same migrations at the same time ("table trace_info already exists").
+    # tables runs the same migrations at the same time ("table trace_info already exists"). No warm-up request (~2 s
+    # of each of the two launches that start vLLM): no timing is read, and a slower first chunk only gives the
+    # MLflow run more time to come first (measured without it: 0.8 s before chunk 0, the kill leaving 7 of 8 chunks).
     original = [f"q{i}" for i in range(16)]
     write_rows(data, original, "the quick brown fox number")
-    args = local_args(tmp_path, data, "chunk_size=2", "engine.max_num_seqs=2", "tracking.experiment=edited")
+    args = local_args(
+        tmp_path, data, "chunk_size=2", "engine.max_num_seqs=2", "engine.warmup=false", "tracking.experiment=edited"
+    )
     layout = RunFolder.for_job(compose_job(args))
     kill_job_group_when(
         args,
@@ -108,12 +112,13 @@ def test_a_launch_racing_the_end_of_another_reports_it_and_overwrites_nothing(tm
     write_rows(data, [f"q{i}" for i in range(6)], "tell me about the number")
     args = local_args(tmp_path, data, "chunk_size=2", "tracking.experiment=ending")
     layout = RunFolder.for_job(compose_job(args))
-    # The first launch keeps its warm-up request (after "engine ready"): part of the time the second one has to
-    # reach its first look before the first finishes.
+    # The second launch starts once the first, holding the shard's lock, starts its engine: the engine's start, its
+    # warm-up request and the generation are the time the second one has to reach its first look before the first
+    # finishes. (Started at "engine ready", with only the last two, it came too late beside a busy neighbour.)
     first = LiveJob.generate(args)
     second = None
     try:
-        first.wait_for("engine ready", timeout=600)
+        first.wait_for("starting vLLM", timeout=600)
         second = LiveJob.generate(args)
         # The second launch has taken its first look (no done marker yet) and read the data; it is held there
         # until the first one has finished, as a slow start on a busy node would.
