@@ -90,8 +90,9 @@ if ! uv_install "$VENV/bin/python" "${OVERRIDES[@]}" -e ".[$DEVICE,test]"; then
 fi
 compile_bytecode "$VENV/bin/python"
 if [[ "$DEVICE" == cpu ]]; then
-  # Left by an earlier pip-based set-up of this venv, or by the pip fallback above.
-  "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+  # Left by an earlier pip-based set-up of this venv, by the pip fallback above, or (scikit-learn, skops) by a set-up
+  # from before jobs/uv-cpu-overrides.txt dropped them.
+  "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec triton scikit-learn skops 2>/dev/null || true
 fi
 
 # arctic-inference (suffix decoding) ships only as an sdist, whose isolated build fails ("No module named nanobind":
