@@ -75,11 +75,14 @@ RETRY_SECONDS = 0.05
 _LOGGING_DIR = os.path.dirname(logging.__file__) + os.sep
 
 
-def _inside_logging(frame: FrameType | None) -> bool:
-    """Whether the main thread was inside the logging package (a handler's emit or flush) when the signal came:
-    logging catches any Exception its handlers raise and prints it instead."""
+def _put_off_inside_logging(frame: FrameType | None) -> bool:
+    """Whether a stop at once must wait: the main thread was inside the logging package (a handler's emit or flush)
+    when the signal came, and logging catches any Exception its handlers raise, prints it as a "Logging error" and
+    goes on, so the stop would be lost. Then SIGALRM comes again in RETRY_SECONDS, and its handler raises the stop
+    (the caller keeps what to raise)."""
     while frame is not None:
         if frame.f_code.co_filename.startswith(_LOGGING_DIR):
+            signal.setitimer(signal.ITIMER_REAL, RETRY_SECONDS)
             return True
         frame = frame.f_back
     return False
@@ -111,10 +114,8 @@ def stop_signals_raise(what: str = "before any chunk was generated") -> Iterator
     put_off: list[int] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if _inside_logging(frame):
-            # Raised in the middle of a log call, logging would catch the stop and print it, and the job go on.
+        if _put_off_inside_logging(frame):
             put_off[:] = [signum]
-            signal.setitimer(signal.ITIMER_REAL, RETRY_SECONDS)
             return
         raise StopRequested(f"stopped by {signal_name(signum)} {what}", signum)
 
@@ -141,11 +142,8 @@ def stop_signals_deferred(grace_seconds: float) -> Iterator[StopSignal]:
 
     def abandon(why: str, frame: FrameType | None) -> None:
         assert stop.signum is not None
-        if _inside_logging(frame):
-            # Raised in the middle of a log call, the stop would be caught by logging's own error handler (printed
-            # as a "Logging error" traceback) and lost, and the job would go on: raised a moment later instead.
+        if _put_off_inside_logging(frame):
             stop.abandoning = why
-            signal.setitimer(signal.ITIMER_REAL, RETRY_SECONDS)
             return
         raise StopRequested(
             f"stopped by {stop.name} ({why}): the chunks in flight were abandoned, nothing of theirs was written",
