@@ -312,3 +312,13 @@ def _running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def wait_group_gone(group: int, timeout: float) -> list[psutil.Process]:
+    """The live members of process group ``group`` once it has none left, or when ``timeout`` seconds have passed."""
+    from specbatch.serving.child_server import _group_members
+
+    deadline = time.monotonic() + timeout
+    while (left := _group_members(group)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left

@@ -25,7 +25,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import PROJECT_ROOT, LiveJob, assert_one_line_stop, compose_job, run_generate
+from conftest import PROJECT_ROOT, LiveJob, assert_one_line_stop, compose_job, run_generate, wait_group_gone
 from mlflow_server import free_port
 from specbatch.serving import child_server, reaper
 from specbatch.serving.command_lines import SAKURA_MAX_TOKENS, SAKURA_PROMPT
@@ -300,7 +300,7 @@ def test_serve_job_answers_dynamos_chat_request_and_sigterm_leaves_nothing(serve
         job.process.send_signal(signal.SIGTERM)
         stopped = time.monotonic()
         assert job.wait(timeout=30) == 0
-        assert wait_gone(group, timeout=max(0.0, 30 - (time.monotonic() - stopped))) == []
+        assert wait_group_gone(group, timeout=max(0.0, 30 - (time.monotonic() - stopped))) == []
         assert not ipc.exists()
         # Dead, at most a zombie waiting for an init that reaps (not every container's init does).
         assert not [p for p in members if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
@@ -310,10 +310,3 @@ def test_serve_job_answers_dynamos_chat_request_and_sigterm_leaves_nothing(serve
             job.wait(timeout=30)
         if group is not None and child_server._group_members(group):
             os.killpg(group, signal.SIGKILL)
-
-
-def wait_gone(group: int, timeout: float) -> list[psutil.Process]:
-    deadline = time.monotonic() + timeout
-    while (left := child_server._group_members(group)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return left

@@ -19,7 +19,7 @@ import httpx
 import psutil
 import pytest
 
-from conftest import PROJECT_ROOT, compose_job
+from conftest import PROJECT_ROOT, compose_job, wait_group_gone
 from specbatch.config import ConfigError
 from specbatch.serving import child_server, reaper, vllm_server
 from specbatch.serving.child_server import ServerStartError
@@ -67,13 +67,6 @@ def free_port() -> int:
 
 def group_alive(group: int) -> list[psutil.Process]:
     return child_server._group_members(group)
-
-
-def wait_gone(group: int, timeout: float) -> list[psutil.Process]:
-    deadline = time.monotonic() + timeout
-    while (left := group_alive(group)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return left
 
 
 @pytest.fixture
@@ -243,7 +236,7 @@ import time; time.sleep(600)
     finally:
         parent.kill()
         parent.wait()
-    left = wait_gone(group, timeout=15)
+    left = wait_group_gone(group, timeout=15)
     if left:  # the test failed: do not leave the fake server behind
         os.killpg(group, signal.SIGKILL)
     assert left == []
