@@ -1,5 +1,6 @@
-"""The correction to vLLM 0.32's CPU stand-in for the rejection sampler's expand_kernel (specbatch.engine.
-vllm_cpu_fixes): temperatures and top-p values reach every draft position, in every vLLM process."""
+"""The corrections to vLLM 0.32's CPU build (specbatch.engine.vllm_cpu_fixes), in every vLLM process: temperatures and
+top-p values reach every draft position (the rejection sampler's expand_kernel stand-in), and top-k takes a step in
+which no request has drafts (tests/analysis/test_distribution_cpu.py samples with top-k and n-gram on real vLLM)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from importlib.metadata import entry_points
 import pytest
 import torch
 
-from specbatch.engine.vllm_cpu_fixes import correct_cpu_kernels, expand_to_tokens
+from specbatch.engine import vllm_cpu_fixes
+from specbatch.engine.vllm_cpu_fixes import correct_cpu_kernels, expand_to_tokens, top_k_of_any_rows
 
 
 def test_each_requests_value_fills_its_draft_positions_in_its_own_dtype() -> None:
@@ -24,8 +26,6 @@ def test_each_requests_value_fills_its_draft_positions_in_its_own_dtype() -> Non
 def test_vllms_own_stand_in_still_leaves_float_values_unwritten() -> None:
     # Why the correction exists; when a vLLM release fixes its stand-in, this fails: drop vllm_cpu_fixes then.
     correct_cpu_kernels()
-    from specbatch.engine import vllm_cpu_fixes
-
     if vllm_cpu_fixes.replaced is None:
         pytest.skip("this vLLM build runs Triton kernels: there is no CPU stand-in to correct")
     import vllm._custom_ops  # noqa: F401  (loads the C++ ops the stand-in calls)
@@ -35,6 +35,23 @@ def test_vllms_own_stand_in_still_leaves_float_values_unwritten() -> None:
     assert out.tolist() == [9.0, 9.0, 9.0]
 
 
-def test_vllm_loads_the_correction_in_each_of_its_processes() -> None:
+def test_top_k_of_no_rows_is_no_rows_and_of_some_rows_vllms_own() -> None:
+    correct_cpu_kernels()
+    if vllm_cpu_fixes.replaced_top_k is None:
+        pytest.skip("this vLLM build runs Triton kernels: its top-k does not go through apply_top_k_only")
+    from vllm.v1.sample.ops import topk_topp_sampler
+
+    assert topk_topp_sampler.apply_top_k_only is top_k_of_any_rows  # where vLLM's top-k-top-p looks it up
+    none = torch.empty(0, 5)
+    assert top_k_of_any_rows(none, torch.empty(0, dtype=torch.int32)) is none
+    logits = torch.tensor([[0.1, 3.0, 2.0, -1.0], [5.0, 4.0, 3.0, 2.0]])
+    masked = top_k_of_any_rows(logits.clone(), torch.tensor([2, 1]))
+    assert masked.isinf().tolist() == [[True, False, False, True], [False, True, True, True]]
+    # Why the correction exists; when a vLLM release takes an empty batch, this fails: drop that correction then.
+    with pytest.raises(RuntimeError, match="numel"):
+        vllm_cpu_fixes.replaced_top_k(torch.empty(0, 5), torch.empty(0, dtype=torch.int32))
+
+
+def test_vllm_loads_the_corrections_in_each_of_its_processes() -> None:
     plugins = {e.name: e.value for e in entry_points(group="vllm.general_plugins")}
     assert plugins.get("specbatch_cpu_fixes") == "specbatch.engine.vllm_cpu_fixes:register"

@@ -9,6 +9,12 @@ its tensors: for the float temperatures and top-p values it writes into a copy a
 arbitrary temperatures: not lossless. Found by the distribution check (specbatch.analysis.distribution): n-gram at
 temperature 0.7 on the embedded model gave 81 tokens with log-probability below -8 in 6 128, spec=none gave 1. Greedy
 requests never read these values (their tokens are argmaxes), which is why greedy equality held.
+
+The same sampler applies top-k at the draft positions with ``apply_top_k_only`` (vllm/v1/sample/ops/
+topk_topp_sampler.py; without Triton, and only when no top-p is set: top-p takes the sorting path). In a step where
+no request has a draft (n-gram and suffix decoding find none for a while), it gets a batch of no rows and raises on
+``k.max()`` ("max(): Expected reduction dim to be specified for input.numel() == 0"): ``sampling.top_k`` with n-gram
+or suffix decoding stopped the job at its first such step. A batch of no rows has nothing to mask.
 """
 
 from __future__ import annotations
@@ -17,8 +23,10 @@ import logging
 from typing import Any
 
 log = logging.getLogger(__name__)
-# vLLM's own stand-in, once replaced (tests check it is still broken: when a vLLM release fixes it, drop this module).
+# vLLM's own stand-in and top-k, once replaced (tests check each is still broken: when a vLLM release fixes one, drop
+# its correction).
 replaced: Any = None
+replaced_top_k: Any = None
 
 
 def expand_to_tokens(
@@ -37,22 +45,36 @@ def expand_to_tokens(
     output[:total].copy_(torch.repeat_interleave(values, counts, output_size=total).to(output.dtype))
 
 
+def top_k_of_any_rows(logits: Any, k: Any) -> Any:
+    """vLLM's ``apply_top_k_only``, except that a batch of no rows comes back as it is."""
+    if logits.shape[0] == 0:
+        return logits
+    return replaced_top_k(logits, k)
+
+
 def correct_cpu_kernels() -> None:
-    """Put :func:`expand_to_tokens` where vLLM's CPU platform takes its stand-in from when it registers them. That is
-    always after this: vLLM's worker loads the general plugins just before it registers the stand-ins
+    """Put :func:`expand_to_tokens` where vLLM's CPU platform takes its stand-in from when it registers them, and
+    :func:`top_k_of_any_rows` where the sampler looks up ``apply_top_k_only``. The first is always before the
+    registration: vLLM's worker loads the general plugins just before it registers the stand-ins
     (v1/worker/worker_base.py), and the offline engine calls this first too (for a VLLM_PLUGINS that leaves the
     plugin out). Idempotent; nothing on a build with Triton."""
     try:
         from vllm.triton_utils import HAS_TRITON
         from vllm.utils import cpu_triton_utils
+        from vllm.v1.sample.ops import topk_topp_sampler
     except ImportError:  # not vLLM's CPU build
         return
-    if HAS_TRITON or cpu_triton_utils._expand_kernel_impl is expand_to_tokens:
+    if HAS_TRITON:
         return
-    global replaced
-    replaced = cpu_triton_utils._expand_kernel_impl
-    cpu_triton_utils._expand_kernel_impl = expand_to_tokens
-    log.debug("vLLM CPU: expand_kernel stand-in replaced (float temperatures and top-p reach the draft positions)")
+    global replaced, replaced_top_k
+    if cpu_triton_utils._expand_kernel_impl is not expand_to_tokens:
+        replaced = cpu_triton_utils._expand_kernel_impl
+        cpu_triton_utils._expand_kernel_impl = expand_to_tokens
+        log.debug("vLLM CPU: expand_kernel stand-in replaced (float temperatures and top-p reach the draft positions)")
+    if topk_topp_sampler.apply_top_k_only is not top_k_of_any_rows:
+        replaced_top_k = topk_topp_sampler.apply_top_k_only
+        topk_topp_sampler.apply_top_k_only = top_k_of_any_rows
+        log.debug("vLLM CPU: apply_top_k_only takes a step without drafts (top-k with n-gram or suffix decoding)")
 
 
 def register() -> None:
