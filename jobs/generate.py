@@ -13,6 +13,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from specbatch.common.collector import pause_for_start
 from specbatch.common.interrupts import StopRequested, leave_the_jobs_process_group, stop_signals_raise
 from specbatch.common.masking import mask_text
 from specbatch.config import ConfigError, register_configs, to_job_config
@@ -88,4 +89,6 @@ if __name__ == "__main__":
     # job's files are written and its engine stopped; frozen objects are skipped. Exit handlers (vLLM's, MLflow's,
     # logging's flush) still run as before; only the collector's final passes go.
     atexit.register(gc.freeze)
+    # Until the engine is up (specbatch.common.collector says why).
+    pause_for_start()
     main()

@@ -18,6 +18,7 @@ from typing import Any
 
 from specbatch.assets.cache import EmbeddedAssetError
 from specbatch.assets.prepare import ensure_embedded
+from specbatch.common.collector import resume_after_start
 from specbatch.common.interrupts import StopRequested, stop_signals_deferred
 from specbatch.config import ConfigError, JobConfig
 from specbatch.config.preflight import preflight
@@ -122,6 +123,8 @@ class ShardGeneration:
             )
         if todo and self.engine is None:
             self.engine = self._own_engine = start_engine(self.job)
+        # Paused by jobs/generate.py while the job starts; generating leaves garbage to collect.
+        resume_after_start()
 
     def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
         if not todo:
