@@ -11,7 +11,7 @@
 # that package's own wrapper is AGPL and is never built or imported here). The download is checked against the
 # sha256 pinned below. Built for a fixed instruction set (GGML_NATIVE=OFF plus the x86 extensions this CPU has):
 # a native build crashed with a general protection fault in libggml-cpu on a CPU with AMX tiles. The code that does
-# no per-token arithmetic is compiled at -O1 (jobs/llama_cpp_build.cmake says which and why).
+# no per-token arithmetic is compiled at -O0 (jobs/llama_cpp_build.cmake says which and why).
 #
 #   $SPECBATCH_CACHE/llama.cpp/<version>-<flags>/bin/llama-server   (static, no shared libraries beside it)
 #   $SPECBATCH_CACHE/llama.cpp/<version>-<flags>/.specbatch-ready   (written last, once the server answered)

@@ -2,13 +2,17 @@
 #
 # Why: the llama-server build runs beside the test suite on two cores, and most of its compile time goes to code that
 # does no per-token work: argument parsing, chat templates and parsers, multimodal, HTTP and JSON. At the end of the
-# top directory those targets are compiled at -O1 instead of Release's -O3, and the common library and the server in
+# top directory those targets are compiled at -O0 instead of Release's -O3, and the common library and the server in
 # unity batches (measured on an AVX-512 EPYC: the build's CPU time 560 s -> 466 s at -O1 -> 347 s with the batches
 # -> 326 s with libllama's loader and architectures at -O1 and multimodal at -O0, against 366 s measured beside it the
-# same day; the same answers, at the same tok/s; 362 s -> 319 s with multimodal's encoders in batches too).
+# same day; the same answers, at the same tok/s; 362 s -> 319 s with multimodal's encoders in batches too; 335 s ->
+# 280 s, and 342 s -> 300 s with both built at once, with -O0 for what was at -O1 and batches of 24, on an AMD EPYC
+# with avx2 avx512f avx512_bf16, 2 cores: the same answers, 7 passed in test_llama_cpp_cpu, 78-82 tok/s both at -t 1).
 # Kept at -O3: ggml (every matrix product), libllama's per-token sources (context, batch, KV cache, graph, sampling,
-# vocabulary) and those of the common library (sampling, speculative drafting, n-gram lookup). A target this llama.cpp
-# version does not have is skipped; with a CMake older than 3.20 (no DEFER, no cmake_path) everything stays at -O3.
+# vocabulary) and those of the common library (sampling, speculative drafting, n-gram lookup); at -O1 what can run
+# at every token with other models or options (grammar, unicode, the other KV caches and recurrent memories). A
+# target this llama.cpp version does not have is skipped; with a CMake older than 3.20 (no DEFER, no cmake_path)
+# everything stays at -O3.
 if(CMAKE_VERSION VERSION_LESS 3.20)
   return()
 endif()
@@ -19,7 +23,7 @@ if(NOT _specbatch_deferred)
     foreach(target llama llama-common server-context llama-server-impl llama-server cpp-httplib llama-ui)
       if(TARGET ${target})
         # Target options come after the configuration's -O3 on the command line, so this one wins ...
-        target_compile_options(${target} PRIVATE -O1)
+        target_compile_options(${target} PRIVATE -O0)
       endif()
     endforeach()
     # Multimodal input is never used here (text models only): not optimised at all.
@@ -38,11 +42,17 @@ if(NOT _specbatch_deferred)
       endforeach()
     endif()
     if(TARGET llama)
-      # libllama at -O1 is its model loader, quantiser, grammar and the graph builders of 150 architectures; what
-      # runs at every token stays at -O3 (a source file's options come after the target's).
+      # libllama at -O0 is its model loader, quantiser and the graph builders of 150 architectures (a graph is
+      # reused from one token to the next); what runs at every token stays at -O3, or -O1 when it runs only with
+      # another model or a grammar (a source file's options come after the target's).
       get_target_property(dir llama SOURCE_DIR)
       foreach(source llama-sampler llama-context llama-batch llama-kv-cache llama-graph llama-vocab)
         set_source_files_properties("${dir}/${source}.cpp" DIRECTORY "${dir}" PROPERTIES COMPILE_OPTIONS -O3)
+      endforeach()
+      foreach(source llama-grammar unicode unicode-data llama-hparams llama-cparams llama-memory llama-memory-recurrent
+                     llama-memory-hybrid llama-memory-hybrid-iswa llama-memory-hybrid-idx llama-kv-cache-iswa
+                     llama-kv-cache-dsa llama-kv-cache-dsa-iswa llama-kv-cache-msa llama-kv-cache-dsv4)
+        set_source_files_properties("${dir}/${source}.cpp" DIRECTORY "${dir}" PROPERTIES COMPILE_OPTIONS -O1)
       endforeach()
     endif()
     # Most of the compile time of the common library and the server is the front end reading the same heavy headers
@@ -50,7 +60,7 @@ if(NOT _specbatch_deferred)
     # is read once a batch. (mtmd's own batches are above: its helper refuses to be compiled with its internals.)
     foreach(target llama-common server-context llama-server-impl)
       if(TARGET ${target})
-        set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+        set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 24)
       endif()
     endforeach()
     if(TARGET llama-common)
@@ -65,6 +75,8 @@ if(NOT _specbatch_deferred)
             "${source}" DIRECTORY "${dir}" PROPERTIES COMPILE_OPTIONS -O3 SKIP_UNITY_BUILD_INCLUSION ON)
         endif()
       endforeach()
+      # Its JSON wrapper specialises templates that other files use: compiled on its own, whatever comes before it.
+      set_source_files_properties("${dir}/json.cpp" DIRECTORY "${dir}" PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
     endif()
   endfunction()
   cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _specbatch_lighter_targets)
