@@ -70,10 +70,12 @@ uv_install() {  # uv_install <python> <uv pip install arguments...>
 # Not uv's --compile-bytecode: its compile workers now and then hand back nothing ("Bytecode compilation failed,
 # expected .../versions.py, received: \"\"", astral-sh/uv#2245), which failed a whole fresh install here. Python's
 # compileall does the same work; like pip, it skips files that do not compile (test fixtures in Python 2, templates).
+# Not the packages' own test suites (a tests/ or test/ folder: pandas', sympy's, numba's, ...; 3 800 of 28 000 files),
+# which nothing here imports: 86 -> 73 s of CPU.
 compile_bytecode() {  # compile_bytecode <python>
   local site
   site="$("$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  "$1" -m compileall -qq -j 0 "$site" || say "some installed files did not compile (ignored, as pip does)"
+  "$1" -m compileall -qq -j 0 -x '/tests?/' "$site" || say "some installed files did not compile (ignored, as pip does)"
 }
 
 say "installing specbatch[$DEVICE,test]"
