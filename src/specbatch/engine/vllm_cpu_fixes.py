@@ -10,8 +10,8 @@ arbitrary temperatures: not lossless. Found by the distribution check (specbatch
 temperature 0.7 on the embedded model gave 81 tokens with log-probability below -8 in 6 128, spec=none gave 1. Greedy
 requests never read these values (their tokens are argmaxes), which is why greedy equality held.
 
-The same sampler applies top-k at the draft positions with ``apply_top_k_only`` (vllm/v1/sample/ops/
-topk_topp_sampler.py; without Triton, and only when no top-p is set: top-p takes the sorting path). In a step where
+The same sampler applies top-k at the draft positions with ``apply_top_k_only`` (in
+vllm/v1/sample/ops/topk_topp_sampler.py; without Triton, and only when no top-p is set: top-p sorts). In a step where
 no request has a draft (n-gram and suffix decoding find none for a while), it gets a batch of no rows and raises on
 ``k.max()`` ("max(): Expected reduction dim to be specified for input.numel() == 0"): ``sampling.top_k`` with n-gram
 or suffix decoding stopped the job at its first such step. A batch of no rows has nothing to mask.
