@@ -19,7 +19,7 @@ from specbatch.common.masking import mask_text
 from specbatch.config import ConfigError, register_configs, to_job_config
 from specbatch.config.overrides import check_overrides
 from specbatch.engine import EngineUnavailable
-from specbatch.pipeline import run_job
+from specbatch.pipeline import run_job, stop_after_job
 from specbatch.run.folder import RunFolder
 from specbatch.run.locks import ShardBusyError
 from specbatch.run.multirun import current_sweep_job, record_job_run
@@ -46,6 +46,8 @@ def main(cfg: DictConfig) -> None:
                 why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
                 record_job_run(RunFolder.for_job(job).root, failed=mask_text(why))
             raise
+        # A signal that came once the shard's last chunks were admitted: the job ends here, no next job begins.
+        stop_after_job(result, sweep)
     except ConfigError as exc:
         # A mistake in the config or input: one clear line, no traceback, exit code 2 like a usage error.
         log.error("%s", exc)

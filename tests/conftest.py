@@ -22,6 +22,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from mlflow_server import MlflowServer, start_mlflow_server
+from specbatch.common.interrupts import forget_stop
 from specbatch.config import JobConfig, register_configs, to_job_config
 from specbatch.engine import engine_fingerprint, validate_job
 from specbatch.engine.dummy import DummyEngine
@@ -91,6 +92,14 @@ def local_job_factory(job_factory, tmp_path: Path) -> Callable[..., JobConfig]:
         )
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _a_stop_is_one_tests() -> Iterator[None]:
+    """A stop signal a test sends its own process (specbatch.common.interrupts remembers it for the process, so that
+    nothing begins after it) ends with the test."""
+    yield
+    forget_stop()
 
 
 def fake_engine(job: JobConfig, die_after: int | None = None, **options: Any) -> DummyEngine:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specbatch.auto.generation import AutoShardGeneration
+from specbatch.common.interrupts import StopRequested, signal_name, stop_received
 from specbatch.config import JobConfig
 from specbatch.config.dtype import log_dtype_choice
 from specbatch.config.methods import SpecMethod
@@ -38,6 +39,20 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
     if engine is not None and job.spec.method is SpecMethod.auto:
         raise ValueError("spec=auto starts an engine per set-up it measures: do not pass one in")
     return ShardExecutor(job, steps, TrackingObserver(job, sweep)).run()
+
+
+def stop_after_job(result: JobResult, sweep: SweepJob | None = None) -> None:
+    """After a job that returned: StopRequested if a stop signal came while it ran. It came once the shard's last
+    chunks were admitted (earlier, the job would have stopped itself), so they were finished and the shard is
+    complete; the process ends here with the stop's exit code, and a multirun launches no further job."""
+    signum = stop_received()
+    if signum is not None:
+        raise StopRequested(
+            f"stopped by {signal_name(signum)} once shard {result.folder.shard_tag} was complete (the chunks in "
+            "flight when it came were finished and written)"
+            + ("; Hydra launches no further job of this sweep: rerun the sweep to run the rest" if sweep else ""),
+            signum,
+        )
 
 
 def merge_run(root: Path, log_to_mlflow: bool = True) -> MergeResult:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,10 +20,13 @@ from specbatch.auto import generation
 from specbatch.auto.candidates import candidates
 from specbatch.auto.decision import decide, measuring_pays, predict, to_measure, unmeasured_winner
 from specbatch.auto.generation import AutoShardGeneration
+from specbatch.common.interrupts import StopRequested, forget_stop, stop_signals_raise
 from specbatch.config import ConfigError, to_job_config
+from specbatch.engine.dummy import DummyEngine
 from specbatch.pipeline import run_job
 from specbatch.prediction.turns import ReplayTurn
 from specbatch.run.folder import RunFolder
+from specbatch.run.streaming import ChunkStreamer
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -319,6 +324,65 @@ def test_a_kill_in_any_phase_resumes_with_every_row_once(phase: str, tmp_path: P
     assert {n: folder.read_part_stats(n)["launch"] for n in before} == before
     if plan_before is not None:
         assert folder.auto_plan_path.read_text() == plan_before
+
+
+# Where a stop signal comes: in the first pilot slice's stream, the first measurement slice's, or while spec=none's
+# stream drains after the unmeasured decision handed the rest to the winner. Each time every row of the stream had
+# been admitted, so the stream itself has nothing to stop; then the job must start no engine, stream or phase more.
+_STOP_IN = {
+    "pilot": (["spec.auto.candidates=[none,ngram-k2,ngram-k5]"], 1, ["none"]),
+    "measurement": (["spec.auto.candidates=[none,ngram-k2,ngram-k5]"], 4, None),
+    "after the decision": (
+        ["spec.auto.candidates=[none,ngram-k2]", "spec.auto.budget=0", "engine.max_num_seqs=2"],
+        1,
+        ["none"],
+    ),
+}
+
+
+@pytest.mark.parametrize("phase", list(_STOP_IN))
+def test_a_stop_in_any_phase_begins_nothing_new_and_a_rerun_finishes(phase: str, tmp_path: Path, monkeypatch) -> None:
+    overrides, in_stream, engines = _STOP_IN[phase]
+    if phase == "after the decision":
+        _force_winner(monkeypatch, "ngram-k2")
+    job = auto_job(tmp_path, *overrides)
+    folder = RunFolder.for_job(job)
+    streams, started, signalled = [], [], []
+    real_stream, real_start, real_step = ChunkStreamer.run, generation.start_engine, DummyEngine.step
+
+    def stream(self, *args, **kwargs):
+        streams.append(1)
+        return real_stream(self, *args, **kwargs)
+
+    def start(job):
+        engine = real_start(job)
+        started.append(job.spec.label)
+        return engine
+
+    def step(engine):
+        ready = len(streams) == in_stream and engine.unfinished
+        if phase == "after the decision":
+            ready = ready and folder.decision_path.exists()
+        if ready and not signalled:
+            signalled.append(len(streams))
+            os.kill(os.getpid(), signal.SIGTERM)  # as Slurm's time limit does; handled in this thread at once
+        return real_step(engine)
+
+    monkeypatch.setattr(ChunkStreamer, "run", stream)
+    monkeypatch.setattr(generation, "start_engine", start)
+    monkeypatch.setattr(DummyEngine, "step", step)
+    with pytest.raises(StopRequested) as stopped, stop_signals_raise():  # as jobs/generate.py runs a job
+        run_job(job)
+    assert signalled == [in_stream] and stopped.value.exit_code == 143
+    assert "stopped by SIGTERM before" in str(stopped.value)
+    # Nothing began after the stream the signal came in: no stream, no engine.
+    assert len(streams) == in_stream and started == (engines or started[:2]) and len(started) == len(set(started))
+    assert not folder.is_done() and folder.part_numbers()
+    if phase == "after the decision":
+        assert json.loads(folder.decision_path.read_text())["winner"] == "ngram-k2"
+    forget_stop()
+    monkeypatch.setattr(DummyEngine, "step", real_step)
+    _check_run(run_job(job).folder, 40)
 
 
 @pytest.mark.parametrize("phase", ["lead", "decision"])

@@ -41,6 +41,7 @@ from specbatch.auto.decision import (
     unmeasured_winner,
 )
 from specbatch.common.atomic_files import create_json_once
+from specbatch.common.interrupts import raise_if_stopped
 from specbatch.config import ConfigError, JobConfig
 from specbatch.engine import Engine, backend_class, start_engine
 from specbatch.prediction.turns import RunTurns, read_parts
@@ -152,10 +153,14 @@ class AutoShardGeneration(ShardGeneration):
                 decision = self._lead_with_none(folder, config, left)
             elif decision is None:
                 self._run_slices(folder, config, self._pilot, "none", left)
+                # Each phase begins only if no stop came meanwhile (the slices' streams end as usual when one
+                # comes after their rows were admitted).
+                raise_if_stopped("spec=auto's plan", "the pilot's slices written are kept")
                 plan = self._plan(folder)
                 if plan["measuring"]:
                     for slot, label in zip(self._measure, plan["measure"], strict=False):
                         self._run_slices(folder, config, slot, label, left)
+                raise_if_stopped("spec=auto's decision", "the pilot's and the measurements' slices written are kept")
                 decision = self._decide(folder, plan)
             winner = decision["winner"]
             rest = [n for n in left if not folder.part_path(n).exists()]

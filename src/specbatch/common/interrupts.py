@@ -7,6 +7,11 @@ only stops admission: the chunks in flight are finished and written for at most 
 abandoned (nothing of theirs is written), and the job stops without the done marker, so a rerun (or Slurm's
 requeue) generates only what is left. A second signal stops at once. Before and after streaming
 (:func:`stop_signals_raise`: reading the data, starting the engine) a signal stops the job at once.
+
+A stop is the process's, not one stream's: once a signal came, whichever handler took it, nothing new begins. Each
+place where something begins (an engine's start, a stream of chunks, a phase of spec=auto, the next job of a Hydra
+multirun) asks :func:`raise_if_stopped` first, so a signal that came while a stream's last chunks were finishing
+(admission already over, nothing left for it to stop) still ends the job when that stream is done.
 """
 
 from __future__ import annotations
@@ -44,6 +49,41 @@ class StopRequested(Exception):
 
 def signal_name(signum: int) -> str:
     return signal.Signals(signum).name
+
+
+@dataclass
+class _Received:
+    """The first stop signal this process received in any handler of this module (None: none yet)."""
+
+    signum: int | None = None
+
+
+_received = _Received()
+
+
+def _record(signum: int) -> None:
+    if _received.signum is None:
+        _received.signum = signum
+
+
+def stop_received() -> int | None:
+    """The first stop signal this process received (SIGTERM or SIGINT), or None."""
+    return _received.signum
+
+
+def raise_if_stopped(before: str, kept: str = "every chunk written before it is kept") -> None:
+    """Once a stop signal came, nothing new begins: StopRequested saying it stopped ``before`` what (e.g. "starting
+    the engine"), and what of the run is kept."""
+    signum = _received.signum
+    if signum is not None:
+        raise StopRequested(
+            f"stopped by {signal_name(signum)} before {before}: {kept}; rerun the same command to go on", signum
+        )
+
+
+def forget_stop() -> None:
+    """For a process that handled a stop and goes on (a test, an interactive session): the next signal is new."""
+    _received.signum = None
 
 
 @dataclass
@@ -114,6 +154,7 @@ def stop_signals_raise(what: str = "before any chunk was generated") -> Iterator
     put_off: list[int] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        _record(signum)
         if _put_off_inside_logging(frame):
             put_off[:] = [signum]
             return
@@ -155,9 +196,11 @@ def stop_signals_deferred(grace_seconds: float) -> Iterator[StopSignal]:
             abandon(f"sent twice, after {time.monotonic() - stop.at:.0f} s", frame)
             return
         stop.signum, stop.at = signum, time.monotonic()
+        _record(signum)
         stop.message = (
             f"{stop.name} received: finishing the chunks in flight for at most {grace_seconds:g} s "
-            "(stop_grace_seconds), then stopping without the done marker; send it again to stop at once"
+            "(stop_grace_seconds), then stopping (the shard is marked done only if none of it is left); send it "
+            "again to stop at once"
         )
         signal.setitimer(signal.ITIMER_REAL, max(grace_seconds, 0.001))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from specbatch.common.interrupts import raise_if_stopped
 from specbatch.config import BACKENDS, ConfigError, JobConfig
 from specbatch.config.methods import SpecMethod
 from specbatch.engine.base import (
@@ -72,7 +73,9 @@ def import_engine_library(job: JobConfig) -> None:
 
 
 def start_engine(job: JobConfig) -> Engine:
-    """Start the engine ``engine.backend`` names (warm-up included); the caller closes it."""
+    """Start the engine ``engine.backend`` names (warm-up included); the caller closes it. Never once the process
+    was asked to stop (specbatch.common.interrupts)."""
+    raise_if_stopped(f"starting the {job.engine.backend} engine for {job.spec.label}")
     return backend_class(job.engine.backend).start(job)
 
 

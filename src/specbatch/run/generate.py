@@ -19,7 +19,7 @@ from typing import Any
 from specbatch.assets.cache import EmbeddedAssetError
 from specbatch.assets.prepare import ensure_embedded
 from specbatch.common.collector import resume_after_start
-from specbatch.common.interrupts import StopRequested, stop_signals_deferred
+from specbatch.common.interrupts import StopRequested, raise_if_stopped, stop_signals_deferred
 from specbatch.config import ConfigError, JobConfig
 from specbatch.config.preflight import preflight
 from specbatch.data.prompts import check_chat_template, load_tokenizer
@@ -179,9 +179,12 @@ class ShardGeneration:
         the admitted ones are written (ChunkStreamer.run: while it is None, nothing is queued ahead).
 
         SIGTERM or SIGINT stops admitting chunks; the ones in flight are finished and written (for at most
-        stop_grace_seconds, then abandoned), then StopRequested ends the job without the done marker.
+        stop_grace_seconds, then abandoned), then StopRequested ends the job without the done marker. A signal that
+        came once every chunk was admitted has nothing left to stop here: the stream ends as usual, and the next
+        thing to begin (an engine, a stream, a phase, a job of the sweep) raises it instead.
         """
         job = job or self.job
+        raise_if_stopped(f"streaming {len(todo)} chunk(s) of shard {folder.shard_tag} with {job.spec.label}")
         setup = job.spec.label if job is not self.job else None
         writer = ChunkWriter(folder, config, engine.concurrency, len(todo), setup)
         # Rows are read when their chunk is admitted, not before: memory stays flat however long the shard.
@@ -197,6 +200,8 @@ class ShardGeneration:
             streamed = ChunkStreamer(engine, job, self._tokenizer).run(
                 chunks, writer.write, stop_requested, until or (lambda: False)
             )
+            # A stop that came in the stream's last step is said now; what follows it begins nothing new.
+            stop_requested()
         writer.write_launch_record(streamed, engine.acceptance_settings)
         if streamed.stopped:
             raise StopRequested(

@@ -134,6 +134,8 @@ class ChunkStreamer:
             while True:
                 if admitting and halt():  # checked every step, not only when the engine has room
                     admitting = False
+                elif not admitting:
+                    stop_requested()  # says a stop that comes once admission is over (what is in flight finishes)
                 limit = batch if undecided else self.limit
                 while admitting and self.engine.unfinished + len(self._ready) < limit:
                     if halt():
