@@ -14,14 +14,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import compose_config, compose_job
+from specbatch.analysis.compare import compare
+from specbatch.analysis.run_data import load_run
 from specbatch.auto import generation
 from specbatch.auto.candidates import candidates
 from specbatch.auto.decision import decide, measuring_pays, predict, to_measure, unmeasured_winner
 from specbatch.auto.generation import AutoShardGeneration
-from specbatch.config import ConfigError, to_job_config
+from specbatch.config import ConfigError, sample_seed, to_job_config
 from specbatch.pipeline import run_job
 from specbatch.prediction.turns import ReplayTurn
 from specbatch.run.folder import RunFolder
+from specbatch.run.integrity import PartRecord
+from specbatch.run.output_rows import SCHEMA_VERSION_KEY
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -390,6 +394,54 @@ def test_a_shard_started_after_the_decision_runs_every_row_with_the_winner(tmp_p
     assert not second.folder.auto_plan_path.exists(), "no pilot, no plan: the run's decision was there"
     rows = _rows(first.folder) + _rows(second.folder)
     assert len(rows) == 60 == len({r["row_id"] for r in rows})
+
+
+def _without_seed_column(folder: RunFolder) -> None:
+    """The run's parts as output schema 4 wrote them: no ``seed`` column (their figures' checksums follow)."""
+    for number in folder.part_numbers():
+        path = folder.part_path(number)
+        table = pq.read_table(path)
+        metadata = {**table.schema.metadata, SCHEMA_VERSION_KEY: b"4"}
+        pq.write_table(table.drop_columns(["seed"]).replace_schema_metadata(metadata), path)
+        stats = json.loads(folder.part_stats_path(number).read_text())
+        folder.part_stats_path(number).write_text(json.dumps({**stats, "part": PartRecord.of(path).to_dict()}))
+
+
+def test_auto_rows_draw_seeds_of_their_own_and_compare_checks_them(tmp_path: Path, monkeypatch) -> None:
+    """Under sampling every row of an auto run, whichever candidate generated it, records a seed of "auto": none
+    is its spec=none baseline's. A run written before that (its spec=none rows drew the baseline's seeds; parts
+    without the column) is caught by compare from the seeds alone: those samples are left out, with a note."""
+    _force_winner(monkeypatch, "ngram-k2")
+    sampled = ["sampling=sampled", "sampling.n=2", "sampling.max_tokens=16", "max_samples=16"]
+    common = [
+        f"output_root={tmp_path}",
+        "engine.backend=dummy",
+        "tracking=off",
+        "chunk_size=8",
+        "engine.max_num_seqs=2",
+    ]
+    base = run_job(compose_job([*common, "spec=none", *sampled])).folder
+    auto = run_job(
+        auto_job(
+            tmp_path, *sampled, "spec.auto.candidates=[none,ngram-k2]", "spec.auto.budget=0", "engine.max_num_seqs=2"
+        )
+    ).folder
+    rows, base_rows = _rows(auto), _rows(base)
+    assert {_label(r) for r in rows} == {"none", "ngram-k2"} and len(rows) == len(base_rows) == 32
+    assert all(r["seed"] == sample_seed(0, "auto", r["row_id"], r["sample_index"]) for r in rows)
+    assert all(r["seed"] == sample_seed(0, "none", r["row_id"], r["sample_index"]) for r in base_rows)
+    comparison = compare([load_run(base.root), load_run(auto.root)])
+    (check,) = comparison.distribution
+    assert check.result.shared_seeds == 0 and check.result.p_value is not None
+    assert not [note for note in comparison.notes if "not independent" in note]
+
+    _without_seed_column(auto)
+    comparison = compare([load_run(base.root), load_run(auto.root)])
+    (check,) = comparison.distribution
+    shared = sum(_label(r) == "none" for r in rows)
+    assert 0 < shared < len(rows) and check.result.shared_seeds == shared
+    (note,) = [note for note in comparison.notes if "not independent" in note]
+    assert note.startswith(f"{auto.root}: {shared} of its first-turn samples were drawn with the seed of")
 
 
 def test_a_candidate_whose_checkpoint_is_missing_is_named_before_anything_loads(tmp_path: Path) -> None:
