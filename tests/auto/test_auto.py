@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from specbatch.analysis.compare import compare
 from specbatch.analysis.run_data import load_run
 from specbatch.auto import generation
 from specbatch.auto.candidates import candidates
-from specbatch.auto.decision import decide, measuring_pays, predict, to_measure, unmeasured_winner
+from specbatch.auto.decision import Predicted, decide, measuring_pays, predict, to_measure, unmeasured_winner
 from specbatch.auto.generation import AutoShardGeneration
 from specbatch.config import ConfigError, sample_seed, to_job_config
 from specbatch.pipeline import run_job
@@ -141,6 +142,22 @@ def test_within_noise_the_smaller_k_or_none_wins() -> None:
     # Speculation 2 % ahead of none, none moving by 10 %: none.
     winner, _, _ = decide({"none": [100, 90, 110], "ngram-k3": [102, 101, 103]})
     assert winner == "none"
+
+
+def test_slices_that_generated_no_tokens_are_not_divided_by() -> None:
+    """0 tok/s is a slice whose rows all failed: it timed nothing. A pilot of such slices leaves no rate to take a
+    speedup against (none, saying so); a set-up of such slices is unmeasured; a lone one is left out."""
+    winner, why, figures = decide({"none": [0.0, 0.0, 0.0], "ngram-k3": [150, 152, 149]})
+    assert winner == "none" and "pilot's slices generated no tokens" in why and figures == {}
+    winner, why, figures = decide({"none": [100, 102, 98], "ngram-k3": [0.0, 0.0, 0.0], "ngram-k5": [170, 171, 169]})
+    assert winner == "ngram-k5" and "ngram-k3's slices generated no tokens: not measured, it cannot win" in why
+    assert "ngram-k3" not in figures
+    winner, why, figures = decide({"none": [0.0, 100, 100], "ngram-k3": [150, 150, 150]})
+    assert winner == "ngram-k3" and figures["ngram-k3"]["speedup"] == pytest.approx(1.5)
+    assert "1 of none's 3 slices generated no tokens and are left out" in why and figures["none"]["repeats"] == 2
+    # Nothing to replay either: no prediction, and the unmeasured pick is none.
+    assert predict([], candidates(compose_job(["spec=auto"])), 2048, 4) == []
+    assert unmeasured_winner([])[0] == "none"
 
 
 def test_measuring_pays_only_within_the_budget() -> None:
@@ -394,6 +411,56 @@ def test_a_shard_started_after_the_decision_runs_every_row_with_the_winner(tmp_p
     assert not second.folder.auto_plan_path.exists(), "no pilot, no plan: the run's decision was there"
     rows = _rows(first.folder) + _rows(second.folder)
     assert len(rows) == 60 == len({r["row_id"] for r in rows})
+
+
+def _placeholder_job(root: Path, placeholders: int, *extra: str):
+    """auto_job over 40 local rows whose first ``placeholders`` are placeholders (error rows, never sent)."""
+    data = root / "rows.jsonl"
+    lines = [{"id": f"r{i:02d}", "q": ("TODO " if i < placeholders else "") + f"question {i}"} for i in range(40)]
+    data.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    local = ["dataset=local", f"dataset.path={data}", "dataset.template='{q}'", "dataset.id_column=id"]
+    return auto_job(root, *local, "dataset.placeholder_prefix=TODO", "spec.auto.candidates=[none,ngram-k2]", *extra)
+
+
+@pytest.mark.parametrize("measuring", [True, False])
+def test_a_pilot_of_error_rows_keeps_none_and_says_why(measuring: bool, tmp_path: Path) -> None:
+    """The data's first rows fail, so the pilot generates no tokens: nothing to measure or predict against. The
+    shard runs every row once with none, and decision.json says why (measured: 3 slices, unmeasured: 1 chunk)."""
+    job = _placeholder_job(tmp_path, 6, *([] if measuring else ["spec.auto.budget=0"]))
+    result = run_job(job)
+    decision = _check_run(result.folder, 40)
+    plan = json.loads(result.folder.auto_plan_path.read_text())
+    assert decision["winner"] == "none" and not decision["measured"] and not plan["measuring"]
+    assert decision["why"].startswith("the pilot generated no tokens (6 of 6 output rows were error rows, e.g. ")
+    assert "placeholder" in decision["why"] and set(_setups(result.folder).values()) == {"none"}
+    by_setup = {c["setup"]: c for c in decision["candidates"]}
+    slices = "3 of 3" if measuring else "1 of 1"
+    assert by_setup["none"]["no_tokens"].startswith(f"{slices} slice(s) generated no tokens (6 of 6 output rows")
+    assert by_setup["none"]["measured_tok_s"] is None and by_setup["ngram-k2"]["no_tokens"] is None
+    # Error rows carry the seed their sample's request would have had: the run's own set-up's.
+    rows = _rows(result.folder)
+    assert sum(r["status"] == "error" for r in rows) == 6
+    assert all(r["seed"] == sample_seed(0, "auto", r["row_id"], 0) for r in rows)
+
+
+def test_a_shard_left_by_the_division_by_a_silent_pilot_finishes(tmp_path: Path, monkeypatch) -> None:
+    """Before pilots of no tokens were caught, such a shard measured and then divided by the pilot's 0 tok/s: its
+    plan and measured slices were written and no decision, on every rerun. A rerun now decides none from them."""
+    job = _placeholder_job(tmp_path, 6)
+    with monkeypatch.context() as old:
+        old.setattr(AutoShardGeneration, "_silent_pilot", lambda self, folder: None, raising=False)
+        # What replay predicted from no completions then: every candidate at tau 1, below none.
+        old.setattr(generation, "predict", lambda *args: [Predicted("ngram-k2", 1.0, 0.0, 1.0, 0.82)])
+        old.setattr(generation, "decide", lambda rates: 1 / statistics.median(rates["none"]))
+        with pytest.raises(ZeroDivisionError):
+            run_job(job)
+    folder = RunFolder.for_job(job)
+    assert json.loads(folder.auto_plan_path.read_text())["measure"] == ["ngram-k2"]
+    assert not folder.decision_path.exists() and len(folder.part_numbers()) == 6
+    result = run_job(job)
+    decision = _check_run(result.folder, 40)
+    assert decision["winner"] == "none" and decision["why"].startswith("the pilot generated no tokens (6 of 6")
+    assert [_setups(folder)[n] for n in range(3, 6)] == ["ngram-k2"] * 3, "the measured slices are kept"
 
 
 def _without_seed_column(folder: RunFolder) -> None:
