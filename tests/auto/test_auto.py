@@ -19,7 +19,15 @@ from specbatch.analysis.compare import compare
 from specbatch.analysis.run_data import load_run
 from specbatch.auto import generation
 from specbatch.auto.candidates import candidates
-from specbatch.auto.decision import Predicted, decide, measuring_pays, predict, to_measure, unmeasured_winner
+from specbatch.auto.decision import (
+    Predicted,
+    decide,
+    measured_slots,
+    measuring_pays,
+    predict,
+    to_measure,
+    unmeasured_winner,
+)
 from specbatch.auto.generation import AutoShardGeneration
 from specbatch.config import ConfigError, sample_seed, to_job_config
 from specbatch.pipeline import run_job
@@ -124,6 +132,15 @@ def test_methods_llama_cpp_lacks_are_named_before_anything_loads(tmp_path: Path)
         run_job(job)
     assert "suffix-k5" in str(caught.value) and "spec.auto.candidates" in str(caught.value)
     assert not (tmp_path / "runs").exists()
+
+
+def test_one_set_up_spelled_several_ways_is_one_candidate(tmp_path: Path, caplog) -> None:
+    job = auto_job(tmp_path, "spec.auto.candidates=[ngram,none,ngram-k3,ngram-k03,suffix-k5]")
+    assert [c.label for c in candidates(job)] == ["none", "ngram-k3", "suffix-k5"]
+    assert measured_slots(candidates(job), 8) == 2
+    with caplog.at_level(logging.INFO, logger="specbatch.auto.generation"):
+        AutoShardGeneration(job)
+    assert "spec.auto.candidates: ngram, ngram-k3, ngram-k03 are one set-up, ngram-k3" in caplog.text
 
 
 # --- the decision's arithmetic ---

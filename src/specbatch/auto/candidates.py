@@ -34,6 +34,9 @@ class Candidate:
     spec: SpecConfig
     # The Hydra overrides that run it as a fixed set-up, e.g. "spec=ngram spec.num_speculative_tokens=3".
     overrides: str = ""
+    # How spec.auto.candidates spelled it: more than one when one set-up was listed several ways (``ngram``,
+    # ``ngram-k3``, ``ngram-k03``), which are one candidate, measured once.
+    spellings: tuple[str, ...] = ()
 
     @property
     def method(self) -> SpecMethod:
@@ -56,8 +59,15 @@ def candidates(job: JobConfig) -> list[Candidate]:
     if auto.candidates is None:
         labels = [*AUTO_DEFAULT_CANDIDATES, *auto.checkpoints]
     else:
-        labels = list(dict.fromkeys(str(c).strip() for c in auto.candidates))
-    out = [_candidate(label, auto.checkpoints) for label in labels]
+        labels = [str(c).strip() for c in auto.candidates]
+    # One set-up however it is spelled: the first spelling's place is kept, and the candidate knows the others.
+    by_label: dict[str, Candidate] = {}
+    for spelling in labels:
+        candidate = _candidate(spelling, auto.checkpoints)
+        first = by_label.setdefault(candidate.label, candidate)
+        if spelling not in first.spellings:
+            by_label[candidate.label] = dataclasses.replace(first, spellings=(*first.spellings, spelling))
+    out = list(by_label.values())
     if not any(c.method is SpecMethod.none for c in out):
         # The pilot is spec=none and every speedup is measured against it: it is always a candidate.
         out.insert(0, _candidate("none", auto.checkpoints))

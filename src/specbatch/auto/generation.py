@@ -74,6 +74,13 @@ class AutoShardGeneration(ShardGeneration):
         assert auto is not None, "spec=auto jobs only"
         self.auto = auto
         self.candidates = candidates(job)
+        for candidate in self.candidates:
+            if len(candidate.spellings) > 1:
+                log.info(
+                    "spec.auto.candidates: %s are one set-up, %s: it is measured and listed once",
+                    ", ".join(candidate.spellings),
+                    candidate.label,
+                )
         self._by_label = {c.label: c for c in self.candidates}
         self._slots = measured_slots(self.candidates, auto.measure_top)
         # Chunk numbers of the pilot's slices and of each measurement slot's slices (filled by cut()).
