@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import statistics
 import subprocess
 import sys
@@ -141,6 +142,25 @@ def test_one_set_up_spelled_several_ways_is_one_candidate(tmp_path: Path, caplog
     with caplog.at_level(logging.INFO, logger="specbatch.auto.generation"):
         AutoShardGeneration(job)
     assert "spec.auto.candidates: ngram, ngram-k3, ngram-k03 are one set-up, ngram-k3" in caplog.text
+
+
+def test_the_winners_overrides_are_shell_words_that_compose_the_same_set_up(tmp_path: Path) -> None:
+    """decision.json's overrides go to python jobs/serve.py --print <overrides>: a checkpoint path with a space (or
+    a comma, which Hydra would read as a sweep) is one shell word, and Hydra reads back the same path."""
+    head = "/my heads/eagle3, v2"
+    job = composed(
+        [
+            f"output_root={tmp_path}",
+            "spec=auto",
+            f"+spec.auto.checkpoints.eagle3.model='{head}'",
+            "spec.auto.candidates=[none,eagle3-k3]",
+        ]
+    )
+    (eagle3,) = [c for c in candidates(job) if c.label == "eagle3-k3"]
+    words = shlex.split(eagle3.overrides)
+    assert words == ["spec=eagle3", "spec.num_speculative_tokens=3", f'spec.model="{head}"']
+    served = composed(words)
+    assert served.spec.label == "eagle3-k3" and served.spec.model == head
 
 
 # --- the decision's arithmetic ---

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -18,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 from specbatch.common.environment import PROJECT_ROOT
 from specbatch.config import ConfigError, JobConfig
 from specbatch.config.methods import CHECKPOINT_METHODS, SpecMethod
+from specbatch.config.overrides import hydra_override
 from specbatch.config.spec import AUTO_DEFAULT_CANDIDATES, SpecConfig
 from specbatch.engine import backend_class, validate_job
 
@@ -32,7 +34,8 @@ class Candidate:
 
     label: str
     spec: SpecConfig
-    # The Hydra overrides that run it as a fixed set-up, e.g. "spec=ngram spec.num_speculative_tokens=3".
+    # The Hydra overrides that run it as a fixed set-up, each quoted for a POSIX shell, e.g.
+    # "spec=ngram spec.num_speculative_tokens=3" or "spec=eagle3 ... 'spec.model=/my heads/eagle3'".
     overrides: str = ""
     # How spec.auto.candidates spelled it: more than one when one set-up was listed several ways (``ngram``,
     # ``ngram-k3``, ``ngram-k03``), which are one candidate, measured once.
@@ -109,11 +112,12 @@ def _candidate(label: str, checkpoints: dict[str, Any]) -> Candidate:
     if method is not SpecMethod.none:
         overrides.append(f"spec.num_speculative_tokens={spec.k}")
     overrides += [
-        f"spec.{key}={value}"
+        hydra_override(f"spec.{key}", value)
         for key, value in checkpoints.get(method.value, {}).items()
         if key != "num_speculative_tokens"
     ]
-    return Candidate(spec.label, spec, " ".join(overrides))
+    # A checkpoint path may hold a space: each override one shell word (python jobs/serve.py --print <overrides>).
+    return Candidate(spec.label, spec, " ".join(shlex.quote(o) for o in overrides))
 
 
 @cache
