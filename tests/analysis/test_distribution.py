@@ -17,6 +17,7 @@ from specbatch.analysis.distribution import (
     CONSISTENT,
     DIFFERS,
     MAX_DETECTABLE_TV,
+    NOT_INDEPENDENT,
     PREFIX_LENGTHS,
     TOO_FEW,
     check_distribution,
@@ -68,6 +69,22 @@ def test_verdicts_same_shifted_and_too_few() -> None:
     assert spread.verdict == TOO_FEW and spread.detectable_tv == 1.0 and spread.unseen_mass["2"] == 1.0
     # One sample per prompt (sampling.n=1) cannot be tested per prompt at all.
     assert check_distribution(samples(rng, 4, 1), samples(rng, 4, 1)).verdict == TOO_FEW
+
+
+def test_samples_sharing_the_baselines_seeds_are_left_out_and_counted() -> None:
+    """A run's sample drawn with the seed of the baseline's sample of its prompt is not an independent sample of
+    the distribution: left out; when nothing is left, the verdict says so instead of "consistent"."""
+    rng = np.random.default_rng(0)
+    run, base = samples(rng, 8, 20), samples(rng, 8, 20)
+    base_seeds = {key: 1000 * int(key[0][1:]) + key[2] for key in base}
+    # Half the run's samples (sample index < 10) repeat the baseline's seeds; one has none (the engine's own state).
+    run_seeds = {key: base_seeds[key] if key[2] < 10 else base_seeds[key] + 500 for key in run}
+    run_seeds[("p0", 1, 0)] = None
+    partly = check_distribution(run, base, run_seeds, base_seeds)
+    assert partly.shared_seeds == 8 * 10 - 1 and partly.samples == 10 and partly.p_value is not None
+    shared = check_distribution(run, base, base_seeds, base_seeds)
+    assert shared.shared_seeds == 8 * 20 and shared.verdict == NOT_INDEPENDENT and shared.p_value is None
+    assert check_distribution(run, base, {}, base_seeds).shared_seeds == 0
 
 
 def test_the_detectable_shift_is_what_the_test_detects_four_times_in_five(monkeypatch: pytest.MonkeyPatch) -> None:

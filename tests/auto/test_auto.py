@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import signal
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -16,16 +18,28 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import compose_config, compose_job
+from specbatch.analysis.compare import compare
+from specbatch.analysis.run_data import load_run
 from specbatch.auto import generation
 from specbatch.auto.candidates import candidates
-from specbatch.auto.decision import decide, measuring_pays, predict, to_measure, unmeasured_winner
+from specbatch.auto.decision import (
+    Predicted,
+    decide,
+    measured_slots,
+    measuring_pays,
+    predict,
+    to_measure,
+    unmeasured_winner,
+)
 from specbatch.auto.generation import AutoShardGeneration
 from specbatch.common.interrupts import StopRequested, forget_stop, stop_signals_raise
-from specbatch.config import ConfigError, to_job_config
+from specbatch.config import ConfigError, sample_seed, to_job_config
 from specbatch.engine.dummy import DummyEngine
 from specbatch.pipeline import run_job
 from specbatch.prediction.turns import ReplayTurn
 from specbatch.run.folder import RunFolder
+from specbatch.run.integrity import PartRecord
+from specbatch.run.output_rows import SCHEMA_VERSION_KEY
 from specbatch.run.streaming import ChunkStreamer
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -126,6 +140,34 @@ def test_methods_llama_cpp_lacks_are_named_before_anything_loads(tmp_path: Path)
     assert not (tmp_path / "runs").exists()
 
 
+def test_one_set_up_spelled_several_ways_is_one_candidate(tmp_path: Path, caplog) -> None:
+    job = auto_job(tmp_path, "spec.auto.candidates=[ngram,none,ngram-k3,ngram-k03,suffix-k5]")
+    assert [c.label for c in candidates(job)] == ["none", "ngram-k3", "suffix-k5"]
+    assert measured_slots(candidates(job), 8) == 2
+    with caplog.at_level(logging.INFO, logger="specbatch.auto.generation"):
+        AutoShardGeneration(job)
+    assert "spec.auto.candidates: ngram, ngram-k3, ngram-k03 are one set-up, ngram-k3" in caplog.text
+
+
+def test_the_winners_overrides_are_shell_words_that_compose_the_same_set_up(tmp_path: Path) -> None:
+    """decision.json's overrides go to python jobs/serve.py --print <overrides>: a checkpoint path with a space (or
+    a comma, which Hydra would read as a sweep) is one shell word, and Hydra reads back the same path."""
+    head = "/my heads/eagle3, v2"
+    job = composed(
+        [
+            f"output_root={tmp_path}",
+            "spec=auto",
+            f"+spec.auto.checkpoints.eagle3.model='{head}'",
+            "spec.auto.candidates=[none,eagle3-k3]",
+        ]
+    )
+    (eagle3,) = [c for c in candidates(job) if c.label == "eagle3-k3"]
+    words = shlex.split(eagle3.overrides)
+    assert words == ["spec=eagle3", "spec.num_speculative_tokens=3", f'spec.model="{head}"']
+    served = composed(words)
+    assert served.spec.label == "eagle3-k3" and served.spec.model == head
+
+
 # --- the decision's arithmetic ---
 
 
@@ -142,6 +184,22 @@ def test_within_noise_the_smaller_k_or_none_wins() -> None:
     # Speculation 2 % ahead of none, none moving by 10 %: none.
     winner, _, _ = decide({"none": [100, 90, 110], "ngram-k3": [102, 101, 103]})
     assert winner == "none"
+
+
+def test_slices_that_generated_no_tokens_are_not_divided_by() -> None:
+    """0 tok/s is a slice whose rows all failed: it timed nothing. A pilot of such slices leaves no rate to take a
+    speedup against (none, saying so); a set-up of such slices is unmeasured; a lone one is left out."""
+    winner, why, figures = decide({"none": [0.0, 0.0, 0.0], "ngram-k3": [150, 152, 149]})
+    assert winner == "none" and "pilot's slices generated no tokens" in why and figures == {}
+    winner, why, figures = decide({"none": [100, 102, 98], "ngram-k3": [0.0, 0.0, 0.0], "ngram-k5": [170, 171, 169]})
+    assert winner == "ngram-k5" and "ngram-k3's slices generated no tokens: not measured, it cannot win" in why
+    assert "ngram-k3" not in figures
+    winner, why, figures = decide({"none": [0.0, 100, 100], "ngram-k3": [150, 150, 150]})
+    assert winner == "ngram-k3" and figures["ngram-k3"]["speedup"] == pytest.approx(1.5)
+    assert "1 of none's 3 slices generated no tokens and are left out" in why and figures["none"]["repeats"] == 2
+    # Nothing to replay either: no prediction, and the unmeasured pick is none.
+    assert predict([], candidates(compose_job(["spec=auto"])), 2048, 4) == []
+    assert unmeasured_winner([])[0] == "none"
 
 
 def test_measuring_pays_only_within_the_budget() -> None:
@@ -454,6 +512,104 @@ def test_a_shard_started_after_the_decision_runs_every_row_with_the_winner(tmp_p
     assert not second.folder.auto_plan_path.exists(), "no pilot, no plan: the run's decision was there"
     rows = _rows(first.folder) + _rows(second.folder)
     assert len(rows) == 60 == len({r["row_id"] for r in rows})
+
+
+def _placeholder_job(root: Path, placeholders: int, *extra: str):
+    """auto_job over 40 local rows whose first ``placeholders`` are placeholders (error rows, never sent)."""
+    data = root / "rows.jsonl"
+    lines = [{"id": f"r{i:02d}", "q": ("TODO " if i < placeholders else "") + f"question {i}"} for i in range(40)]
+    data.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    local = ["dataset=local", f"dataset.path={data}", "dataset.template='{q}'", "dataset.id_column=id"]
+    return auto_job(root, *local, "dataset.placeholder_prefix=TODO", "spec.auto.candidates=[none,ngram-k2]", *extra)
+
+
+@pytest.mark.parametrize("measuring", [True, False])
+def test_a_pilot_of_error_rows_keeps_none_and_says_why(measuring: bool, tmp_path: Path) -> None:
+    """The data's first rows fail, so the pilot generates no tokens: nothing to measure or predict against. The
+    shard runs every row once with none, and decision.json says why (measured: 3 slices, unmeasured: 1 chunk)."""
+    job = _placeholder_job(tmp_path, 6, *([] if measuring else ["spec.auto.budget=0"]))
+    result = run_job(job)
+    decision = _check_run(result.folder, 40)
+    plan = json.loads(result.folder.auto_plan_path.read_text())
+    assert decision["winner"] == "none" and not decision["measured"] and not plan["measuring"]
+    assert decision["why"].startswith("the pilot generated no tokens (6 of 6 output rows were error rows, e.g. ")
+    assert "placeholder" in decision["why"] and set(_setups(result.folder).values()) == {"none"}
+    by_setup = {c["setup"]: c for c in decision["candidates"]}
+    slices = "3 of 3" if measuring else "1 of 1"
+    assert by_setup["none"]["no_tokens"].startswith(f"{slices} slice(s) generated no tokens (6 of 6 output rows")
+    assert by_setup["none"]["measured_tok_s"] is None and by_setup["ngram-k2"]["no_tokens"] is None
+    # Error rows carry the seed their sample's request would have had: the run's own set-up's.
+    rows = _rows(result.folder)
+    assert sum(r["status"] == "error" for r in rows) == 6
+    assert all(r["seed"] == sample_seed(0, "auto", r["row_id"], 0) for r in rows)
+
+
+def test_a_shard_left_by_the_division_by_a_silent_pilot_finishes(tmp_path: Path, monkeypatch) -> None:
+    """Before pilots of no tokens were caught, such a shard measured and then divided by the pilot's 0 tok/s: its
+    plan and measured slices were written and no decision, on every rerun. A rerun now decides none from them."""
+    job = _placeholder_job(tmp_path, 6)
+    with monkeypatch.context() as old:
+        old.setattr(AutoShardGeneration, "_silent_pilot", lambda self, folder: None, raising=False)
+        # What replay predicted from no completions then: every candidate at tau 1, below none.
+        old.setattr(generation, "predict", lambda *args: [Predicted("ngram-k2", 1.0, 0.0, 1.0, 0.82)])
+        old.setattr(generation, "decide", lambda rates: 1 / statistics.median(rates["none"]))
+        with pytest.raises(ZeroDivisionError):
+            run_job(job)
+    folder = RunFolder.for_job(job)
+    assert json.loads(folder.auto_plan_path.read_text())["measure"] == ["ngram-k2"]
+    assert not folder.decision_path.exists() and len(folder.part_numbers()) == 6
+    result = run_job(job)
+    decision = _check_run(result.folder, 40)
+    assert decision["winner"] == "none" and decision["why"].startswith("the pilot generated no tokens (6 of 6")
+    assert [_setups(folder)[n] for n in range(3, 6)] == ["ngram-k2"] * 3, "the measured slices are kept"
+
+
+def _without_seed_column(folder: RunFolder) -> None:
+    """The run's parts as output schema 4 wrote them: no ``seed`` column (their figures' checksums follow)."""
+    for number in folder.part_numbers():
+        path = folder.part_path(number)
+        table = pq.read_table(path)
+        metadata = {**table.schema.metadata, SCHEMA_VERSION_KEY: b"4"}
+        pq.write_table(table.drop_columns(["seed"]).replace_schema_metadata(metadata), path)
+        stats = json.loads(folder.part_stats_path(number).read_text())
+        folder.part_stats_path(number).write_text(json.dumps({**stats, "part": PartRecord.of(path).to_dict()}))
+
+
+def test_auto_rows_draw_seeds_of_their_own_and_compare_checks_them(tmp_path: Path, monkeypatch) -> None:
+    """Under sampling every row of an auto run, whichever candidate generated it, records a seed of "auto": none
+    is its spec=none baseline's. A run written before that (its spec=none rows drew the baseline's seeds; parts
+    without the column) is caught by compare from the seeds alone: those samples are left out, with a note."""
+    _force_winner(monkeypatch, "ngram-k2")
+    sampled = ["sampling=sampled", "sampling.n=2", "sampling.max_tokens=16", "max_samples=16"]
+    common = [
+        f"output_root={tmp_path}",
+        "engine.backend=dummy",
+        "tracking=off",
+        "chunk_size=8",
+        "engine.max_num_seqs=2",
+    ]
+    base = run_job(compose_job([*common, "spec=none", *sampled])).folder
+    auto = run_job(
+        auto_job(
+            tmp_path, *sampled, "spec.auto.candidates=[none,ngram-k2]", "spec.auto.budget=0", "engine.max_num_seqs=2"
+        )
+    ).folder
+    rows, base_rows = _rows(auto), _rows(base)
+    assert {_label(r) for r in rows} == {"none", "ngram-k2"} and len(rows) == len(base_rows) == 32
+    assert all(r["seed"] == sample_seed(0, "auto", r["row_id"], r["sample_index"]) for r in rows)
+    assert all(r["seed"] == sample_seed(0, "none", r["row_id"], r["sample_index"]) for r in base_rows)
+    comparison = compare([load_run(base.root), load_run(auto.root)])
+    (check,) = comparison.distribution
+    assert check.result.shared_seeds == 0 and check.result.p_value is not None
+    assert not [note for note in comparison.notes if "not independent" in note]
+
+    _without_seed_column(auto)
+    comparison = compare([load_run(base.root), load_run(auto.root)])
+    (check,) = comparison.distribution
+    shared = sum(_label(r) == "none" for r in rows)
+    assert 0 < shared < len(rows) and check.result.shared_seeds == shared
+    (note,) = [note for note in comparison.notes if "not independent" in note]
+    assert note.startswith(f"{auto.root}: {shared} of its first-turn samples were drawn with the seed of")
 
 
 def test_a_candidate_whose_checkpoint_is_missing_is_named_before_anything_loads(tmp_path: Path) -> None:

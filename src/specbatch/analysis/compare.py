@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specbatch.analysis.comparison_rows import BaselineConsistency, CompareRow, RunFigures
-from specbatch.analysis.distribution import DistributionCheck, check_distribution
+from specbatch.analysis.distribution import NOT_INDEPENDENT, DistributionCheck, check_distribution
 from specbatch.analysis.k_schedules import KSchedule, build_schedules
 from specbatch.analysis.predicted import PredictedRow, predicted_rows
 from specbatch.analysis.recommend import MIN_REPEATS, REPEATS_OVERRIDE, Recommendation, recommend, speedup_stats
@@ -155,6 +155,7 @@ def compare(runs: Iterable[RunData]) -> Comparison:
         rows.append(row)
         sampled = distribution_checks(members, base)
         distribution += sampled
+        notes += [shared_seeds_note(d) for d in sampled if d.result.shared_seeds]
         figures += _run_figures(members, base, checks, {d.run_folder: d for d in sampled})
     consistency = _baseline_consistency(baselines)
     dtypes = sorted({r.dtype for r in rows})
@@ -207,10 +208,22 @@ def distribution_checks(members: list[RunData], base: list[RunData] | None) -> l
             k=m.k,
             batch_size=m.batch_size,
             temperature=temperature,
-            result=check_distribution(m.tokens, base[0].tokens),
+            result=check_distribution(m.tokens, base[0].tokens, m.seeds, base[0].seeds),
         )
         for m in members
     ]
+
+
+def shared_seeds_note(check: DistributionCheck) -> str:
+    """What compare says of a run whose samples share seeds with its baseline's (left out of its check)."""
+    test = check.result
+    left = "nothing was left to test" if test.verdict == NOT_INDEPENDENT else "the rest were tested"
+    return (
+        f"{check.run_folder}: {test.shared_seeds} of its first-turn samples were drawn with the seed of a sample of "
+        f"its baseline ({check.baseline_folder}) for the same prompt, so they are not independent samples of the "
+        f"distribution (a spec=auto run written before auto drew seeds of its own repeats the baseline's in its "
+        f"spec=none rows): they are left out of the distribution check, and {left}"
+    )
 
 
 def machine_notes(runs: list[RunData]) -> list[str]:

@@ -37,8 +37,11 @@ detectable shift has two parts:
   every sample its own prefix) is "too few samples to tell", never "consistent".
 The figure reported is for the best-covered prefix that drafts can touch (m ≥ 2: the first token is the prefill's).
 
-Both runs must draw independent samples: the job's seeds depend on the speculative set-up
-(specbatch.config.sample_seed), so a run and its baseline never share one.
+Both runs must draw independent samples: the job's seeds depend on the run's set-up (specbatch.config.sample_seed),
+so a run and its baseline should never share one. The check tests that rather than trusting it: a run's sample whose
+seed is one of the baseline's for the same prompt (e.g. a spec=auto run written before auto drew seeds of its own:
+its spec=none rows repeat the baseline's samples) is left out and counted (``shared_seeds``); when nothing is left,
+the verdict is ``NOT_INDEPENDENT``, never "consistent".
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ RESAMPLES = 9999
 SEED = 0
 
 CONSISTENT, DIFFERS, TOO_FEW = "consistent", "differs", "too few samples to tell"
+NOT_INDEPENDENT = "not independent samples (they share the baseline's seeds)"
 
 TEST_NAME = (
     f"chi-square of the first {', '.join(map(str, PREFIX_LENGTHS))} tokens per prompt (permutation p, "
@@ -90,6 +94,8 @@ class DistributionTest:
     test: str = TEST_NAME
     # Per prefix length: the share of the pooled samples whose prefix occurs once (the mass the test cannot see).
     unseen_mass: dict[str, float] = field(default_factory=dict)
+    # First-turn samples of the run left out because their seed is one of the baseline's for the same prompt.
+    shared_seeds: int = 0
 
 
 @dataclass(frozen=True)
@@ -177,12 +183,31 @@ def detectable_tv(prompts: int, n_run: float, n_base: float, alpha: float = ALPH
     return float(optimize.brentq(shortfall, 1e-9, 1.0, xtol=1e-6))
 
 
-def check_distribution(run: dict[RowKey, list[int]], baseline: dict[RowKey, list[int]]) -> DistributionTest:
-    """The test of the module docstring on two runs' token ids, keyed by (row id, turn, sample)."""
-    mine, theirs = samples_per_prompt(run), samples_per_prompt(baseline)
+def shared_seeds(run_seeds: dict[RowKey, int | None], baseline_seeds: dict[RowKey, int | None]) -> set[RowKey]:
+    """The run's first-turn samples whose seed is one of the baseline's first-turn samples' for the same row (a
+    null seed is the engine's own random state: shared with nothing)."""
+    theirs: dict[str, set[int]] = defaultdict(set)
+    for (row_id, turn, _), seed in baseline_seeds.items():
+        if turn == 1 and seed is not None:
+            theirs[row_id].add(seed)
+    return {key for key, seed in run_seeds.items() if key[1] == 1 and seed is not None and seed in theirs[key[0]]}
+
+
+def check_distribution(
+    run: dict[RowKey, list[int]],
+    baseline: dict[RowKey, list[int]],
+    run_seeds: dict[RowKey, int | None] | None = None,
+    baseline_seeds: dict[RowKey, int | None] | None = None,
+) -> DistributionTest:
+    """The test of the module docstring on two runs' token ids, keyed by (row id, turn, sample); with the seeds of
+    both runs' samples, the run's samples that share one with the baseline are left out (module docstring)."""
+    shared = shared_seeds(run_seeds or {}, baseline_seeds or {}) & run.keys()
+    mine = samples_per_prompt({key: ids for key, ids in run.items() if key not in shared})
+    theirs = samples_per_prompt(baseline)
     rows = sorted(r for r in mine.keys() & theirs.keys() if len(mine[r]) >= 2 and len(theirs[r]) >= 2)
     if not rows:
-        return DistributionTest(0, 0.0, 0.0, {}, None, None, TOO_FEW)
+        verdict = NOT_INDEPENDENT if shared else TOO_FEW
+        return DistributionTest(0, 0.0, 0.0, {}, None, None, verdict, shared_seeds=len(shared))
     n_run = statistics.median(len(mine[r]) for r in rows)
     n_base = statistics.median(len(theirs[r]) for r in rows)
     p_values: dict[str, float] = {}
@@ -209,7 +234,15 @@ def check_distribution(run: dict[RowKey, list[int]], baseline: dict[RowKey, list
     else:
         verdict = CONSISTENT
     return DistributionTest(
-        len(rows), float(n_run), float(n_base), p_values, p_value, detectable, verdict, unseen_mass=unseen
+        len(rows),
+        float(n_run),
+        float(n_base),
+        p_values,
+        p_value,
+        detectable,
+        verdict,
+        unseen_mass=unseen,
+        shared_seeds=len(shared),
     )
 
 

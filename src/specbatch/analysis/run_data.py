@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from specbatch.common.machine import machine_line
 from specbatch.config import workload_digest
 from specbatch.engine import recorded_backend
 from specbatch.run.folder import read_run, shard_folders
+from specbatch.run.formats import seed_before_schema_5
 from specbatch.run.output_rows import STATUS_OK
 from specbatch.run.status_merge import finished_summary
 from specbatch.run.summary import Summary
@@ -36,6 +37,9 @@ class RunData:
     # What the run measured, byte for byte (its run.json and shard summaries): a copied run folder has the same, a
     # repeat never does (its repeat number and timings differ). Empty: unknown.
     measurement: str = ""
+    # The seed of each completion of ``tokens`` (its request's; None: drawn from the engine's own random state):
+    # samples of two runs that share one are not independent (analysis.distribution).
+    seeds: dict[RowKey, int | None] = field(default_factory=dict)
 
     @property
     def method(self) -> str:
@@ -123,17 +127,23 @@ def load_run(root: Path) -> RunData:
     config = read_run(root)["config"]
     summary = finished_summary(root)
     tokens: dict[RowKey, list[int]] = {}
+    seeds: dict[RowKey, int | None] = {}
     first_turn_rows: set[tuple[str, int]] = set()
-    columns = ["row_id", "turn", "sample_index", "status", "completion_token_ids"]
+    columns = ["row_id", "turn", "sample_index", "status", "completion_token_ids", "method", "num_speculative_tokens"]
     for folder in shard_folders(root):
         for part in folder.parts():
-            for row in pq.read_table(part, columns=columns).to_pylist():
+            recorded = "seed" in pq.read_schema(part).names
+            for row in pq.read_table(part, columns=columns + ["seed"] * recorded).to_pylist():
                 if row["turn"] == 1:
                     # Each sample is a request of its own: n samples of one row fill n places in the batch.
                     first_turn_rows.add((row["row_id"], row["sample_index"]))
                 if row["status"] == STATUS_OK:
-                    tokens[(row["row_id"], row["turn"], row["sample_index"])] = row["completion_token_ids"]
-    return RunData(root, config, summary, tokens, prompts=len(first_turn_rows), measurement=_measurement(root))
+                    key = (row["row_id"], row["turn"], row["sample_index"])
+                    tokens[key] = row["completion_token_ids"]
+                    seeds[key] = row["seed"] if recorded else seed_before_schema_5(config, row)
+    return RunData(
+        root, config, summary, tokens, prompts=len(first_turn_rows), measurement=_measurement(root), seeds=seeds
+    )
 
 
 def _measurement(root: Path) -> str:

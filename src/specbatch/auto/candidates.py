@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -18,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 from specbatch.common.environment import PROJECT_ROOT
 from specbatch.config import ConfigError, JobConfig
 from specbatch.config.methods import CHECKPOINT_METHODS, SpecMethod
+from specbatch.config.overrides import hydra_override
 from specbatch.config.spec import AUTO_DEFAULT_CANDIDATES, SpecConfig
 from specbatch.engine import backend_class, validate_job
 
@@ -32,8 +34,12 @@ class Candidate:
 
     label: str
     spec: SpecConfig
-    # The Hydra overrides that run it as a fixed set-up, e.g. "spec=ngram spec.num_speculative_tokens=3".
+    # The Hydra overrides that run it as a fixed set-up, each quoted for a POSIX shell, e.g.
+    # "spec=ngram spec.num_speculative_tokens=3" or "spec=eagle3 ... 'spec.model=/my heads/eagle3'".
     overrides: str = ""
+    # How spec.auto.candidates spelled it: more than one when one set-up was listed several ways (``ngram``,
+    # ``ngram-k3``, ``ngram-k03``), which are one candidate, measured once.
+    spellings: tuple[str, ...] = ()
 
     @property
     def method(self) -> SpecMethod:
@@ -56,8 +62,15 @@ def candidates(job: JobConfig) -> list[Candidate]:
     if auto.candidates is None:
         labels = [*AUTO_DEFAULT_CANDIDATES, *auto.checkpoints]
     else:
-        labels = list(dict.fromkeys(str(c).strip() for c in auto.candidates))
-    out = [_candidate(label, auto.checkpoints) for label in labels]
+        labels = [str(c).strip() for c in auto.candidates]
+    # One set-up however it is spelled: the first spelling's place is kept, and the candidate knows the others.
+    by_label: dict[str, Candidate] = {}
+    for spelling in labels:
+        candidate = _candidate(spelling, auto.checkpoints)
+        first = by_label.setdefault(candidate.label, candidate)
+        if spelling not in first.spellings:
+            by_label[candidate.label] = dataclasses.replace(first, spellings=(*first.spellings, spelling))
+    out = list(by_label.values())
     if not any(c.method is SpecMethod.none for c in out):
         # The pilot is spec=none and every speedup is measured against it: it is always a candidate.
         out.insert(0, _candidate("none", auto.checkpoints))
@@ -99,11 +112,12 @@ def _candidate(label: str, checkpoints: dict[str, Any]) -> Candidate:
     if method is not SpecMethod.none:
         overrides.append(f"spec.num_speculative_tokens={spec.k}")
     overrides += [
-        f"spec.{key}={value}"
+        hydra_override(f"spec.{key}", value)
         for key, value in checkpoints.get(method.value, {}).items()
         if key != "num_speculative_tokens"
     ]
-    return Candidate(spec.label, spec, " ".join(overrides))
+    # A checkpoint path may hold a space: each override one shell word (python jobs/serve.py --print <overrides>).
+    return Candidate(spec.label, spec, " ".join(shlex.quote(o) for o in overrides))
 
 
 @cache

@@ -11,7 +11,9 @@ whether measuring pays, and pick the winner by jobs/compare.py's noise rule.
   spec=none's pace.
 - Decide: each measured set-up ran ``repeats`` slices, each timed on its own; speedups per slice against the
   median of the pilot's slices, and analysis.recommend.pick: the highest median wins, unless a smaller k of its
-  method or spec=none is within the noise (scaled MAD), which then wins.
+  method or spec=none is within the noise (scaled MAD), which then wins. A slice that generated no tokens (its rows
+  were error rows, e.g. placeholders) timed nothing and is left out; a set-up left with no slice is not measured and
+  cannot win; a pilot left with none leaves no rate to take a speedup against, and spec=none is kept. Each says so.
 """
 
 from __future__ import annotations
@@ -82,8 +84,10 @@ def predict(
     turns: list[ReplayTurn], candidates: list[Candidate], max_model_len: int, concurrency: int | None
 ) -> list[Predicted]:
     """The predictable candidates replayed on ``turns``, fastest predicted first (ties: the smaller k)."""
-    out = []
+    out: list[Predicted] = []
     generated = sum(len(t.completion) for t in turns)
+    if not generated:
+        return out  # no completion to replay (e.g. every pilot row an error row): nothing is predicted
     for candidate in candidates:
         if not candidate.predictable:
             continue
@@ -151,9 +155,17 @@ def _measured(label: str, speedups: list[float]) -> Measured:
 
 def decide(rates: dict[str, list[float]]) -> tuple[str, str, dict[str, dict[str, Any]]]:
     """(winner, why, figures per label) from each measured set-up's tok/s per slice; ``rates["none"]`` is the
-    pilot's. Speedups per slice are taken against the median of the pilot's slices (analysis.recommend)."""
-    base_rate = statistics.median(rates["none"])
-    speedups = {label: [r / base_rate for r in values] for label, values in rates.items() if values}
+    pilot's. Speedups per slice are taken against the median of the pilot's slices (analysis.recommend); slices of
+    0 tok/s generated nothing and are left out (module docstring), and why names the set-ups that lost slices so."""
+    timed = {label: [r for r in values if r > 0] for label, values in rates.items()}
+    empty = {
+        label: len(rates[label]) - len(values) for label, values in timed.items() if len(values) < len(rates[label])
+    }
+    if not timed.get("none"):
+        why = "the pilot's slices generated no tokens: no spec=none rate to take a speedup against, so none is kept"
+        return "none", why, {}
+    base_rate = statistics.median(timed["none"])
+    speedups = {label: [r / base_rate for r in values] for label, values in timed.items() if values}
     baseline = _measured("none", speedups.pop("none"))
     # The baseline's median speedup is 1 by construction; its spread is its own slices' movement.
     baseline = Measured("none", None, 1.0, baseline.spread, baseline.repeats)
@@ -168,6 +180,11 @@ def decide(rates: dict[str, list[float]]) -> tuple[str, str, dict[str, dict[str,
             f"{spec_caption(chosen.method, chosen.k)} is within its noise ({chosen.median:.2f}x): the smaller k, or "
             "none, wins a tie"
         )
+    for label, count in empty.items():
+        if timed[label]:
+            why += f"; {count} of {label}'s {len(rates[label])} slices generated no tokens and are left out"
+        else:
+            why += f"; {label}'s slices generated no tokens: not measured, it cannot win"
     figures = {
         spec_label(m.method, m.k): {"speedup": m.median, "spread": m.spread, "repeats": m.repeats}
         for m in [baseline, *measured]

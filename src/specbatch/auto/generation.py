@@ -19,7 +19,12 @@ Once the pilot is in, the shard's plan (the prediction, which set-up measures wh
 is written create-once beside its records; once the measurements are in, the decision (specbatch.auto.decision) is
 written create-once as the run's decision.json: the first shard to write it decides for every shard, and a shard that
 finds it there runs all its remaining rows with its winner. Every row is generated once, by one set-up, which its
-``method`` and ``k`` columns name (and its part's figures, ``setup``); all of them are kept.
+``method`` and ``k`` columns name (and its part's figures, ``setup``); all of them are kept. Under sampling every
+phase draws the seeds of the run's own set-up, ``auto`` (ShardGeneration._stream), so no row repeats a sample of
+the spec=none baseline it is compared with, or of a candidate's own fixed run.
+
+A pilot whose rows generated no tokens (all error rows, e.g. the data's first rows are placeholders) gives nothing
+to measure or predict a speedup against: the plan measures nothing, the decision keeps spec=none and both say why.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pyarrow.parquet as pq
 
 from specbatch.auto.candidates import Candidate, candidate_job, candidate_jobs, candidates
 from specbatch.auto.decision import (
@@ -47,6 +54,7 @@ from specbatch.engine import Engine, backend_class, start_engine
 from specbatch.prediction.turns import RunTurns, read_parts
 from specbatch.run.folder import RunFolder
 from specbatch.run.generate import ShardGeneration
+from specbatch.run.output_rows import STATUS_OK
 from specbatch.run.shard_summary import summarize_shard
 from specbatch.run.sharding import chunk_ranges
 from specbatch.run.summary import Summary
@@ -54,6 +62,8 @@ from specbatch.run.summary import Summary
 log = logging.getLogger(__name__)
 
 DECISION_FORMAT = 1
+# Characters of an error row's reason quoted where a slice of no tokens says why.
+ERROR_SHOWN = 120
 
 
 class AutoShardGeneration(ShardGeneration):
@@ -65,6 +75,13 @@ class AutoShardGeneration(ShardGeneration):
         assert auto is not None, "spec=auto jobs only"
         self.auto = auto
         self.candidates = candidates(job)
+        for candidate in self.candidates:
+            if len(candidate.spellings) > 1:
+                log.info(
+                    "spec.auto.candidates: %s are one set-up, %s: it is measured and listed once",
+                    ", ".join(candidate.spellings),
+                    candidate.label,
+                )
         self._by_label = {c.label: c for c in self.candidates}
         self._slots = measured_slots(self.candidates, auto.measure_top)
         # Chunk numbers of the pilot's slices and of each measurement slot's slices (filled by cut()).
@@ -274,7 +291,11 @@ class AutoShardGeneration(ShardGeneration):
         pilot_rows = sum(len(self._chunks[n]) for n in self._pilot)
         pilot_seconds = sum(seconds for _, seconds in self._rates(folder, self._pilot, "none"))
         startup = next((s for label, s, _ in self.startups if label == "none"), 0.0)
-        if self.unmeasurable is not None:
+        silent = self._silent_pilot(folder)
+        if silent is not None:
+            # Measuring against a pilot that timed nothing could not answer: its slots go to the winner (none).
+            pays, why = False, f"{silent}: nothing to predict or measure a speedup against"
+        elif self.unmeasurable is not None:
             pays, why = False, self.unmeasurable
         else:
             pays, why = measuring_pays(
@@ -301,6 +322,39 @@ class AutoShardGeneration(ShardGeneration):
             return self.engine.concurrency
         return backend_class(self.job.engine.backend).batch(self.job)
 
+    def _silent_pilot(self, folder: RunFolder) -> str | None:
+        """Says so when the pilot's parts are in and none generated a token (e.g. the data's first rows are
+        placeholders): a decision input that timed nothing. None when the pilot generated tokens."""
+        written = [n for n in self._pilot if folder.part_stats_path(n).exists()]
+        if not written or self._silent(folder, written) != written:
+            return None
+        return f"the pilot generated no tokens ({self._error_rows(folder, written)})"
+
+    def _no_tokens(self, folder: RunFolder, numbers: list[int]) -> str | None:
+        """What a set-up's slices that generated no tokens say of themselves (decision.json's candidate rows);
+        None when every slice generated some."""
+        silent = self._silent(folder, numbers)
+        if not silent:
+            return None
+        return f"{len(silent)} of {len(numbers)} slice(s) generated no tokens ({self._error_rows(folder, silent)})"
+
+    @staticmethod
+    def _silent(folder: RunFolder, numbers: list[int]) -> list[int]:
+        """The written parts of ``numbers`` that generated no tokens."""
+        written = [n for n in numbers if folder.part_stats_path(n).exists()]
+        return [n for n in written if not folder.read_part_stats(n)["counters"]["generation_tokens"]]
+
+    @staticmethod
+    def _error_rows(folder: RunFolder, numbers: list[int]) -> str:
+        """How many of these parts' output rows are error rows, with the first one's reason."""
+        rows = [
+            r for n in numbers for r in pq.read_table(folder.part_path(n), columns=["status", "error"]).to_pylist()
+        ]
+        errors = [r["error"] for r in rows if r["status"] != STATUS_OK]
+        shown = errors[0] if not errors or len(errors[0]) <= ERROR_SHOWN else errors[0][:ERROR_SHOWN] + "…"
+        example = f", e.g. {shown!r}" if errors else ""
+        return f"{len(errors)} of {len(rows)} output rows were error rows{example}"
+
     def _rates(self, folder: RunFolder, numbers: list[int], label: str) -> list[tuple[int, float]]:
         """(generated tokens, seconds) of each slice of ``numbers`` that ``label`` generated."""
         out = []
@@ -321,25 +375,34 @@ class AutoShardGeneration(ShardGeneration):
             rates[label] = [t / s for t, s in self._rates(folder, slot, label)]
         measured = plan["measuring"] and rates["none"] and all(rates.get(m) for m in plan["measure"])
         figures: dict[str, dict[str, Any]] = {}
-        if measured:
+        silent = self._silent_pilot(folder)
+        if silent is not None:
+            # Also for a plan made before pilots of no tokens were caught (it measured): none, never a division by 0.
+            measured = False
+            winner, why = "none", f"{silent}: no speedup can be measured or predicted against it, so spec=none is kept"
+        elif measured:
             winner, why, figures = decide(rates)
         else:
             winner, why = unmeasured_winner([(p["label"], p["predicted_speedup"]) for p in plan["predicted"]])
             why = f"{plan['why']}; {why}"
         rows = []
+        slots = {"none": self._pilot, **dict(zip(plan["measure"], self._measure, strict=False))}
         for candidate in self.candidates:
             label = candidate.label
             own = rates.get(label) or []
+            timed = [r for r in own if r > 0]  # as decide() reads them
             rows.append(
                 {
                     "setup": label,
                     "caption": candidate.caption,
                     "predicted_acceptance_length": predicted.get(label, {}).get("predicted_acceptance_length"),
                     "predicted_speedup": predicted.get(label, {}).get("predicted_speedup"),
-                    "measured_tok_s": statistics.median(own) if own else None,
+                    "measured_tok_s": statistics.median(timed) if timed else None,
                     "slices_tok_s": own,
                     "speedup": figures.get(label, {}).get("speedup"),
                     "spread": figures.get(label, {}).get("spread"),
+                    # Its slices that timed nothing, and why (None: every slice generated tokens).
+                    "no_tokens": self._no_tokens(folder, slots.get(label, [])),
                 }
             )
         decision = {

@@ -1,6 +1,6 @@
 """Hydra overrides, read in one place and always with Hydra's own parser: checked against the job's schema before
-Hydra composes anything, and taken apart for the records (a sweep's swept values, a job's key=value pairs, an
-override dropped from a command).
+Hydra composes anything, taken apart for the records (a sweep's swept values, a job's key=value pairs, an override
+dropped from a command), and written for a command line that Hydra reads back as the value it was given.
 
 Hydra answers ``bogus_key=1`` with "use +bogus_key=1", and a ``+`` key is then accepted and silently dropped when
 the dataclasses are built. This check refuses every key the schema lacks, ``+`` or not, naming the closest real
@@ -10,8 +10,10 @@ key, before Hydra's own message (and before a sweep launches a single job).
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -104,3 +106,32 @@ def override_values(overrides: Sequence[str]) -> dict[str, str]:
 def without_keys(overrides: Sequence[str], *keys: str) -> list[str]:
     """The overrides (as written) other than those setting, adding or deleting one of ``keys``."""
     return [text for text, o in zip(overrides, parse_overrides(overrides), strict=True) if override_key(o) not in keys]
+
+
+def hydra_override(key: str, value: Any) -> str:
+    """``key=value`` as Hydra reads it back to ``value``: as written when Hydra's parser gives the value back (a
+    path with a space does), else the value as Hydra's double-quoted string (a comma, a quote, ``=``, a string of
+    digits, leading spaces). Quote it for the shell on top (shlex.quote)."""
+    text = str(value)
+    if isinstance(value, bool):
+        text = text.lower()
+    if _reads_back(key, text, value):
+        return f"{key}={text}"
+    quoted = _hydra_quoted(str(value))
+    if not _reads_back(key, quoted, str(value)):
+        raise ConfigError(f"{key}={value!r} cannot be written as a Hydra override that reads back the same value")
+    return f"{key}={quoted}"
+
+
+def _reads_back(key: str, text: str, value: Any) -> bool:
+    try:
+        parsed = OverridesParser.create().parse_override(f"{key}={text}")
+    except HydraException:
+        return False
+    return not parsed.is_sweep_override() and parsed.value() == value
+
+
+def _hydra_quoted(text: str) -> str:
+    """Hydra's double-quoted string of ``text``: its quotes escaped, and the backslashes before one (or before the
+    closing quote) doubled, the only places Hydra reads a backslash as an escape."""
+    return '"' + re.sub(r'(\\*)("|$)', lambda m: m[1] * 2 + ("\\" + m[2] if m[2] else ""), text) + '"'

@@ -10,6 +10,10 @@ identities fill in the same declared values.
 The shard's own records (``stats/<shard>/``) are read through here too: a part's stats and a launch's record get the
 keys added since, with what they meant for the records written without them, so their readers index them plainly.
 
+An output part's rows gain columns from version to version (specbatch.run.output_rows: ``SCHEMA_VERSION``); a reader
+of a column an older part lacks reads it as null, except the request's ``seed`` (schema 5), which older parts had
+too, only unrecorded: :func:`seed_before_schema_5` derives it as that version did.
+
 A new field of the config needs no new format: declare its ``OLD_RUNS_DEFAULT`` and format-1 and format-2 records
 both get it. A new format is for a change in the shape of the record itself; its upgrade goes here.
 """
@@ -19,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specbatch.config import ConfigError
+from specbatch.config import ConfigError, sample_seed, spec_label
 from specbatch.config.identity import with_old_run_defaults
 
 # The format this version writes into run.json.
@@ -57,3 +61,20 @@ def upgrade_part_stats(stats: dict[str, Any]) -> dict[str, Any]:
 def upgrade_launch_record(record: dict[str, Any]) -> dict[str, Any]:
     """A launch's record (stats/<shard>/launch-<id>.json) with every key today's version writes."""
     return {**_LAUNCH_RECORD_ADDED, **record}
+
+
+def seed_before_schema_5(config: dict[str, Any], row: dict[str, Any]) -> int | None:
+    """The seed an output row's request used, for a part written before rows recorded it (output schema 5):
+    sample_seed of the set-up that generated the row. That is the run's own (``config``, its run record's), except in
+    spec=auto runs, whose phases drew the seeds of the candidate each ran: the row's ``method`` and
+    ``num_speculative_tokens`` name it (so their spec=none rows had the spec=none baseline's seeds).
+
+    Parts from before each sample was a request of its own drew every request from sampling.seed itself; speculative
+    runs then sampled one completion per prompt (sampling.n > 1 was spec=none's alone), too few for a distribution
+    check to pair them, so the derivation does not tell those apart."""
+    spec = config["spec"]
+    if spec["method"] == "auto":
+        setup = spec_label(row["method"], row["num_speculative_tokens"])
+    else:
+        setup = spec_label(spec["method"], spec["num_speculative_tokens"], spec["k_schedule"])
+    return sample_seed(config["sampling"]["seed"], setup, row["row_id"], row["sample_index"])

@@ -197,7 +197,8 @@ class ShardGeneration:
                 engine.concurrency,
                 writer.launch,
             )
-            streamed = ChunkStreamer(engine, job, self._tokenizer).run(
+            # Seeds are the shard's own set-up's, also in spec=auto's phases (ChunkStreamer).
+            streamed = ChunkStreamer(engine, job, self._tokenizer, self.job.spec.label).run(
                 chunks, writer.write, stop_requested, until or (lambda: False)
             )
             # A stop that came in the stream's last step is said now; what follows it begins nothing new.

@@ -16,7 +16,7 @@ from specbatch.engine import Sample
 # Key of the resolved config in the Parquet file's schema metadata.
 CONFIG_METADATA_KEY = b"specbatch.config"
 SCHEMA_VERSION_KEY = b"specbatch.schema_version"
-SCHEMA_VERSION = b"4"
+SCHEMA_VERSION = b"5"
 
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
@@ -52,6 +52,10 @@ SCHEMA = pa.schema(
         # (specbatch.prediction; suffix decoding's cache grows in that order).
         pa.field("prompt_token_ids", pa.list_(pa.int32())),
         pa.field("answer_order", pa.int64()),
+        # Added in schema 5, absent from older parts (specbatch.run.formats.seed_before_schema_5 derives theirs).
+        # The seed the sample's request used (config.sample_seed: error rows carry the one their request would have
+        # had); null when sampling.seed is null (the engine drew from its own random state).
+        pa.field("seed", pa.int64()),
     ]
 )
 _EMPTY_OUTPUT = dict.fromkeys(
@@ -67,10 +71,11 @@ def build_output_rows(
     k: int | None,
     answer_order: int | None = None,
     first_sample: int = 0,
+    seed: int | None = None,
 ) -> list[dict[str, Any]]:
     """Output rows from a prompt and the engine's samples for it: one per completion, numbered from
     ``first_sample`` (the request's sample index); ``answer_order``: how many requests the engine had answered
-    before this one in this launch."""
+    before this one in this launch; ``seed``: the request's."""
     rows = []
     for index, completion in enumerate(samples, start=first_sample):
         figures = completion.spec if k is not None else None
@@ -97,6 +102,7 @@ def build_output_rows(
                 "acceptance_histogram": figures.acceptance_histogram if figures else None,
                 "prompt_token_ids": list(prompt.token_ids),
                 "answer_order": answer_order,
+                "seed": seed,
             }
         )
     return rows
@@ -111,6 +117,7 @@ def error_output_row(
     k: int | None,
     prompt: Prompt | None = None,
     sample: int = 0,
+    seed: int | None = None,
 ) -> dict[str, Any]:
     """A row (one sample of one turn) that was not generated, with why; it keeps its place in the output so
     nothing goes missing."""
@@ -128,6 +135,7 @@ def error_output_row(
         **_EMPTY_OUTPUT,
         "prompt_token_ids": None,
         "answer_order": None,
+        "seed": seed,
     }
 
 

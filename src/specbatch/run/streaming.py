@@ -84,11 +84,13 @@ class _Asked:
 class ChunkStreamer:
     """Drives one engine over the chunks of one shard (see the module docstring)."""
 
-    def __init__(self, engine: Engine, job: JobConfig, tokenizer: Any) -> None:
+    def __init__(self, engine: Engine, job: JobConfig, tokenizer: Any, seed_setup: str | None = None) -> None:
         self.engine, self.job, self.tokenizer = engine, job, tokenizer
         self.method, self.k = job.spec.method.value, job.spec.k
-        # What the samples' seeds are drawn for (sample_seed): the set-up this engine runs.
-        self.setup = job.spec.label
+        # What the samples' seeds are drawn for (sample_seed): the run's own set-up, which is the one this engine
+        # runs unless ``seed_setup`` names another: spec=auto's phases run a candidate's job with the seeds of
+        # "auto", so that its rows never repeat the samples of that candidate's own fixed run (its baseline's).
+        self.setup = seed_setup or job.spec.label
         self.limit = 2 * max(1, engine.concurrency or 1)
         self._ready: deque[Request] = deque()
         self._asked: dict[tuple[str, int, int], _Asked] = {}
@@ -220,7 +222,7 @@ class ChunkStreamer:
         for sample in samples:
             # Each sample its own request (n=1): vLLM gives per-request speculative figures only for n=1, and the
             # engine shares the prompt's prefill between them through its prefix cache, as it does for its own n.
-            seed = sample_seed(sampling.seed, self.setup, row.row_id, sample)
+            seed = self._seed(row.row_id, sample)
             request = Request(
                 row.row_id, turn, prompt.token_ids, sampling.for_sample(seed), prompt.messages, sample=sample
             )
@@ -253,7 +255,8 @@ class ChunkStreamer:
                 finish(chunk)
             return
         order = self._answered_requests
-        outs = build_output_rows(asked.prompt, completion.samples, self.method, self.k, order, request.sample)
+        seed = request.sampling.seed
+        outs = build_output_rows(asked.prompt, completion.samples, self.method, self.k, order, request.sample, seed)
         for out in outs:
             chunk.output_rows.append(((position, out["turn"], out["sample_index"]), out))
         counters = _request_counters(completion)
@@ -284,8 +287,13 @@ class ChunkStreamer:
         for t in range(turn, max(row.num_turns, turn) + 1):
             message, shown = (why, prompt) if t == turn else (later, None)
             for sample in samples:
-                out = error_output_row(row.row_id, t, row.category, message, self.method, self.k, shown, sample)
+                seed = self._seed(row.row_id, sample)
+                out = error_output_row(row.row_id, t, row.category, message, self.method, self.k, shown, sample, seed)
                 chunk.output_rows.append(((position, t, sample), out))
+
+    def _seed(self, row_id: str, sample: int) -> int | None:
+        """The seed of one sample's requests (every turn of it): recorded on its rows, error rows too."""
+        return sample_seed(self.job.sampling.seed, self.setup, row_id, sample)
 
     def _prompt_problem(self, prompt: Prompt) -> str | None:
         if not prompt.token_ids:
