@@ -5,7 +5,6 @@ and the workload key that says which runs may be compared (same prompts, model, 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pyarrow.parquet as pq
 from specbatch.common.machine import machine_line
 from specbatch.config import workload_digest
 from specbatch.engine import recorded_backend
-from specbatch.run.folder import read_run, shard_folders
+from specbatch.run.folder import RunFolder, read_run, shard_folders
 from specbatch.run.output_rows import STATUS_OK
 from specbatch.run.status_merge import finished_summary
 from specbatch.run.summary import Summary
@@ -36,6 +35,8 @@ class RunData:
     # What the run measured, byte for byte (its run.json and shard summaries): a copied run folder has the same, a
     # repeat never does (its repeat number and timings differ). Empty: unknown.
     measurement: str = ""
+    # spec=auto: the run's decision (decision.json); None for a fixed set-up, or a run that has none.
+    decision: dict[str, Any] | None = None
 
     @property
     def method(self) -> str:
@@ -48,10 +49,9 @@ class RunData:
     @property
     def chose(self) -> str | None:
         """spec=auto: the set-up its decision chose, e.g. ``ngram k=5`` (None for a fixed set-up, or no decision)."""
-        path = self.root / "decision.json"
-        if self.method != "auto" or not path.is_file():
+        if self.method != "auto" or self.decision is None:
             return None
-        return str(json.loads(path.read_text())["winner_caption"])
+        return str(self.decision["winner_caption"])
 
     @property
     def k_schedule(self) -> list[list[int]] | None:
@@ -133,7 +133,8 @@ def load_run(root: Path) -> RunData:
                     first_turn_rows.add((row["row_id"], row["sample_index"]))
                 if row["status"] == STATUS_OK:
                     tokens[(row["row_id"], row["turn"], row["sample_index"])] = row["completion_token_ids"]
-    return RunData(root, config, summary, tokens, prompts=len(first_turn_rows), measurement=_measurement(root))
+    decision = RunFolder(root).read_decision()
+    return RunData(root, config, summary, tokens, len(first_turn_rows), _measurement(root), decision)
 
 
 def _measurement(root: Path) -> str:

@@ -45,14 +45,13 @@ from specbatch.config import ConfigError, JobConfig
 from specbatch.engine import Engine, backend_class, start_engine
 from specbatch.prediction.turns import RunTurns, read_parts
 from specbatch.run.folder import RunFolder
+from specbatch.run.formats import DECISION_FORMAT
 from specbatch.run.generate import ShardGeneration
 from specbatch.run.shard_summary import summarize_shard
 from specbatch.run.sharding import chunk_ranges
 from specbatch.run.summary import Summary
 
 log = logging.getLogger(__name__)
-
-DECISION_FORMAT = 1
 
 
 class AutoShardGeneration(ShardGeneration):
