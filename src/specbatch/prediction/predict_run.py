@@ -16,6 +16,7 @@ from specbatch.prediction.figures import OVERALL, predicted_rows
 from specbatch.prediction.replay import replay
 from specbatch.prediction.setups import Setup
 from specbatch.prediction.turns import RunTurns, read_turns
+from specbatch.run.status_merge import finished_summary
 
 PREDICTION_DIR = "prediction"
 
@@ -32,7 +33,9 @@ class Prediction:
 
 
 def predict(root: Path, setups: list[Setup]) -> Prediction:
-    """Replay every set-up on the run at ``root``; raises turns.NoTokenIds when it has nothing to replay."""
+    """Replay every set-up on the finished run at ``root``; raises RunIncompleteError while a shard is not done or is
+    damaged (its prediction is written into the run as the run's), turns.NoTokenIds when it has nothing to replay."""
+    finished_summary(root)
     run = read_turns(root)
     max_model_len = int(run.config["model"]["max_model_len"])
     began = time.perf_counter()
