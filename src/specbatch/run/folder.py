@@ -15,9 +15,10 @@ different set-ups never share one. Inside it (``<shard>`` is ``shard-<index>-of-
 - ``merged/``: the manifest and summary of the merged run;
 - ``decision.json`` and ``stats/<shard>/auto-plan.json``: spec=auto's choice (one per run) and each shard's plan.
 
-The records read here as JSON objects (run.json, the decision, the plan) are checked as they are read: one that is cut
-short, is not an object, lacks a key its readers index, or comes from a newer version raises RecordError, whose one
-line names the file, what is wrong and what to do, so that no reader of a run ends in a traceback over it.
+The records that readers other than the MLflow observer rely on (run.json, a shard's source record and launch records,
+the decision, the plan) are checked as they are read: one that is cut short, is not a JSON object, lacks a key its
+readers index, or comes from a newer version raises RecordError, whose one line names the file, what is wrong and what
+to do, so that no reader of a run ends in a traceback over it.
 """
 
 from __future__ import annotations
@@ -61,6 +62,15 @@ _DECISION_FIX = (
     "restore it, or remove it so that the next shard to finish its measurements decides again (the rows already "
     "generated keep the set-up that generated them)"
 )
+# The digests of a shard's source rows (resume and status read them); recorded again by the next launch when missing.
+_SOURCE_KEYS = ("chunks",)
+_SOURCE_FIX = (
+    "remove it: the shard's next launch records its source rows again as they are then (whether they changed before "
+    "that can then no longer be told)"
+)
+# A launch's record of its loop (the shard summary reads it); without it the launch's parts count as a killed one's.
+_LAUNCH_KEYS = ("parts", "seconds", "counters")
+_LAUNCH_FIX = "remove it: the shard summary then counts the launch's parts by their own figures, as a killed launch's"
 # A shard's spec=auto plan: read by the shard itself until its decision is made; made again from the pilot's parts
 # when it is missing.
 _PLAN_KEYS = ("predicted", "measure", "measuring", "why")
@@ -187,7 +197,9 @@ class RunFolder:
     def read_launch_record(self, launch: str | None) -> dict[str, Any] | None:
         """A launch's record of its loop; None for a killed launch, or parts written before launches were recorded
         (their stats name no launch)."""
-        record = _read_json_if_present(self.launch_record_path(launch)) if launch else None
+        if not launch:
+            return None
+        record = _read_record(self.launch_record_path(launch), _LAUNCH_KEYS, None, "launch", _LAUNCH_FIX)
         return upgrade_launch_record(record) if record is not None else None
 
     @property
@@ -196,7 +208,7 @@ class RunFolder:
         return self.stats_dir / "source.json"
 
     def read_source_record(self) -> dict[str, Any] | None:
-        return _read_json_if_present(self.source_record_path)
+        return _read_record(self.source_record_path, _SOURCE_KEYS, None, "source", _SOURCE_FIX)
 
     @property
     def auto_plan_path(self) -> Path:
@@ -207,9 +219,10 @@ class RunFolder:
         """The shard's spec=auto plan; None until its pilot is in; RecordError when it is damaged."""
         return _read_record(self.auto_plan_path, _PLAN_KEYS, DECISION_FORMAT, "plan", _PLAN_FIX)
 
-    def check_auto_records(self) -> None:
-        """Read what a shard reads besides its parts and stats (spec=auto's decision and plan, absent for other
-        runs): RecordError when one is damaged, before anything relies on it."""
+    def check_records(self) -> None:
+        """Read the records a resumed shard reads before it generates, besides its parts and their stats: the digests
+        of its source rows, spec=auto's decision and plan (absent for other runs). RecordError when one is damaged."""
+        self.read_source_record()
         self.read_decision()
         self.read_auto_plan()
 
@@ -295,9 +308,9 @@ def _read_json_if_present(path: Path) -> Any:
         return None
 
 
-def _read_record(path: Path, keys: tuple[str, ...], newest: int, name: str, fix: str) -> dict[str, Any] | None:
+def _read_record(path: Path, keys: tuple[str, ...], newest: int | None, name: str, fix: str) -> dict[str, Any] | None:
     """The JSON object at ``path`` (None when there is none) holding ``keys``, in a format up to ``newest`` of
-    ``name``; RecordError naming the file, what is wrong and ``fix`` otherwise."""
+    ``name`` (None: the record has no format); RecordError naming the file, what is wrong and ``fix`` otherwise."""
     try:
         record = json.loads(path.read_text())
     except FileNotFoundError:
@@ -306,7 +319,8 @@ def _read_record(path: Path, keys: tuple[str, ...], newest: int, name: str, fix:
         raise RecordError(f"{path} is damaged (not JSON: {exc})", fix) from None
     if not isinstance(record, dict):
         raise RecordError(f"{path} is damaged (not a JSON object)", fix)
-    refuse_newer(record, path, newest, name)
+    if newest is not None:
+        refuse_newer(record, path, newest, name)
     missing = [key for key in keys if key not in record]
     if missing:
         raise RecordError(f"{path} is damaged (it lacks {', '.join(missing)})", fix)

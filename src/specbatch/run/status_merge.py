@@ -54,6 +54,12 @@ def run_status(root: Path) -> list[ShardState]:
         if is_locked(folder.lock_path):
             states.append(ShardState(folder.shard_index, "running", parts))
             continue
+        # The records a resume reads: damaged, the shard cannot go on (nor can a done one be checked whole).
+        try:
+            folder.check_records()
+        except RecordError as exc:
+            states.append(ShardState(folder.shard_index, "damaged", parts, exc.problem, exc.fix))
+            continue
         # A done shard must have every part it recorded; an unfinished one only its finished parts intact.
         damaged = damaged_parts(folder, None if folder.is_done() else on_disk)
         if damaged:
@@ -64,11 +70,6 @@ def run_status(root: Path) -> list[ShardState]:
         summary_problem = folder.summary_problem() if folder.is_done() else None
         if summary_problem:
             states.append(ShardState(folder.shard_index, "damaged", parts, summary_problem))
-            continue
-        try:
-            folder.check_auto_records()
-        except RecordError as exc:
-            states.append(ShardState(folder.shard_index, "damaged", parts, exc.problem, exc.fix))
             continue
         if folder.is_done():
             state = "done"
