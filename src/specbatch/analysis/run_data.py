@@ -133,8 +133,8 @@ def load_run(root: Path) -> RunData:
                     first_turn_rows.add((row["row_id"], row["sample_index"]))
                 if row["status"] == STATUS_OK:
                     tokens[(row["row_id"], row["turn"], row["sample_index"])] = row["completion_token_ids"]
-    decision = RunFolder(root).read_decision()
-    return RunData(root, config, summary, tokens, len(first_turn_rows), _measurement(root), decision)
+    prompts, decision = len(first_turn_rows), RunFolder(root).read_decision()
+    return RunData(root, config, summary, tokens, prompts=prompts, measurement=_measurement(root), decision=decision)
 
 
 def _measurement(root: Path) -> str:

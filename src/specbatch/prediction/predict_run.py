@@ -33,8 +33,11 @@ class Prediction:
 
 
 def predict(root: Path, setups: list[Setup]) -> Prediction:
-    """Replay every set-up on the finished run at ``root``; raises RunIncompleteError while a shard is not done or is
-    damaged (its prediction is written into the run as the run's), turns.NoTokenIds when it has nothing to replay."""
+    """Replay every set-up on the finished run at ``root``; turns.NoTokenIds when it has nothing to replay.
+
+    A run with a shard not done or damaged is refused (RunIncompleteError names them and how to finish them), as
+    merge and compare refuse it: what is there is not the run, yet its prediction would be written into the run as
+    the run's."""
     finished_summary(root)
     run = read_turns(root)
     max_model_len = int(run.config["model"]["max_model_len"])
