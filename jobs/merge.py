@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from specbatch.pipeline import merge_run
+from specbatch.run.formats import RecordError
 from specbatch.run.status_merge import RunIncompleteError
 
 log = logging.getLogger("specbatch.merge")
@@ -23,7 +24,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         result = merge_run(args.run_folder, log_to_mlflow=not args.no_mlflow)
-    except (RunIncompleteError, FileNotFoundError) as exc:
+    except (RunIncompleteError, FileNotFoundError, RecordError) as exc:
         log.error("%s", exc)
         return 2
     log.info("manifest: %s", result.manifest)

@@ -27,6 +27,8 @@ from specbatch.prediction.setups import (
 )
 from specbatch.prediction.turns import NoTokenIds
 from specbatch.run.folder import read_run
+from specbatch.run.formats import RecordError
+from specbatch.run.status_merge import RunIncompleteError
 from specbatch.tracking.store import TrackingUnreachable
 
 log = logging.getLogger("specbatch.prediction")
@@ -50,7 +52,7 @@ def main() -> int:
             ngram_ks = args.ngram_k if "ngram" in args.methods else ()
             suffix_ks = args.suffix_k if "suffix" in args.methods else ()
             prediction = predict(root, default_setups(config, ngram_ks, tuple(args.ngram_window), suffix_ks))
-        except (NoTokenIds, FileNotFoundError) as exc:
+        except (NoTokenIds, FileNotFoundError, RecordError, RunIncompleteError) as exc:
             log.error("%s", exc)
             status = 2
             continue

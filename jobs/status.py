@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from specbatch.run.formats import RecordError
 from specbatch.run.status_merge import format_status, run_status
 
 log = logging.getLogger("specbatch.status")
@@ -20,7 +21,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         states = run_status(args.run_folder)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, RecordError) as exc:
         log.error("%s", exc)
         return 2
     log.info("%s", format_status(args.run_folder, states))

@@ -1,11 +1,14 @@
 """spec=auto without a model: its config and refusals, the decision's arithmetic, and whole shards on the dummy
-backend (pilot, plan, measurements, decision, rest; kills in each phase; shards reading one decision)."""
+backend (pilot, plan, measurements, decision, rest; kills in each phase; shards reading one decision; a damaged
+decision or plan named by status, compare and resume, and made again once removed)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import re
+import runpy
 import shlex
 import signal
 import statistics
@@ -17,8 +20,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import compose_config, compose_job
-from specbatch.analysis.compare import compare
+from conftest import PROJECT_ROOT, compose_config, compose_job
+from specbatch.analysis.compare import CompareError, compare
+from specbatch.analysis.report import _load_runs
 from specbatch.analysis.run_data import load_run
 from specbatch.auto import generation
 from specbatch.auto.candidates import candidates
@@ -610,6 +614,67 @@ def test_auto_rows_draw_seeds_of_their_own_and_compare_checks_them(tmp_path: Pat
     assert 0 < shared < len(rows) and check.result.shared_seeds == shared
     (note,) = [note for note in comparison.notes if "not independent" in note]
     assert note.startswith(f"{auto.root}: {shared} of its first-turn samples were drawn with the seed of")
+
+
+def _status(root: Path, monkeypatch, caplog) -> tuple[int, str]:
+    """jobs/status.py on ``root`` in this process: its exit code and what it said."""
+    monkeypatch.setattr(sys, "argv", ["status.py", str(root)])
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="specbatch.status"):
+        code = runpy.run_path(str(PROJECT_ROOT / "jobs" / "status.py"))["main"]()
+    return code, caplog.text
+
+
+def _lose_the_last_part(folder: RunFolder) -> int:
+    """The shard as a kill left it, its last part not written yet."""
+    last = folder.part_numbers()[-1]
+    folder.drop_part(last)
+    folder.unmark_done()
+    return last
+
+
+def test_a_damaged_decision_is_named_by_status_compare_and_resume_and_once_removed_is_made_again(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    job = auto_job(tmp_path, "spec.auto.candidates=[none,ngram-k2]")
+    folder = run_job(job).folder
+    folder.decision_path.write_text(json.dumps({"format": 1}))
+    said = f"{folder.decision_path} is damaged (it lacks winner, "
+    code, text = _status(folder.root, monkeypatch, caplog)
+    assert code == 1 and "1 damaged of 1 shards" in text and said in text and "decides again" in text
+    with pytest.raises(CompareError, match=rf"not compared: .*{re.escape(said)}"):
+        _load_runs([folder.root])
+    last = _lose_the_last_part(folder)
+    # A ConfigError: jobs/generate.py says it in one line and exits 2.
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        run_job(job)
+    assert last not in folder.part_numbers(), "refused before generating"
+    # Removed, as the line says: the shard decides again from its measurements and generates the rest.
+    folder.decision_path.unlink()
+    _check_run(run_job(job).folder, 40)
+    assert _status(folder.root, monkeypatch, caplog)[0] == 0
+
+
+def test_a_damaged_plan_is_named_by_status_and_resume_and_once_removed_is_made_again(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    job = auto_job(tmp_path, "spec.auto.candidates=[none,ngram-k2]")
+    folder = run_job(job).folder
+    plan = json.loads(folder.auto_plan_path.read_text())
+    folder.auto_plan_path.write_text(json.dumps({"format": 1, "why": "-"}))
+    said = f"{folder.auto_plan_path} is damaged (it lacks predicted, measure, measuring)"
+    code, text = _status(folder.root, monkeypatch, caplog)
+    assert code == 1 and said in text and "remove it and rerun the shard" in text
+    # The plan is read until the run's decision is made: a shard resumed without one is refused.
+    folder.decision_path.unlink()
+    last = _lose_the_last_part(folder)
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        run_job(job)
+    assert last not in folder.part_numbers()
+    folder.auto_plan_path.unlink()
+    _check_run(run_job(job).folder, 40)
+    again = json.loads(folder.auto_plan_path.read_text())
+    assert again["predicted"] == plan["predicted"] and again["measure"] == plan["measure"], "made from the pilot"
 
 
 def test_a_candidate_whose_checkpoint_is_missing_is_named_before_anything_loads(tmp_path: Path) -> None:

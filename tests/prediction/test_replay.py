@@ -1,10 +1,14 @@
 """Replaying drafting on token ids (specbatch.prediction), on hand-made completions: the engine's step rule, the
-acceptance profile's arithmetic, what a run folder gives the replay, and jobs/predict.py's refusals. (Against the
-engine's own counters: tests/run/test_generate_cpu.py.)"""
+acceptance profile's arithmetic, what a run folder gives the replay, and jobs/predict.py's refusals (bad flags, damaged
+or unfinished runs). (Against the engine's own counters: tests/run/test_generate_cpu.py.)"""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
+import runpy
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +19,7 @@ import pytest
 from conftest import PROJECT_ROOT
 from specbatch.common.atomic_files import atomic_write_json, atomic_write_text
 from specbatch.config import to_plain_dict
+from specbatch.engine.spec_metrics import Counters
 from specbatch.prediction.figures import acceptance_profile, predicted_rows
 from specbatch.prediction.predict_run import format_prediction, predict, write_prediction
 from specbatch.prediction.replay import Drafting, replay
@@ -23,6 +28,7 @@ from specbatch.prediction.turns import NoTokenIds, ReplayTurn, read_turns
 from specbatch.run.folder import RunFolder
 from specbatch.run.formats import RUN_FORMAT
 from specbatch.run.output_rows import SCHEMA, write_parquet
+from specbatch.run.summary import RowTotals, summarize
 
 
 def turn(prompt: list[int], completion: list[int], row: str = "r0", place: int = 0, category: str | None = None):
@@ -105,7 +111,9 @@ def write_run(tmp_path: Path, job_factory, rows: list[dict], concurrency: int = 
     atomic_write_json(layout.run_json, {"format": RUN_FORMAT, "config": config, "shard_count": 1})
     base = dict.fromkeys(SCHEMA.names) | {"turn": 1, "sample_index": 0, "status": "ok", "method": "ngram"}
     write_parquet([base | row for row in rows], layout.part_path(0), config)
-    atomic_write_json(layout.stats_path, {"concurrency": concurrency})
+    totals = RowTotals(rows=len(rows))
+    figures = {"generation_seconds": 1.0, "engine_startup_seconds": 0.0, "warmup_seconds": 0.0}
+    layout.write_summary(summarize(Counters(), method="ngram", k=3, totals=totals, concurrency=concurrency, **figures))
     atomic_write_text(layout.done_marker, "done\n")
     return layout.root
 
@@ -135,6 +143,50 @@ def test_a_run_without_prompt_token_ids_is_refused_with_why(tmp_path: Path, job_
     root = write_run(tmp_path, job_factory, [{"row_id": "old", "completion_token_ids": [1, 2, 3]}])
     with pytest.raises(NoTokenIds, match="written before output schema 4"):
         read_turns(root)
+
+
+def test_a_damaged_or_unfinished_run_is_refused_in_one_line_each(
+    tmp_path: Path, job_factory, monkeypatch, caplog
+) -> None:
+    """jobs/predict.py over runs each damaged in one way, or not finished: one line each naming the file (or the
+    shards not done and how to finish them), exit code 2, and nothing written into them; a good run beside them is
+    predicted."""
+    good = write_run(
+        tmp_path, job_factory, [{"row_id": "ok", "prompt_token_ids": [1, 2], "completion_token_ids": [1]}]
+    )
+    record = json.loads((good / "run.json").read_text())
+    damage = {
+        "summary-cut": (lambda f: f.stats_path.write_text("{"), "stats/shard-00000-of-00001.json is damaged"),
+        "part-cut": (
+            lambda f: f.part_path(0).write_bytes(f.part_path(0).read_bytes()[:100]),
+            "part-00000.parquet: it is not a readable Parquet file",
+        ),
+        "run-cut": (lambda f: f.run_json.write_text("{"), "run.json is damaged (not JSON"),
+        "run-newer": (
+            lambda f: f.run_json.write_text(json.dumps({**record, "format": RUN_FORMAT + 1})),
+            "run.json was written by a newer version of specbatch",
+        ),
+        "unfinished": (
+            lambda f: f.done_marker.unlink(),
+            "1 of 1 shards are not done: 0 (partial). Finish them (rerun with shard.index=<i> shard.count=1",
+        ),
+    }
+    for name, (act, _) in damage.items():
+        shutil.copytree(good, tmp_path / name)
+        act(RunFolder(tmp_path / name))
+    runs = [str(tmp_path / name) for name in damage]
+    monkeypatch.setattr(
+        sys, "argv", ["predict.py", *runs, str(good), "--methods", "ngram", "--ngram-k", "1", "--no-mlflow"]
+    )
+    main = runpy.run_path(str(PROJECT_ROOT / "jobs" / "predict.py"))["main"]
+    with caplog.at_level(logging.ERROR, logger="specbatch.prediction"):
+        assert main() == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == len(damage)
+    for (name, (_, said)), line in zip(damage.items(), errors, strict=True):
+        assert str(tmp_path / name) in line and said in line and "\n" not in line, (name, line)
+        assert not (tmp_path / name / "prediction").exists()
+    assert (good / "prediction" / "predicted.json").is_file()
 
 
 @pytest.mark.parametrize(

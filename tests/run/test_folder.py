@@ -52,5 +52,5 @@ def test_parts_are_listed_in_order_without_temporaries(tmp_path) -> None:
 def test_the_shards_of_a_run_come_from_its_record(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="is not a run folder"):
         read_run(tmp_path)
-    assert RunFolder(tmp_path, 0, 3).claim_run_record({"shard_count": 3})
+    assert RunFolder(tmp_path, 0, 3).claim_run_record({"config": {}, "shard_count": 3})
     assert shard_folders(tmp_path) == [RunFolder(tmp_path.resolve(), i, 3) for i in range(3)]

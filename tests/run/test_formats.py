@@ -1,21 +1,25 @@
 """Run folders written by older versions (run/formats.py): a folder of each older run format, built here from a run
 of today's job rewritten as that version wrote it, is found again by its job, read by status, merge and compare as
-today's, and keeps its digests. A record from a newer version is refused in one line naming the file."""
+today's, and keeps its digests. A record from a newer version, or a damaged one, is refused in one line naming the
+file and what to do."""
 
 from __future__ import annotations
 
 import json
+import logging
+import runpy
+import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import fake_engine
+from conftest import PROJECT_ROOT, fake_engine
 from specbatch.analysis.report import find_runs, run_compare
 from specbatch.config import ConfigError
 from specbatch.config.identity import workload_digest
 from specbatch.pipeline import merge_run, run_job
 from specbatch.run.folder import RunFolder, read_run
-from specbatch.run.formats import RUN_FORMAT
+from specbatch.run.formats import DECISION_FORMAT, RUN_FORMAT, RecordError
 from specbatch.run.status_merge import run_status
 
 
@@ -90,10 +94,73 @@ def test_a_run_of_an_older_format_is_found_read_merged_and_compared_as_today(
     assert rows["ngram"].rows_compared == 4 and rows["ngram"].batch_size == 2
 
 
-def test_a_run_of_a_newer_format_is_one_error_naming_the_file(local_job_factory) -> None:
+def test_a_run_of_a_newer_format_is_one_error_naming_the_file(local_job_factory, monkeypatch, caplog) -> None:
     job = local_job_factory("spec=none", rows=2)
     folder = run_job(job, engine=fake_engine(job)).folder
     record = json.loads(folder.run_json.read_text())
     folder.run_json.write_text(json.dumps({**record, "format": RUN_FORMAT + 1}))
-    with pytest.raises(ConfigError, match=rf"{folder.run_json} was written by a newer version of specbatch"):
+    said = f"{folder.run_json} was written by a newer version of specbatch"
+    with pytest.raises(ConfigError, match=said):
         read_run(folder.root)
+    # jobs/status.py and jobs/merge.py say it in one line and exit 2, as for a folder that is no run.
+    for argv in (["status.py", str(folder.root)], ["merge.py", str(folder.root), "--no-mlflow"]):
+        monkeypatch.setattr(sys, "argv", argv)
+        caplog.clear()
+        assert runpy.run_path(str(PROJECT_ROOT / "jobs" / argv[0]))["main"]() == 2, argv
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR][0].startswith(said)
+
+
+# Each JSON record of a run folder: its reader, a record as written, and words of what the one line says to do.
+SHARD = "stats/shard-00000-of-00001"
+RECORDS = {
+    "run.json": (RunFolder.read_run_record, {"format": RUN_FORMAT, "config": {}, "shard_count": 1}, "restore it"),
+    f"{SHARD}/source.json": (RunFolder.read_source_record, {"chunks": []}, "the shard's next launch records"),
+    f"{SHARD}/launch-l1.json": (
+        lambda folder: folder.read_launch_record("l1"),
+        {"parts": [0], "seconds": 1.0, "counters": None},
+        "counts the launch's parts by their own figures",
+    ),
+    "decision.json": (
+        RunFolder.read_decision,
+        {"format": DECISION_FORMAT, "winner": "none", "winner_caption": "none", "why": "-", "measured": False}
+        | {"candidates": []},
+        "remove it so that the next shard to finish its measurements decides again",
+    ),
+    f"{SHARD}/auto-plan.json": (
+        RunFolder.read_auto_plan,
+        {"format": DECISION_FORMAT, "predicted": [], "measure": [], "measuring": False, "why": "-"},
+        "remove it and rerun the shard",
+    ),
+}
+DAMAGES = {
+    "cut": "is damaged (not JSON: ",
+    "not an object": "is damaged (not a JSON object)",
+    "a key left out": "is damaged (it lacks ",
+    "newer": "was written by a newer version of specbatch",
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "damage"),
+    # Source digests and launch records carry no format.
+    [(name, damage) for name in RECORDS for damage in DAMAGES if damage != "newer" or "format" in RECORDS[name][1]],
+)
+def test_a_damaged_record_is_one_error_naming_the_file_and_what_to_do(tmp_path: Path, name: str, damage: str) -> None:
+    read, record, fix = RECORDS[name]
+    folder, path = RunFolder(tmp_path), tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+    assert read(folder).keys() >= record.keys()  # read whole (run.json and launch records upgraded)
+    text = {
+        "cut": json.dumps(record)[:10],
+        "not an object": json.dumps([record]),
+        "a key left out": json.dumps({key: value for key, value in record.items() if key == "format"}),
+        "newer": json.dumps({**record, "format": record.get("format", 1) + 1}),
+    }[damage]
+    path.write_text(text)
+    with pytest.raises(RecordError) as caught:
+        read(folder)
+    message = str(caught.value)
+    assert message.startswith(f"{path} {DAMAGES[damage]}") and "\n" not in message
+    assert (fix if damage != "newer" else "read it with that version, or update this checkout") in message
+    assert isinstance(caught.value, ConfigError), "a job refuses it in one line (jobs/generate.py)"

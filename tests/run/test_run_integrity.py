@@ -6,6 +6,7 @@ The same situations with real processes are in tests/test_races_cpu.py."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -200,3 +201,21 @@ def test_a_damaged_part_of_an_unfinished_shard_is_regenerated(data_job) -> None:
     engine = fake_engine(job)
     run_job(job, engine=engine)
     assert len(engine.added) == 6 and row_ids(layout) == ORIGINAL
+
+
+def test_a_damaged_source_record_is_named_by_status_and_resume_and_once_removed_is_recorded_again(data_job) -> None:
+    job = data_job()
+    layout = RunFolder.for_job(job)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(job, engine=fake_engine(job, die_after=2))
+    layout.source_record_path.write_text('{"chunks": ["')
+    said = f"{layout.source_record_path} is damaged (not JSON: "
+    [state] = run_status(layout.root)
+    assert state.state == "damaged" and state.problem.startswith(said) and "remove it" in state.fix
+    engine = fake_engine(job)
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        run_job(job, engine=engine)
+    assert engine.added == []
+    layout.source_record_path.unlink()
+    run_job(job, engine=fake_engine(job))
+    assert row_ids(layout) == ORIGINAL and len(json.loads(layout.source_record_path.read_text())["chunks"]) == 3

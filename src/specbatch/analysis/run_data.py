@@ -5,7 +5,6 @@ and the workload key that says which runs may be compared (same prompts, model, 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pyarrow.parquet as pq
 from specbatch.common.machine import machine_line
 from specbatch.config import workload_digest
 from specbatch.engine import recorded_backend
-from specbatch.run.folder import read_run, shard_folders
+from specbatch.run.folder import RunFolder, read_run, shard_folders
 from specbatch.run.formats import seed_before_schema_5
 from specbatch.run.output_rows import STATUS_OK
 from specbatch.run.status_merge import finished_summary
@@ -40,6 +39,8 @@ class RunData:
     # The seed of each completion of ``tokens`` (its request's; None: drawn from the engine's own random state):
     # samples of two runs that share one are not independent (analysis.distribution).
     seeds: dict[RowKey, int | None] = field(default_factory=dict)
+    # spec=auto: the run's decision (decision.json); None for a fixed set-up, or a run that has none.
+    decision: dict[str, Any] | None = None
 
     @property
     def method(self) -> str:
@@ -52,10 +53,9 @@ class RunData:
     @property
     def chose(self) -> str | None:
         """spec=auto: the set-up its decision chose, e.g. ``ngram k=5`` (None for a fixed set-up, or no decision)."""
-        path = self.root / "decision.json"
-        if self.method != "auto" or not path.is_file():
+        if self.method != "auto" or self.decision is None:
             return None
-        return str(json.loads(path.read_text())["winner_caption"])
+        return str(self.decision["winner_caption"])
 
     @property
     def k_schedule(self) -> list[list[int]] | None:
@@ -141,8 +141,9 @@ def load_run(root: Path) -> RunData:
                     key = (row["row_id"], row["turn"], row["sample_index"])
                     tokens[key] = row["completion_token_ids"]
                     seeds[key] = row["seed"] if recorded else seed_before_schema_5(config, row)
+    prompts, decision = len(first_turn_rows), RunFolder(root).read_decision()
     return RunData(
-        root, config, summary, tokens, prompts=len(first_turn_rows), measurement=_measurement(root), seeds=seeds
+        root, config, summary, tokens, prompts, measurement=_measurement(root), seeds=seeds, decision=decision
     )
 
 

@@ -53,6 +53,7 @@ from specbatch.config import ConfigError, JobConfig
 from specbatch.engine import Engine, backend_class, start_engine
 from specbatch.prediction.turns import RunTurns, read_parts
 from specbatch.run.folder import RunFolder
+from specbatch.run.formats import DECISION_FORMAT
 from specbatch.run.generate import ShardGeneration
 from specbatch.run.output_rows import STATUS_OK
 from specbatch.run.shard_summary import summarize_shard
@@ -61,7 +62,6 @@ from specbatch.run.summary import Summary
 
 log = logging.getLogger(__name__)
 
-DECISION_FORMAT = 1
 # Characters of an error row's reason quoted where a slice of no tokens says why.
 ERROR_SHOWN = 120
 

@@ -11,7 +11,6 @@ set-up it runs). Goals (issue 28): auto >= 0.95 x the best fixed set-up, and >= 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import subprocess
@@ -24,7 +23,7 @@ from specbatch.bench import machine_header
 from specbatch.bench.full_engine import Throughput
 from specbatch.bench.processes import PROJECT
 from specbatch.config.spec import AUTO_DEFAULT_CANDIDATES
-from specbatch.run.folder import run_folders_below, shard_folders
+from specbatch.run.folder import RunFolder, run_folders_below, shard_folders
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +88,7 @@ def run_one(setup: str, workload: list[str], plan: AutoPlan, root: Path, batch: 
     (folder,) = run_folders_below(root / "runs")
     (shard,) = shard_folders(folder)
     summary = shard.read_summary()
-    decision_path = folder / "decision.json"
-    decision = json.loads(decision_path.read_text()) if decision_path.is_file() else None
+    decision = RunFolder(folder).read_decision()
     figures = Throughput(summary.rows, summary.output_tokens, summary.generation_seconds, wall)
     return Measured(setup, figures, summary.engine_startup_seconds, decision)
 

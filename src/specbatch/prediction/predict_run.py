@@ -16,6 +16,7 @@ from specbatch.prediction.figures import OVERALL, predicted_rows
 from specbatch.prediction.replay import replay
 from specbatch.prediction.setups import Setup
 from specbatch.prediction.turns import RunTurns, read_turns
+from specbatch.run.status_merge import finished_summary
 
 PREDICTION_DIR = "prediction"
 
@@ -32,7 +33,12 @@ class Prediction:
 
 
 def predict(root: Path, setups: list[Setup]) -> Prediction:
-    """Replay every set-up on the run at ``root``; raises turns.NoTokenIds when it has nothing to replay."""
+    """Replay every set-up on the finished run at ``root``; turns.NoTokenIds when it has nothing to replay.
+
+    A run with a shard not done or damaged is refused (RunIncompleteError names them and how to finish them), as
+    merge and compare refuse it: what is there is not the run, yet its prediction would be written into the run as
+    the run's."""
+    finished_summary(root)
     run = read_turns(root)
     max_model_len = int(run.config["model"]["max_model_len"])
     began = time.perf_counter()

@@ -3,7 +3,6 @@ the rows it cannot replay, each with why."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,8 +75,7 @@ def read_turns(root: Path) -> RunTurns:
     root = Path(root).resolve()
     run = RunTurns(root, read_run(root)["config"])
     for shard_number, folder in enumerate(shard_folders(root)):
-        summary = json.loads(folder.stats_path.read_text()) if folder.stats_path.is_file() else {}
-        run.concurrency[shard_number] = summary.get("concurrency")
+        run.concurrency[shard_number] = folder.read_summary().concurrency if folder.stats_path.is_file() else None
         read_parts(folder.parts(), run, shard_number)
     if not run.turns:
         reasons = sorted({why for _, _, why in run.skipped}) or ["it has no rows"]

@@ -108,6 +108,9 @@ class ShardExecutor:
 
         self.steps.check()
         _check_run_record(folder)
+        # A damaged record (source digests, spec=auto's decision or plan) is refused in one line now, before the steps
+        # start.
+        folder.check_records()
         plan = self.steps.prepare(shard)
         start = RunStart(folder, public_config(self.job), runtime_info(), plan.source_rows, len(plan.span))
         _claim_run_record(start, self.job)

@@ -14,6 +14,11 @@ different set-ups never share one. Inside it (``<shard>`` is ``shard-<index>-of-
   only by a killed one), and the pending note of a shard whose MLflow logging failed;
 - ``merged/``: the manifest and summary of the merged run;
 - ``decision.json`` and ``stats/<shard>/auto-plan.json``: spec=auto's choice (one per run) and each shard's plan.
+
+The records that readers other than the MLflow observer rely on (run.json, a shard's source record and launch records,
+the decision, the plan) are checked as they are read: one that is cut short, is not a JSON object, lacks a key its
+readers index, or comes from a newer version raises RecordError, whose one line names the file, what is wrong and what
+to do, so that no reader of a run ends in a traceback over it.
 """
 
 from __future__ import annotations
@@ -28,7 +33,15 @@ from typing import Any
 
 from specbatch.common.atomic_files import atomic_write_json, atomic_write_text, create_json_once, temporaries_in
 from specbatch.config import JobConfig, run_folder_digest
-from specbatch.run.formats import RUN_FORMAT, upgrade_launch_record, upgrade_part_stats, upgrade_run_record
+from specbatch.run.formats import (
+    DECISION_FORMAT,
+    RUN_FORMAT,
+    RecordError,
+    refuse_newer,
+    upgrade_launch_record,
+    upgrade_part_stats,
+    upgrade_run_record,
+)
 from specbatch.run.summary import Summary
 
 log = logging.getLogger(__name__)
@@ -37,6 +50,34 @@ log = logging.getLogger(__name__)
 RUN_RECORD = "run.json"
 # A speculation profile (specbatch.run.speculation_profile), a shard's and the merged run's.
 PROFILE_FILE = "speculation_profile.json"
+
+# What each record must hold for its readers (the keys they index; every version so far wrote them), and what to do
+# when one is damaged. The run record: nothing of the run can be read without it.
+_RUN_KEYS = ("config", "shard_count")
+_RUN_FIX = "restore it from a copy of the run folder, or generate the run again in a new folder (run_name=<new>)"
+# spec=auto's decision: resume (specbatch.auto.generation), compare (analysis.run_data) and tracking read these.
+# Without it the run has no decision yet, which its shards know how to handle.
+_DECISION_KEYS = ("winner", "winner_caption", "why", "measured", "candidates")
+_DECISION_FIX = (
+    "restore it, or remove it so that the next shard to finish its measurements decides again (the rows already "
+    "generated keep the set-up that generated them)"
+)
+# The digests of a shard's source rows (resume and status read them); recorded again by the next launch when missing.
+_SOURCE_KEYS = ("chunks",)
+_SOURCE_FIX = (
+    "remove it: the shard's next launch records its source rows again as they are then (whether they changed before "
+    "that can then no longer be told)"
+)
+# A launch's record of its loop (the shard summary reads it); without it the launch's parts count as a killed one's.
+_LAUNCH_KEYS = ("parts", "seconds", "counters")
+_LAUNCH_FIX = "remove it: the shard summary then counts the launch's parts by their own figures, as a killed launch's"
+# A shard's spec=auto plan: read by the shard itself until its decision is made; made again from the pilot's parts
+# when it is missing.
+_PLAN_KEYS = ("predicted", "measure", "measuring", "why")
+_PLAN_FIX = (
+    "remove it and rerun the shard, which makes its plan again from its pilot's rows (a finished shard needs only "
+    "the removal)"
+)
 
 
 def _safe(part: str) -> str:
@@ -83,11 +124,12 @@ class RunFolder:
 
     def read_run_record(self) -> dict[str, Any]:
         """The run record in today's shape, whichever version wrote it (run/formats.py)."""
-        if not self.run_json.is_file():
+        record = _read_record(self.run_json, _RUN_KEYS, RUN_FORMAT, "run", _RUN_FIX)
+        if record is None:
             raise FileNotFoundError(
                 f"{self.root} is not a run folder (no run.json): pass outputs/runs/<dataset>/<model>/<run>"
             )
-        return upgrade_run_record(json.loads(self.run_json.read_text()), self.run_json)
+        return upgrade_run_record(record, self.run_json)
 
     def claim_run_record(self, record: dict[str, Any]) -> bool:
         """Create run.json, stamped with the format this version writes, unless it exists (atomically: of two racing
@@ -100,8 +142,8 @@ class RunFolder:
         return self.root / "decision.json"
 
     def read_decision(self) -> dict[str, Any] | None:
-        """The run's spec=auto decision; None until a shard has written it."""
-        return _read_json_if_present(self.decision_path)
+        """The run's spec=auto decision; None until a shard has written it; RecordError when it is damaged."""
+        return _read_record(self.decision_path, _DECISION_KEYS, DECISION_FORMAT, "decision", _DECISION_FIX)
 
     @property
     def manifest_path(self) -> Path:
@@ -155,7 +197,9 @@ class RunFolder:
     def read_launch_record(self, launch: str | None) -> dict[str, Any] | None:
         """A launch's record of its loop; None for a killed launch, or parts written before launches were recorded
         (their stats name no launch)."""
-        record = _read_json_if_present(self.launch_record_path(launch)) if launch else None
+        if not launch:
+            return None
+        record = _read_record(self.launch_record_path(launch), _LAUNCH_KEYS, None, "launch", _LAUNCH_FIX)
         return upgrade_launch_record(record) if record is not None else None
 
     @property
@@ -164,7 +208,7 @@ class RunFolder:
         return self.stats_dir / "source.json"
 
     def read_source_record(self) -> dict[str, Any] | None:
-        return _read_json_if_present(self.source_record_path)
+        return _read_record(self.source_record_path, _SOURCE_KEYS, None, "source", _SOURCE_FIX)
 
     @property
     def auto_plan_path(self) -> Path:
@@ -172,8 +216,15 @@ class RunFolder:
         return self.stats_dir / "auto-plan.json"
 
     def read_auto_plan(self) -> dict[str, Any] | None:
-        """The shard's spec=auto plan; None until its pilot is in."""
-        return _read_json_if_present(self.auto_plan_path)
+        """The shard's spec=auto plan; None until its pilot is in; RecordError when it is damaged."""
+        return _read_record(self.auto_plan_path, _PLAN_KEYS, DECISION_FORMAT, "plan", _PLAN_FIX)
+
+    def check_records(self) -> None:
+        """Read the records a resumed shard reads before it generates, besides its parts and their stats: the digests
+        of its source rows, spec=auto's decision and plan (absent for other runs). RecordError when one is damaged."""
+        self.read_source_record()
+        self.read_decision()
+        self.read_auto_plan()
 
     @property
     def stats_path(self) -> Path:
@@ -255,6 +306,25 @@ def _read_json_if_present(path: Path) -> Any:
         return json.loads(path.read_text())
     except FileNotFoundError:
         return None
+
+
+def _read_record(path: Path, keys: tuple[str, ...], newest: int | None, name: str, fix: str) -> dict[str, Any] | None:
+    """The JSON object at ``path`` (None when there is none) holding ``keys``, in a format up to ``newest`` of
+    ``name`` (None: the record has no format); RecordError naming the file, what is wrong and ``fix`` otherwise."""
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:  # cut short or overwritten: not JSON (or not even text)
+        raise RecordError(f"{path} is damaged (not JSON: {exc})", fix) from None
+    if not isinstance(record, dict):
+        raise RecordError(f"{path} is damaged (not a JSON object)", fix)
+    if newest is not None:
+        refuse_newer(record, path, newest, name)
+    missing = [key for key in keys if key not in record]
+    if missing:
+        raise RecordError(f"{path} is damaged (it lacks {', '.join(missing)})", fix)
+    return record
 
 
 def is_run_folder(path: Path) -> bool:

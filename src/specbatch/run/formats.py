@@ -16,6 +16,9 @@ too, only unrecorded: :func:`seed_before_schema_5` derives it as that version di
 
 A new field of the config needs no new format: declare its ``OLD_RUNS_DEFAULT`` and format-1 and format-2 records
 both get it. A new format is for a change in the shape of the record itself; its upgrade goes here.
+
+spec=auto's ``decision.json`` and each shard's ``auto-plan.json`` carry ``format`` too (``DECISION_FORMAT``). A record
+this version cannot read (written by a newer one, or damaged: see specbatch.run.folder's readers) is a RecordError.
 """
 
 from __future__ import annotations
@@ -28,16 +31,33 @@ from specbatch.config.identity import with_old_run_defaults
 
 # The format this version writes into run.json.
 RUN_FORMAT = 2
+# The format this version writes into spec=auto's decision.json and auto-plan.json (specbatch.auto.generation).
+DECISION_FORMAT = 1
+
+
+class RecordError(ConfigError):
+    """A record of a run folder that this version cannot read: ``problem`` names the file and what is wrong with it,
+    ``fix`` what to do. A ConfigError, so that a job refuses it in one line like a mistake in its config."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem}: {fix}")
+        self.problem, self.fix = problem, fix
+
+
+def refuse_newer(record: dict[str, Any], path: Path, newest: int, name: str) -> None:
+    """Raise RecordError when ``record`` (at ``path``) was written in a format above ``newest`` of ``name``."""
+    found = record.get("format", 1)
+    if not isinstance(found, int) or found > newest:
+        raise RecordError(
+            f"{path} was written by a newer version of specbatch ({name} format {found}; this one reads formats up "
+            f"to {newest})",
+            "read it with that version, or update this checkout",
+        )
 
 
 def upgrade_run_record(record: dict[str, Any], path: Path) -> dict[str, Any]:
     """A run record as today's version writes it, whatever version wrote it; refused when a newer one did."""
-    found = record.get("format", 1)
-    if not isinstance(found, int) or found > RUN_FORMAT:
-        raise ConfigError(
-            f"{path} was written by a newer version of specbatch (run format {found}; this one reads formats up to "
-            f"{RUN_FORMAT}): read it with that version, or update this checkout"
-        )
+    refuse_newer(record, path, RUN_FORMAT, "run")
     upgraded = {**record, "format": RUN_FORMAT}
     if isinstance(record.get("config"), dict):
         upgraded["config"] = with_old_run_defaults(record["config"])

@@ -2,8 +2,10 @@
 
 A run folder knows its shard count (run.json). A shard is done when its marker exists, running while a live
 process holds its lock, partial when it has parts but neither, missing otherwise; damaged when one of its parts is
-not as it was written (truncated, corrupted, missing), whatever its marker says. Merging refuses until every
-shard is done, then writes a manifest over all parts and one summary added up from the shards' counts.
+not as it was written (truncated, corrupted, missing), whatever its marker says, when a done shard's summary cannot
+be read, or when a record the shard reads cannot be (spec=auto's decision, shared by every shard, or its own plan).
+Merging refuses until every shard is done, then writes a manifest over all parts and one summary added up from the
+shards' counts.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from specbatch.common.atomic_files import atomic_write_json
 from specbatch.run.folder import RunFolder, read_run, shard_folders
+from specbatch.run.formats import RecordError
 from specbatch.run.integrity import damaged_parts, describe_damage
 from specbatch.run.locks import is_locked
 from specbatch.run.speculation_profile import speculation_profile
@@ -32,8 +35,15 @@ class ShardState:
     # done | running | partial | missing | damaged
     state: str
     parts: int
-    # For a damaged shard: which parts and what is wrong with them.
+    # For a damaged shard: which parts or records and what is wrong with them.
     problem: str | None = None
+    # What to do about ``problem`` when rerunning the shard is not it (a damaged record says its own way out).
+    fix: str | None = None
+
+    @property
+    def why(self) -> str:
+        """Why the shard is not done, with what to do when that is not to rerun it."""
+        return f"{self.problem}: {self.fix}" if self.fix else self.problem or self.state
 
 
 def run_status(root: Path) -> list[ShardState]:
@@ -43,6 +53,12 @@ def run_status(root: Path) -> list[ShardState]:
         parts = len(on_disk)
         if is_locked(folder.lock_path):
             states.append(ShardState(folder.shard_index, "running", parts))
+            continue
+        # The records a resume reads: damaged, the shard cannot go on (nor can a done one be checked whole).
+        try:
+            folder.check_records()
+        except RecordError as exc:
+            states.append(ShardState(folder.shard_index, "damaged", parts, exc.problem, exc.fix))
             continue
         # A done shard must have every part it recorded; an unfinished one only its finished parts intact.
         damaged = damaged_parts(folder, None if folder.is_done() else on_disk)
@@ -67,11 +83,15 @@ def format_status(root: Path, states: list[ShardState]) -> str:
     counts = {s: sum(x.state == s for x in states) for s in ("done", "running", "partial", "missing", "damaged")}
     lines = [f"{root}", "  " + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s != "damaged")]
     lines[-1] += f" of {len(states)} shards"
+    said = set()
     for s in states:
         if s.state != "done":
             lines.append(f"  shard {s.index:>5}: {s.state:<8} {s.parts} part(s)")
         if s.problem:
-            lines.append(f"      {s.problem}: rerun the shard to regenerate it")
+            # A record every shard reads (spec=auto's decision) is named once.
+            line = f"{s.problem}: {s.fix or 'rerun the shard to regenerate it'}"
+            lines.append(f"      {line if line not in said else 'as above'}")
+            said.add(line)
     return "\n".join(lines)
 
 
@@ -89,12 +109,16 @@ def finished_summary(root: Path) -> Summary:
     states = run_status(root)
     unfinished = [s for s in states if s.state != "done"]
     if unfinished:
-        listed = ", ".join(f"{s.index} ({s.problem or s.state})" for s in unfinished)
-        raise RunIncompleteError(
-            f"{root}: {len(unfinished)} of {len(states)} shards are not done: {listed}. "
-            f"Finish them (rerun with shard.index=<i> shard.count={len(states)}; finished chunks are kept) "
-            "and try again."
-        )
+        # Shards not done for the same reason are listed together (a damaged decision is every shard's).
+        by_why: dict[str, list[str]] = {}
+        for s in unfinished:
+            by_why.setdefault(s.why, []).append(str(s.index))
+        listed = ", ".join(f"{', '.join(shards)} ({why})" for why, shards in by_why.items())
+        rerun = ""
+        if any(not s.fix for s in unfinished):
+            rerun = f" Finish them (rerun with shard.index=<i> shard.count={len(states)}; finished chunks are kept)"
+            rerun += " and try again."
+        raise RunIncompleteError(f"{root}: {len(unfinished)} of {len(states)} shards are not done: {listed}.{rerun}")
     return merge_summaries([folder.read_summary() for folder in shard_folders(root)])
 
 

@@ -150,8 +150,9 @@ def log_shard_results(
     run.log_table(completion_sample(parts), "completions_sample.json")
     if folder.profile_path.is_file():
         run.log_artifact(folder.profile_path, "speculation_profile")
-    if folder.decision_path.is_file():
-        log_decision(run, json.loads(folder.decision_path.read_text()))
+    decision = folder.read_decision()
+    if decision is not None:
+        log_decision(run, decision)
     if summary.acceptance_rate_per_position:
         with tempfile.TemporaryDirectory() as tmp:
             run.log_artifact(plot_run_acceptance(summary, Path(tmp) / "acceptance_by_position.png"))
