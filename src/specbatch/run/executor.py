@@ -150,7 +150,7 @@ class ShardExecutor:
             parts = folder.parts()
             summary = self.steps.summarize(folder, parts)
             folder.write_summary(summary)
-            _write_profile(folder, parts, public_config(self.job))
+            _write_profile(folder, parts, public_config(self.job), summary)
         return JobResult(folder, summary, parts, generated=False)
 
     def _generate(self, start: RunStart, todo: list[int], parts: list[Path]) -> Summary:
@@ -167,7 +167,7 @@ class ShardExecutor:
             self.steps.generate(folder, start.config, todo)
             summary = self.steps.summarize(folder, parts)
             folder.write_summary(summary)
-            _write_profile(folder, parts, start.config)
+            _write_profile(folder, parts, start.config, summary)
             self.observer.on_finish(summary, parts)
             # The engine's processes are gone before the shard counts as done (and a failed shutdown leaves it
             # not done, as when the engine was closed inside generate).
@@ -190,11 +190,14 @@ class ShardExecutor:
         return summary
 
 
-def _write_profile(folder: RunFolder, parts: list[Path], config: dict[str, Any]) -> None:
-    """The shard's speculation profile among its records (none for spec=none, or without per-row figures)."""
-    profile = speculation_profile(parts, config)
+def _write_profile(folder: RunFolder, parts: list[Path], config: dict[str, Any], summary: Summary) -> None:
+    """The shard's speculation profile among its records (none for spec=none, without per-row figures, or when the
+    shard summary refused them)."""
+    profile = speculation_profile(parts, config, summary)
     if profile is not None:
         atomic_write_json(folder.profile_path, profile)
+    else:  # one a rebuilt summary no longer stands behind
+        folder.profile_path.unlink(missing_ok=True)
 
 
 def _release_after(steps: ShardSteps, error: BaseException) -> None:
