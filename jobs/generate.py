@@ -66,12 +66,9 @@ def main(cfg: DictConfig) -> None:
         log.warning("%s", exc)
         sys.exit(exc.exit_code)
     except OSError as exc:
-        # A full disk, a vanished folder: finished chunks are on disk, the half-written one was removed.
-        log.error(
-            "stopped by an OS error: %s. Finished chunks are kept and no partial file was left; fix the cause "
-            "(e.g. free disk space) and rerun the same command to finish the shard",
-            exc,
-        )
+        # A full disk, a vanished folder, a name too long: finished chunks are on disk, the half-written one was
+        # removed; the line says what to change.
+        log.error("%s", RunFolder.describe_os_error(exc))
         sys.exit(1)
 
 

@@ -50,13 +50,13 @@ def compose_job(overrides: list[str] | None = None) -> JobConfig:
 
 
 def run_generate(
-    args: list[str], timeout: float = 900, env: dict[str, str] | None = None
+    args: list[str], timeout: float = 900, env: dict[str, str] | None = None, cwd: Path = PROJECT_ROOT
 ) -> subprocess.CompletedProcess[str]:
     """Run jobs/generate.py as users do, in a child process (vLLM needs its own __main__ for spawn)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.run(
         [sys.executable, str(GENERATE), *args],
-        cwd=PROJECT_ROOT,
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,

@@ -202,3 +202,31 @@ def test_dspark_is_refused_where_vllm_has_no_model_runner_for_it(
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
     with pytest.raises(ConfigError, match="VLLM_USE_V2_MODEL_RUNNER=0 forces the older one"):
         preflight(job)
+
+
+@pytest.mark.parametrize(
+    ("method", "damaged", "text", "says"),
+    [
+        ("dflash", "draft", "{not json", "is not JSON (Expecting property name"),
+        ("dflash", "draft", json.dumps([DFLASH]), "holds a list where an object of settings belongs"),
+        ("dflash", "draft", json.dumps({**DFLASH, "dflash_config": "999"}), 'has dflash_config="999": a string where'),
+        ("eagle3", "draft", json.dumps({"vocab_size": 1000, "text_config": [1]}), "has text_config=[1]: a list where"),
+        ("mtp", "target", json.dumps({**TARGET, "num_nextn_predict_layers": "two"}), 'layers="two": a string'),
+    ],
+)
+def test_a_damaged_checkpoint_config_is_one_line_naming_the_file(
+    tmp_path: Path, method: str, damaged: str, text: str, says: str
+) -> None:
+    # Every check reads config.json through one reader: a file that is not a Hugging Face config is refused there,
+    # before any model loads, instead of a JSONDecodeError or AttributeError from whichever check read it first.
+    target, draft = checkpoint(tmp_path / "target", TARGET), checkpoint(tmp_path / "draft", DFLASH)
+    drafting = [] if method == "mtp" else [f"spec.model={draft}"]
+    job = compose_job([f"model.path={target}", "model.embedded=null", f"spec={method}", *drafting])
+    key = {"draft": "spec.model", "target": "model.path"}[damaged]
+    (tmp_path / damaged / "config.json").write_text(text)
+    with pytest.raises(ConfigError) as err:
+        preflight(job)
+    message = str(err.value)
+    assert message.startswith(f"{key}={tmp_path / damaged}: its config.json ({tmp_path / damaged / 'config.json'})")
+    assert says in message and "\n" not in message
+    assert f"restore the checkpoint's own config.json in {tmp_path / damaged}, or point {key} at another" in message

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from conftest import CONF_DIR, compose_config, compose_job, run_generate
+from conftest import CONF_DIR, PROJECT_ROOT, compose_config, compose_job, run_generate
 from specbatch.auto.candidates import candidate_jobs
 from specbatch.config import CHECKPOINT_METHODS, GROUPS, ConfigError, SpecMethod, to_job_config
 from specbatch.config.overrides import (
@@ -384,6 +388,41 @@ def test_cli_sweep_values_and_group_choices_pass_the_key_check(tmp_path) -> None
     assert "spec.num_speculative_tokens=0 is out of range" in output, output[-3000:]
     assert "unknown key" not in output
     assert result.returncode == 2
+
+
+def test_cli_output_root_empty_or_too_long_is_one_line_before_hydra_makes_a_folder(tmp_path) -> None:
+    # output_root= (an unset variable in a batch script) wrote the rows into the working directory and Hydra's logs
+    # into /_hydra, rc 0; a name longer than the file system takes stopped Hydra with a traceback.
+    hydra_at_root = Path("/_hydra").exists()
+    long = tmp_path / ("a" * 300)
+    for value, says in [("", "output_root='' is empty"), (long, f"output_root={long} has a folder name of 'aaa")]:
+        result = run_generate(
+            [f"output_root={value}", "engine.backend=dummy", "tracking=off"], timeout=120, cwd=tmp_path
+        )
+        output = result.stdout + result.stderr
+        assert result.returncode == 2, output[-3000:]
+        [line] = [line for line in output.splitlines() if line.strip()]
+        assert f"[ERROR] - {says}" in line and ("output_root=outputs" in line or "shorter output_root" in line)
+        assert list(tmp_path.iterdir()) == [], "nothing is made in the working directory"
+    assert Path("/_hydra").exists() == hydra_at_root
+    # jobs/serve.py composes the same way and refuses it the same.
+    serve = subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "jobs" / "serve.py"), "--print", "output_root="],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert serve.returncode == 2 and "output_root='' is empty" in serve.stderr, serve.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_api_caller_is_refused_an_empty_or_too_long_output_root(tmp_path) -> None:
+    for value in ("", " "):
+        with pytest.raises(ConfigError, match="is empty .*set output_root=<folder>"):
+            compose_job([f"output_root='{value}'"])
+    with pytest.raises(ConfigError, match="has a folder name of 'bbbb.*' \\(256 bytes\\), more than the 255 bytes"):
+        compose_job([f"output_root={tmp_path / ('b' * 256)}"])
 
 
 def test_cli_prints_config() -> None:

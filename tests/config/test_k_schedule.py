@@ -8,6 +8,7 @@ import pytest
 from conftest import compose_job, run_generate
 from specbatch.config import METHODS, ConfigError, SpecMethod, run_folder_digest
 from specbatch.config.spec import SCHEDULE_EXAMPLE
+from specbatch.run.folder import RunFolder
 from specbatch.serving.vllm_args import llm_kwargs, speculative_config
 
 EXAMPLE = "spec.k_schedule=[[1,4,5],[5,16,3],[17,256,0]]"
@@ -137,3 +138,13 @@ def test_cli_bad_schedule_is_one_clear_line_before_any_model(tmp_path) -> None:
     assert "spec.k_schedule[1]=[6,256,3] leaves batch sizes 5..5 without a k" in result.stderr + result.stdout
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_schedule_with_huge_numbers_keeps_a_readable_label_that_fits_a_folder_name() -> None:
+    # A 250-digit batch size made a 270-character label, so the run folder's name was too long to be made.
+    huge = 10**250 - 1
+    job = compose_job([f"spec.k_schedule=[[1,4,5],[5,{huge},3]]"])
+    assert job.spec.label == "ngram-sched-1to4k5-5to9e249k3"
+    assert len(RunFolder.for_job(job).root.name) < 64
+    # A label that fits is never changed: it names existing run folders and seeds their samples.
+    assert compose_job(["spec.k_schedule=[[1,4,5],[5,99999999,3]]"]).spec.label == "ngram-sched-1to4k5-5to99999999k3"

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import socket
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import run_generate
-from specbatch.config import ConfigError
+from specbatch.config import ConfigError, checkpoints
 from specbatch.config import preflight as preflight_module
-from specbatch.config.preflight import check_model_source, mtp_layer_count, preflight, read_model_config
+from specbatch.config.checkpoints import check_model_source, read_model_config
+from specbatch.config.preflight import mtp_layer_count, preflight
 from specbatch.data.prompts import load_tokenizer
+from specbatch.pipeline import run_job
 
 
 def fake_checkpoint(folder: Path, **config) -> str:
@@ -78,7 +81,7 @@ def test_unreadable_hub_config_skips_with_a_warning(monkeypatch, caplog) -> None
     # where the download reads it (the environment alone let it try the network here until its timeout: 23 s).
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    assert read_model_config("nobody/no-such-model-xyz") is None
+    assert read_model_config("spec.model", "nobody/no-such-model-xyz") is None
     assert "skipping the checks that need it" in caplog.text
 
 
@@ -127,3 +130,52 @@ def test_model_sources_are_checked_with_the_key_that_names_them(job_factory, tmp
     job = job_factory(f"model.path={target}", "model.embedded=null", "model.tokenizer=/no/such/tokenizer")
     with pytest.raises(ConfigError, match="model.tokenizer=/no/such/tokenizer: no such folder"):
         load_tokenizer(job.model)
+
+
+@pytest.fixture
+def hub_unreachable(monkeypatch: pytest.MonkeyPatch) -> str:
+    """huggingface_hub online, its endpoint a closed loopback port: every request to it is refused at once, and
+    none leaves this machine. Returns the endpoint."""
+    from huggingface_hub import constants
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    # Both read once, at import, by huggingface_hub.
+    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    return endpoint
+
+
+def test_a_hub_id_the_hub_cannot_give_is_one_line_within_seconds_before_the_run_folder(
+    local_job_factory, tmp_path: Path, hub_unreachable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A draft named by its hub id on a machine without the hub: one look, then one line naming the key and the
+    # ways out, before the run folder is written (not minutes of retries, then vLLM's traceback after it).
+    job = local_job_factory(
+        "engine.backend=dummy", "tracking=off", "spec=draft_model", "spec.model=someorg/some-draft", rows=2
+    )
+    began = time.monotonic()
+    with pytest.raises(ConfigError) as err:
+        run_job(job)
+    assert time.monotonic() - began < 10
+    message = str(err.value)
+    assert message.startswith(
+        "spec.model=someorg/some-draft is not a local folder, and the hub could not be reached within 5 s"
+    )
+    assert (
+        "download it (hf download someorg/some-draft --local-dir <folder> on a machine with access, and set" in message
+    )
+    assert "spec.model=<folder>), or set HF_HUB_OFFLINE=1 with it in the Hugging Face cache" in message
+    assert "\n" not in message and not (tmp_path / "outputs").exists()
+    # The target named by a hub id goes through the same look.
+    with pytest.raises(ConfigError, match="^model.path=someorg/some-target is not a local folder, and the hub could"):
+        check_model_source("model.path", "someorg/some-target")
+    # Offline (either variable, read when the job runs), only the cache is consulted: the hub is not asked at all.
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    monkeypatch.setattr(checkpoints, "_hub_found", None)
+    with pytest.raises(ConfigError, match="spec.model=someorg/some-draft .* not available offline"):
+        check_model_source("spec.model", "someorg/some-draft")

@@ -18,7 +18,7 @@ import pytest
 from conftest import compose_job
 from specbatch.config import ConfigError
 from specbatch.engine import EngineUnavailable, Request, start_engine
-from specbatch.pipeline import run_job
+from specbatch.pipeline import merge_run, run_job
 
 # What the fake server answers to one /v1/completions request: (HTTP status, content type, body).
 Answer = tuple[int, str, bytes]
@@ -251,7 +251,15 @@ def test_a_server_that_does_not_speculate_or_miscounts_gives_unknown_acceptance(
     server = serve(lambda n: completion([choice()], **({"metrics": metrics} if metrics else {})))
     job = compose_job(["spec=ngram", *job_overrides(server, tmp_path, 2)])
     with caplog.at_level("WARNING"):
-        summary = run_job(job).summary
+        result = run_job(job)
+    summary = result.summary
     assert summary.mean_acceptance_length is None and summary.draft_acceptance_rate is None
     assert summary.accepted_tokens is None and summary.output_tokens == 4
     assert warning in caplog.text and "acceptance figures of spec.method=ngram left unknown" in caplog.text
+    # Nothing built from the same figures takes them after all: no profile (the miscounting rows have histograms),
+    # and the merge keeps them unknown rather than adding the refused shard up as zero acceptance.
+    assert not result.folder.profile_path.exists()
+    merged = merge_run(result.folder.root).summary
+    assert merged.mean_acceptance_length is None and merged.accepted_tokens is None
+    assert merged.acceptance_doubt == summary.acceptance_doubt and warning in merged.acceptance_doubt
+    assert not result.folder.merged_profile_path.exists()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import os
+
 import pytest
 
-from specbatch.config import run_folder_digest
+from specbatch.config import ConfigError, run_folder_digest
+from specbatch.pipeline import run_job
 from specbatch.run.folder import RunFolder, read_run, shard_folders
 
 
@@ -54,3 +58,24 @@ def test_the_shards_of_a_run_come_from_its_record(tmp_path) -> None:
         read_run(tmp_path)
     assert RunFolder(tmp_path, 0, 3).claim_run_record({"config": {}, "shard_count": 3})
     assert shard_folders(tmp_path) == [RunFolder(tmp_path.resolve(), i, 3) for i in range(3)]
+
+
+def test_a_name_too_long_for_its_file_system_is_refused_before_anything_loads(local_job_factory, tmp_path) -> None:
+    # Only when run.json was written, after the model had loaded, did the OS say "File name too long".
+    job = local_job_factory("engine.backend=dummy", "tracking=off", f"model.name={'m' * 300}", rows=2)
+    with pytest.raises(ConfigError) as err:
+        run_job(job)
+    message = str(err.value)
+    assert f"the run folder {RunFolder.for_job(job).root} has a name of 'mmmm" in message
+    assert "(300 bytes), more than the 255 bytes its file system takes (from model.name: choose a shorter" in message
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_an_os_error_for_a_name_too_long_names_it_and_how_to_shorten_it(tmp_path) -> None:
+    # The backstop for what the check before loading cannot see: not "fix the cause (e.g. free disk space)".
+    path = tmp_path / ("x" * 260) / "run.json"
+    message = RunFolder.describe_os_error(OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), str(path)))
+    assert message.startswith("stopped by an OS error: 'xxxx") and f"(260 bytes) in {path} is longer" in message
+    assert "choose a shorter output_root, or set run_name=<a shorter name>" in message and "disk" not in message
+    full = RunFolder.describe_os_error(OSError(errno.ENOSPC, "No space left on device"))
+    assert "fix the cause (e.g. free disk space)" in full

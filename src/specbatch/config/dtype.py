@@ -17,12 +17,11 @@ share a folder or a comparison row, and ``auto`` on a machine with native bf16 f
 from __future__ import annotations
 
 import enum
-import json
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 from specbatch.common.machine import Machine, this_machine
+from specbatch.config.checkpoints import read_model_config
 
 log = logging.getLogger(__name__)
 
@@ -78,16 +77,8 @@ def choose_cpu_dtype(requested: Dtype, machine: Machine) -> DtypeChoice:
 def checkpoint_dtype(path: str, revision: str | None = None) -> str | None:
     """The dtype a checkpoint's config.json declares (``dtype``, or transformers 4's ``torch_dtype``); None when its
     config.json cannot be read here (a hub id offline)."""
-    folder = Path(path).expanduser()
-    try:
-        if folder.is_dir():
-            text = (folder / "config.json").read_text()
-        else:
-            from huggingface_hub import hf_hub_download
-
-            text = Path(hf_hub_download(path, "config.json", revision=revision)).read_text()
-        config = json.loads(text)
-    except Exception:  # noqa: BLE001 - unreadable: the GPU's preferred dtype is chosen, and the note says why
+    config = read_model_config("model.path", path, revision)
+    if config is None:  # unreadable: the GPU's preferred dtype is chosen, and the note says why
         return None
     text_config = config.get("text_config") or {}
     declared = config.get("dtype") or config.get("torch_dtype") or text_config.get("dtype")

@@ -10,7 +10,7 @@ these tables instead of testing for a method by name.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -148,17 +148,34 @@ Schedule = Sequence[Sequence[int]]
 
 # Ranges beyond which a folder name would get unwieldy; the digest beside it keeps longer schedules apart anyway.
 _LABELLED_RANGES = 6
+# The longest readable part of a run folder's name (run_name, or the label in its place), in bytes: with the digest
+# and the repeat suffix it stays within the 255 a folder name may have on common file systems.
+READABLE_NAME_BYTES = 200
+# Digits of a schedule's number beyond which a label too long for a folder name writes it short (10**250 - 1 as
+# 9e249): such a schedule's digest keeps it apart, and a label any run folder had keeps its numbers whole.
+_WHOLE_DIGITS = 6
 
 
 def spec_label(method: str, k: int | None, schedule: Schedule | None = None) -> str:
     """Readable method label, e.g. ``ngram-k3``, ``none`` or, for a k schedule, ``ngram-sched-1to4k5-5to256k0``:
     run folders, MLflow run names, comparison metrics (filesystem-safe: letters, digits, ``-``)."""
     if schedule:
-        parts = [f"{first}to{last}k{kk}" for first, last, kk in schedule]
-        if len(parts) > _LABELLED_RANGES:
-            parts = [*parts[: _LABELLED_RANGES - 1], f"{len(parts) - _LABELLED_RANGES + 1}more"]
-        return f"{method}-sched-" + "-".join(parts)
+        label = _schedule_label(method, schedule, str)
+        # Labels that fit are never changed: they name existing run folders and seed their samples.
+        return label if len(label) <= READABLE_NAME_BYTES else _schedule_label(method, schedule, _short_number)
     return method if k is None else f"{method}-k{k}"
+
+
+def _schedule_label(method: str, schedule: Schedule, number: Callable[[int], str]) -> str:
+    parts = [f"{number(first)}to{number(last)}k{number(kk)}" for first, last, kk in schedule]
+    if len(parts) > _LABELLED_RANGES:
+        parts = [*parts[: _LABELLED_RANGES - 1], f"{len(parts) - _LABELLED_RANGES + 1}more"]
+    return f"{method}-sched-" + "-".join(parts)
+
+
+def _short_number(value: int) -> str:
+    digits = str(value)
+    return digits if len(digits) <= _WHOLE_DIGITS else f"{digits[0]}e{len(digits) - 1}"
 
 
 def spec_caption(method: str, k: int | None, schedule: Schedule | None = None) -> str:

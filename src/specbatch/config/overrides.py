@@ -22,11 +22,25 @@ from hydra.errors import HydraException
 
 from specbatch.config import ConfigError, unknown_key_message
 from specbatch.config.compose import known_key
+from specbatch.config.schema import check_output_root
 
 
 def config_groups(*conf_dirs: Path) -> set[str]:
     """The config groups of these config folders: their sub-folders (``spec``, ``model_spec``, ...)."""
     return {p.name for d in conf_dirs if d.is_dir() for p in d.iterdir() if p.is_dir()}
+
+
+def _command_line(argv: list[str]) -> tuple[argparse.Namespace, list[Override]] | None:
+    """Hydra's reading of a jobs/generate.py command line: its options and overrides; None when Hydra cannot parse
+    it (left to Hydra, which reports it better) or it asks for help."""
+    parser = get_args_parser()
+    parser.exit_on_error = False
+    try:
+        args, _ = parser.parse_known_args(argv)
+        overrides = OverridesParser.create().parse_overrides(args.overrides)
+    except (argparse.ArgumentError, HydraException):
+        return None
+    return None if args.help or args.hydra_help else (args, overrides)
 
 
 def unknown_override_keys(argv: list[str], conf_dir: Path) -> list[str]:
@@ -35,15 +49,10 @@ def unknown_override_keys(argv: list[str], conf_dir: Path) -> list[str]:
     Group selections (``spec=ngram``, ``hydra/launcher=slurm``) and Hydra's own ``hydra.*`` keys are Hydra's to
     check. A command line Hydra itself cannot parse is left to Hydra, which reports it better.
     """
-    parser = get_args_parser()
-    parser.exit_on_error = False
-    try:
-        args, _ = parser.parse_known_args(argv)
-        overrides = OverridesParser.create().parse_overrides(args.overrides)
-    except (argparse.ArgumentError, HydraException):
+    parsed = _command_line(argv)
+    if parsed is None:
         return []
-    if args.help or args.hydra_help:
-        return []
+    args, overrides = parsed
     extra = [Path(args.config_dir)] if args.config_dir else []
     groups = config_groups(conf_dir, *extra)
     unknown = []
@@ -58,10 +67,19 @@ def unknown_override_keys(argv: list[str], conf_dir: Path) -> list[str]:
 
 
 def check_overrides(argv: list[str], conf_dir: Path) -> None:
-    """Raise ConfigError naming the first override key the schema lacks and the closest real key."""
+    """Raise ConfigError naming the first override key the schema lacks and the closest real key, or an output_root
+    the job cannot write under: Hydra makes its own folder there (``${output_root}/_hydra/...``) before the job
+    checks its config, so an empty one would put it at the root of the file system."""
     unknown = unknown_override_keys(argv, conf_dir)
     if unknown:
         raise ConfigError(unknown_key_message(unknown[0]))
+    parsed = _command_line(argv)
+    for override in parsed[1] if parsed else []:
+        value = override.value()
+        # One value as written; a sweep's, or one Hydra interpolates, is checked by each job's config.
+        plain = value is None or (isinstance(value, str) and "${" not in value)
+        if override.key_or_group == "output_root" and not override.is_sweep_override() and plain:
+            check_output_root(value)
 
 
 def parse_overrides(overrides: Sequence[str]) -> list[Override]:

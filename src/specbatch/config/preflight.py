@@ -3,84 +3,27 @@
 The config dataclasses already refused what can be judged from the config alone; here we look at what is on
 disk (or on the hub): is the draft checkpoint a folder or a hub id that can be loaded here, is the suffix-decoding
 package there, does the draft share the target's vocabulary, does an MTP target really have MTP layers. Each
-failure names the key to change and how.
+failure names the key to change and how. Where a checkpoint is and what its config.json says come from
+specbatch.config.checkpoints, the one reader of both.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from specbatch.common.machine import this_machine
 from specbatch.config import CHECKPOINT_KIND, METHODS, ConfigError, JobConfig, SpecMethod
+from specbatch.config.checkpoints import check_model_source, read_model_config
 
 log = logging.getLogger(__name__)
 
 # config.json keys that count a model's built-in multi-token-prediction layers (DeepSeek-V3, MiMo, GLM-4.5, Qwen3-Next
 # use the first; Qwen3.5 the second; vLLM's own MTP draft configs the third).
 MTP_LAYER_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "n_predict")
-
-# Files whose presence in the Hugging Face cache shows a hub checkpoint (or tokenizer) was downloaded before.
-_CACHE_MARKERS = ("config.json", "tokenizer_config.json", "tokenizer.json")
-
-
-def check_model_source(key: str, value: str, revision: str | None = None, *, checkpoint: bool = True) -> None:
-    """``value`` (of config ``key``) is a local folder (with config.json for a ``checkpoint``) or a hub id that
-    can be loaded here; otherwise a ConfigError that names the key, instead of an OS error from deep in a loader.
-
-    A hub id that is not cached is refused only in offline mode: with network it is downloaded as usual.
-    """
-    from huggingface_hub import constants, try_to_load_from_cache
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    folder = Path(value).expanduser()
-    if folder.is_dir():
-        if checkpoint and not (folder / "config.json").is_file():
-            raise ConfigError(
-                f"{key}={value} is a folder without config.json: point it at a Hugging Face checkpoint folder "
-                "(config.json, tokenizer files and weights)"
-            )
-        return
-    if folder.exists():
-        raise ConfigError(f"{key}={value} is a file: point it at a Hugging Face checkpoint folder or a hub id")
-    looks_like_a_path = value.startswith(("/", "~", ".")) or "\\" in value
-    try:
-        validate_repo_id(value)
-    except HFValidationError:
-        looks_like_a_path = True
-    if looks_like_a_path:
-        raise ConfigError(
-            f"{key}={value}: no such folder, and not a hub id (org/name) either: point it at an existing local "
-            "Hugging Face folder (holding config.json) or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct"
-        )
-    cached = any(isinstance(try_to_load_from_cache(value, f, revision=revision), str) for f in _CACHE_MARKERS)
-    if not cached and constants.HF_HUB_OFFLINE:
-        raise ConfigError(
-            f"{key}={value} is not a local folder, and as a hub id it is not available offline (HF_HUB_OFFLINE=1): "
-            "it is not in the Hugging Face cache. Download it where there is network (hf download "
-            f"{value} --local-dir <folder>) and set {key}=<folder>, or run with network access"
-        )
-
-
-def read_model_config(path_or_id: str, revision: str | None = None) -> dict[str, Any] | None:
-    """config.json of a local folder, or of a hub repo (only config.json is fetched); None when unreachable."""
-    folder = Path(path_or_id).expanduser()
-    if folder.is_dir():
-        config = folder / "config.json"
-        return json.loads(config.read_text()) if config.is_file() else None
-    try:
-        from huggingface_hub import hf_hub_download
-
-        return json.loads(Path(hf_hub_download(path_or_id, "config.json", revision=revision)).read_text())
-    except Exception as exc:  # offline, gated, or a typo: the engine will say which when it loads
-        log.warning("could not read config.json of %s (%s); skipping the checks that need it", path_or_id, exc)
-        return None
 
 
 def _get(config: dict[str, Any], key: str) -> Any:
@@ -113,8 +56,8 @@ def check_draft_source(job: JobConfig) -> None:
 def check_draft_vocabulary(job: JobConfig) -> None:
     """The draft or head fits the target: the same vocabulary."""
     spec, model = job.spec, job.model
-    target = read_model_config(model.path, model.revision)
-    draft = read_model_config(spec.model, spec.revision)
+    target = read_model_config("model.path", model.path, model.revision)
+    draft = read_model_config("spec.model", spec.model, spec.revision)
     if target is not None and draft is not None:
         target_vocab, draft_vocab = _get(target, "vocab_size"), _get(draft, "vocab_size")
         if target_vocab != draft_vocab:
@@ -136,7 +79,7 @@ def check_parallel_drafting_token(job: JobConfig) -> None:
     spec = job.spec
     if not spec.parallel_drafting or not spec.model:
         return
-    draft = read_model_config(spec.model, spec.revision)
+    draft = read_model_config("spec.model", spec.model, spec.revision)
     if draft is None:
         return
     if not any(_get(draft, key) is not None for key in PARALLEL_DRAFTING_TOKEN_KEYS):
@@ -150,7 +93,7 @@ def check_parallel_drafting_token(job: JobConfig) -> None:
 def check_mtp_layers(job: JobConfig) -> None:
     """An MTP target has MTP layers, and k fits their number."""
     spec, model = job.spec, job.model
-    target = read_model_config(model.path, model.revision)
+    target = read_model_config("model.path", model.path, model.revision)
     if target is None:
         return
     layers = mtp_layer_count(target)
@@ -197,7 +140,7 @@ def check_block_draft(job: JobConfig) -> None:
     failing inside the engine: the token of its block's slots, the target layers it reads (DFlash), its block size
     against k, and (DSpark) an architecture vLLM runs as a draft of its own."""
     spec = job.spec
-    draft = read_model_config(spec.model, spec.revision) if spec.model else None
+    draft = read_model_config("spec.model", spec.model, spec.revision) if spec.model else None
     if draft is None or "speculators_model_type" in draft:
         # Unreadable (the engine will say why), or a speculators-format config that vLLM converts itself.
         return
@@ -243,7 +186,7 @@ def _check_dspark_vocabulary(job: JobConfig, draft: dict[str, Any], where: str) 
     """A DSpark draft reads at least the target's vocabulary: vLLM 0.32 lets its input vocabulary be larger (with
     embeddings of its own) and its drafted one smaller (with a d2t map), never the input smaller."""
     model = job.model
-    target = read_model_config(model.path, model.revision)
+    target = read_model_config("model.path", model.path, model.revision)
     ours, theirs = _get(draft, "vocab_size"), _get(target, "vocab_size") if target is not None else None
     if isinstance(ours, int) and isinstance(theirs, int) and ours < theirs:
         raise ConfigError(
@@ -255,7 +198,7 @@ def _check_dspark_vocabulary(job: JobConfig, draft: dict[str, Any], where: str) 
 def _check_dflash_target_fit(job: JobConfig, draft: dict[str, Any], where: str) -> None:
     """The target layers a DFlash draft reads exist in the target, once each, and are as wide as its input."""
     model = job.model
-    target = read_model_config(model.path, model.revision)
+    target = read_model_config("model.path", model.path, model.revision)
     layer_ids = _block_draft_key(draft, "target_layer_ids")
     if layer_ids is None and draft.get("eagle_aux_hidden_state_layer_ids") is None:
         # vLLM (get_eagle3_aux_layers_from_config) would fall back to the target's EAGLE3 default layers, which
@@ -292,7 +235,7 @@ def warn_draft_context(job: JobConfig) -> None:
     drafting for a request beyond it, so acceptance falls towards 0 there (vllm#58080) with nothing in the run's
     config saying why. Each run records the value vLLM resolved (acceptance_settings.draft_max_model_len)."""
     spec, model = job.spec, job.model
-    draft = read_model_config(spec.model, spec.revision) if spec.model else None
+    draft = read_model_config("spec.model", spec.model, spec.revision) if spec.model else None
     positions = _get(draft, "max_position_embeddings") if draft is not None else None
     if not isinstance(positions, int) or positions >= model.max_model_len:
         return

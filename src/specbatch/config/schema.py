@@ -20,15 +20,18 @@ from omegaconf import MISSING
 
 from specbatch.assets.cache import embedded_locations
 from specbatch.common.masking import mask_uri
+from specbatch.common.name_lengths import describe_name, overlong_name
 from specbatch.config.declarations import ABSENT_WHEN_NULL, OLD_RUNS_DEFAULT, Identity, identities
 from specbatch.config.dtype import Dtype, DtypeChoice, choose_dtype
 from specbatch.config.engine import EngineConfig
 from specbatch.config.errors import ConfigError, require
+from specbatch.config.methods import READABLE_NAME_BYTES
 from specbatch.config.spec import SpecConfig
 
 _FOLDER, _ENGINE, _WORKLOAD = Identity.run_folder, Identity.engine, Identity.workload
-# A run folder's name is run_name, its digest and -rep<n>; file systems take 255 bytes per name.
-MAX_RUN_NAME_BYTES = 200
+# A run folder's name is run_name (or the spec label in its place), its digest and -rep<n>; file systems take 255
+# bytes per name.
+MAX_RUN_NAME_BYTES = READABLE_NAME_BYTES
 
 
 class EmbeddedModel(enum.StrEnum):
@@ -336,6 +339,26 @@ class JobConfig:
             self.run_name is None or len(self.run_name.encode()) <= MAX_RUN_NAME_BYTES,
             f"run_name is {len((self.run_name or '').encode())} bytes long: at most {MAX_RUN_NAME_BYTES} fit in a "
             "folder name (with the shard and repeat suffixes); choose a shorter run_name",
+        )
+        check_output_root(self.output_root)
+
+
+def check_output_root(value: str | None) -> None:
+    """``value`` can be output_root: not empty (an unset variable in a batch script would send the rows into the
+    working directory and Hydra's logs into /_hydra at the root of the file system), and no folder name in it longer
+    than its file system takes. jobs/generate.py checks it before Hydra makes its own folders under it, JobConfig
+    when it is built (API callers)."""
+    require(
+        bool(value and value.strip()),
+        f"output_root={'null' if value is None else repr(value)} is empty (an unset variable?): rows would go into "
+        "the working directory and Hydra's logs into /_hydra; set output_root=<folder>, e.g. output_root=outputs",
+    )
+    found = overlong_name(Path(str(value)))
+    if found is not None:
+        name, limit = found
+        raise ConfigError(
+            f"output_root={value} has a folder name of {describe_name(name)}, more than the {limit} bytes its file "
+            "system takes: choose a shorter output_root"
         )
 
 

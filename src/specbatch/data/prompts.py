@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specbatch.config import ConfigError, DatasetConfig, ModelConfig
-from specbatch.config.preflight import check_model_source
+from specbatch.config.checkpoints import check_model_source
 from specbatch.data.rows import SourceRow
 
 

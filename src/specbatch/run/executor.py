@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from specbatch.common.atomic_files import atomic_write_json, atomic_write_text
 from specbatch.common.environment import runtime_info
+from specbatch.common.name_lengths import describe_name, overlong_name
 from specbatch.config import ConfigError, JobConfig, public_config, to_yaml
 from specbatch.run.events import RunObserver, RunStart
 from specbatch.run.folder import RunFolder
@@ -88,6 +89,7 @@ class ShardExecutor:
     def run(self) -> JobResult:
         shard = resolve_shard(self.job.shard)
         folder = RunFolder.for_job(self.job, shard.index, shard.count)
+        _check_names(self.job, folder)
         if folder.is_done():
             damaged = damaged_parts(folder)
             if not damaged:
@@ -153,7 +155,7 @@ class ShardExecutor:
             parts = folder.parts()
             summary = self.steps.summarize(folder, parts)
             folder.write_summary(summary)
-            _write_profile(folder, parts, public_config(self.job))
+            _write_profile(folder, parts, public_config(self.job), summary)
         return JobResult(folder, summary, parts, generated=False)
 
     def _generate(self, start: RunStart, todo: list[int], parts: list[Path]) -> Summary:
@@ -170,7 +172,7 @@ class ShardExecutor:
             self.steps.generate(folder, start.config, todo)
             summary = self.steps.summarize(folder, parts)
             folder.write_summary(summary)
-            _write_profile(folder, parts, start.config)
+            _write_profile(folder, parts, start.config, summary)
             self.observer.on_finish(summary, parts)
             # The engine's processes are gone before the shard counts as done (and a failed shutdown leaves it
             # not done, as when the engine was closed inside generate).
@@ -193,11 +195,14 @@ class ShardExecutor:
         return summary
 
 
-def _write_profile(folder: RunFolder, parts: list[Path], config: dict[str, Any]) -> None:
-    """The shard's speculation profile among its records (none for spec=none, or without per-row figures)."""
-    profile = speculation_profile(parts, config)
+def _write_profile(folder: RunFolder, parts: list[Path], config: dict[str, Any], summary: Summary) -> None:
+    """The shard's speculation profile among its records (none for spec=none, without per-row figures, or when the
+    shard summary refused them)."""
+    profile = speculation_profile(parts, config, summary)
     if profile is not None:
         atomic_write_json(folder.profile_path, profile)
+    else:  # one a rebuilt summary no longer stands behind
+        folder.profile_path.unlink(missing_ok=True)
 
 
 def _release_after(steps: ShardSteps, error: BaseException) -> None:
@@ -212,6 +217,30 @@ def _release_after(steps: ShardSteps, error: BaseException) -> None:
 
 def _finished_result(folder: RunFolder) -> JobResult:
     return JobResult(folder, folder.read_summary(), folder.parts(), generated=False)
+
+
+def _check_names(job: JobConfig, folder: RunFolder) -> None:
+    """A name in the run folder's path longer than its file system takes is refused now, naming where it comes from
+    and how to shorten it: the OS would refuse it only when the run record is written, after the model has loaded.
+    (The names inside a run folder are short and fixed.)"""
+    found = overlong_name(folder.root)
+    if found is None:
+        return
+    name, limit = found
+    # <output_root>/runs/<dataset.name>/<model.name>/<run_name or spec label>-<digest>
+    where = len(folder.root.parts) - folder.root.parts.index(name)
+    if where == 1:
+        source = "run_name" if job.run_name else f"the spec label {job.spec.label[:40]}..."
+        fix = f"the run folder's own name, from {source}: set run_name=<a shorter name> to name it instead"
+    elif where in (2, 3):
+        key = "model.name" if where == 2 else "dataset.name"
+        fix = f"from {key}: choose a shorter {key}"
+    else:
+        fix = f"in output_root={job.output_root}: choose a shorter output_root"
+    raise ConfigError(
+        f"the run folder {folder.root} has a name of {describe_name(name)}, more than the {limit} bytes its file "
+        f"system takes ({fix})"
+    )
 
 
 def _check_run_record(folder: RunFolder) -> None:

@@ -23,8 +23,10 @@ to do, so that no reader of a run ends in a traceback over it.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from specbatch.common.atomic_files import atomic_write_json, atomic_write_text, create_json_once, temporaries_in
+from specbatch.common.name_lengths import describe_name, overlong_name
 from specbatch.config import JobConfig, run_folder_digest
 from specbatch.run.formats import (
     DECISION_FORMAT,
@@ -104,6 +107,25 @@ class RunFolder:
             / f"{_safe(readable)}-{run_folder_digest(job)}{f'-rep{job.repeat}' if job.repeat else ''}"
         )
         return cls(root=root, shard_index=shard_index, shard_count=shard_count)
+
+    @staticmethod
+    def describe_os_error(exc: OSError) -> str:
+        """The line a job stops with on an OS error while writing its run folder: a name too long for its file
+        system (the run folder's own are checked before the model loads; this is for the rest) with how to shorten
+        it, anything else (a full disk, a vanished folder) with the state the shard is left in."""
+        if exc.errno == errno.ENAMETOOLONG:
+            path = Path(os.fsdecode(exc.filename)) if exc.filename is not None else None
+            found = overlong_name(path) if path is not None else None
+            name = describe_name(found[0]) if found else "a name"
+            return (
+                f"stopped by an OS error: {name} in {path} is longer than its file system takes ({exc.strerror}): "
+                "choose a shorter output_root, or set run_name=<a shorter name> for the run folder's own name, and "
+                "rerun"
+            )
+        return (
+            f"stopped by an OS error: {exc}. Finished chunks are kept and no partial file was left; fix the cause "
+            "(e.g. free disk space) and rerun the same command to finish the shard"
+        )
 
     @property
     def shard_tag(self) -> str:

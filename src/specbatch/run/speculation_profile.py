@@ -4,11 +4,14 @@ with ``synthetic_acceptance_rates`` as vLLM's synthetic rejection sampler takes 
 mocker, can replay this run's acceptance). Like NVIDIA ModelOpt's speculation_profile.json, from real runs.
 
 Per shard among its own records (``stats/<shard>/speculation_profile.json``) and, once merged, for the whole run
-(``merged/speculation_profile.json``). None for spec=none, and for rows without per-request figures (a server's
-figures are server-wide: no per-row histogram)."""
+(``merged/speculation_profile.json``). None for spec=none, for rows without per-request figures (a server's
+figures are server-wide: no per-row histogram), and when the summary of the same rows refused their acceptance
+figures (a server that counts more accepted than drafted tokens): the profile is built only from figures the summary
+accepted, and the summary alone judges them (specbatch.run.summary)."""
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -16,7 +19,11 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from specbatch.engine.spec_metrics import acceptance_profile, accepted_per_position_from_histogram
+from specbatch.run.folder import PROFILE_FILE
 from specbatch.run.output_rows import STATUS_OK
+from specbatch.run.summary import Summary
+
+log = logging.getLogger(__name__)
 
 _COLUMNS = ["row_id", "category", "status", "spec_steps", "draft_tokens", "acceptance_histogram"]
 # The category name of the figures over every row.
@@ -39,11 +46,16 @@ class _Sums:
         self.rows.add(row["row_id"])
 
 
-def speculation_profile(parts: list[Path], config: dict[str, Any]) -> dict[str, Any] | None:
-    """The profile of the rows in ``parts`` of a run with ``config`` (its recorded, plain config); None when the run
-    did not speculate or its rows carry no per-request figures."""
+def speculation_profile(parts: list[Path], config: dict[str, Any], summary: Summary) -> dict[str, Any] | None:
+    """The profile of the rows in ``parts`` of a run with ``config`` (its recorded, plain config), whose summary is
+    ``summary``; None when the run did not speculate, its rows carry no per-request figures, or the summary refused
+    their figures (logged with its reason)."""
     k = config["spec"].get("num_speculative_tokens")
     if config["spec"]["method"] == "none" or not k:
+        return None
+    refused = summary.refused_acceptance()
+    if refused:
+        log.warning("no %s: the summary refused the rows' acceptance figures (%s)", PROFILE_FILE, refused)
         return None
     sums: dict[str, _Sums] = defaultdict(lambda: _Sums(k))
     for part in parts:

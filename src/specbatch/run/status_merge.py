@@ -134,9 +134,11 @@ def merge_shards(root: Path) -> MergeResult:
         {"shard_count": len(shards), "rows": merged.rows, "parts": [str(p.relative_to(root)) for p in parts]},
     )
     atomic_write_json(summary_path, merged.to_dict())
-    profile = speculation_profile(parts, read_run(root)["config"])
+    profile = speculation_profile(parts, read_run(root)["config"], merged)
     if profile is not None:
         atomic_write_json(RunFolder(root).merged_profile_path, profile)
+    else:  # one an earlier merge wrote stands for no figures of this one
+        RunFolder(root).merged_profile_path.unlink(missing_ok=True)
     log.info("merged %d shards of %s: %d rows in %d parts", len(shards), root, merged.rows, len(parts))
     log.info("merged summary\n%s", format_table(merged))
     return MergeResult(merged, manifest, summary_path, parts)

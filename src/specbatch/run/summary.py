@@ -115,6 +115,10 @@ class Summary:
     # Prompts asked (row turns); ``rows`` counts their samples (sampling.n each). Null for runs written before it
     # was counted.
     prompts: int | None = None
+    # Why the acceptance figures (drafts, draft and accepted tokens, AL, rates) are null in a speculative run: a
+    # server's figures that could not be believed. Null when they were; for runs written before it was said, the
+    # null draft tokens still tell (``refused_acceptance``).
+    acceptance_doubt: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,8 +134,17 @@ class Summary:
             "counters_scope",
             "machine",
             "acceptance_settings",
+            "acceptance_doubt",
         }
         return {k: float(v) for k, v in asdict(self).items() if k not in skip and v is not None}
+
+    def refused_acceptance(self) -> str | None:
+        """Why this summary left the acceptance figures of a speculative run unknown, or None when it accepted them.
+        Everything built from the same figures (the speculation profile, a merge of shards or repeats) follows this
+        verdict rather than judging the figures again."""
+        if self.num_speculative_tokens is None or self.draft_tokens is not None:
+            return None
+        return self.acceptance_doubt or "its acceptance figures could not be believed"
 
     def counters(self) -> Counters:
         """The engine counter differences this summary was made from."""
@@ -170,13 +183,16 @@ def summarize(
     machine: dict[str, Any] | None = None,
     from_a_server: bool = False,
     acceptance_settings: dict[str, Any] | None = None,
+    refused: str | None = None,
 ) -> Summary:
+    """The summary of ``delta``; ``refused`` says why figures it adds up were refused already (a shard's), so the
+    sum of zeros they count as is not taken for zero acceptance."""
     speculative = k is not None
     drafts = delta.drafts
     per_position = _pad_to(delta.accepted_per_position, k)
     # Steps unknown (llama.cpp): no AL and no per-position figures rather than made-up ones.
     known = speculative and not steps_unknown(drafts, delta.draft_tokens)
-    doubt = _not_credible(delta) if speculative and from_a_server else None
+    doubt = refused or (_not_credible(delta) if speculative and from_a_server else None)
     if doubt:
         log.warning("%s: acceptance figures of spec.method=%s left unknown", doubt, method)
         known, speculative_counts = False, False
@@ -202,12 +218,14 @@ def summarize(
         ),
         acceptance_rate_per_position=[a / drafts if drafts else 0.0 for a in per_position] if known else None,
         accepted_per_position=per_position if known else None,
-        per_category=per_category(totals, speculative) if totals.categories or totals.by_category else None,
+        # Refused figures are not shown per category either (they are the same rows' figures).
+        per_category=per_category(totals, speculative_counts) if totals.categories or totals.by_category else None,
         concurrency=concurrency,
         counters_scope=counters_scope,
         machine=machine,
         acceptance_settings=acceptance_settings,
         prompts=totals.prompts,
+        acceptance_doubt=doubt,
     )
 
 
@@ -266,6 +284,8 @@ def merge_summaries(summaries: list[Summary]) -> Summary:
         or None,
         machine=merged_machine(s.machine for s in summaries),
         acceptance_settings=merged_settings(s.acceptance_settings for s in summaries),
+        # One part refused makes the sum unknown: its figures count as zeros in ``counters``.
+        refused=next((r for s in summaries if (r := s.refused_acceptance())), None),
     )
 
 
