@@ -36,8 +36,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from specbatch.auto.candidates import Candidate, candidate_job, candidate_jobs, candidates
 from specbatch.auto.decision import (
     decide,
@@ -47,6 +45,7 @@ from specbatch.auto.decision import (
     to_measure,
     unmeasured_winner,
 )
+from specbatch.auto.slices import no_tokens, silent_pilot, slice_rates
 from specbatch.common.atomic_files import create_json_once
 from specbatch.common.interrupts import raise_if_stopped
 from specbatch.config import ConfigError, JobConfig
@@ -55,15 +54,11 @@ from specbatch.prediction.turns import RunTurns, read_parts
 from specbatch.run.folder import RunFolder
 from specbatch.run.formats import DECISION_FORMAT
 from specbatch.run.generate import ShardGeneration
-from specbatch.run.output_rows import STATUS_OK
 from specbatch.run.shard_summary import summarize_shard
 from specbatch.run.sharding import chunk_ranges
 from specbatch.run.summary import Summary
 
 log = logging.getLogger(__name__)
-
-# Characters of an error row's reason quoted where a slice of no tokens says why.
-ERROR_SHOWN = 120
 
 
 class AutoShardGeneration(ShardGeneration):
@@ -289,7 +284,7 @@ class AutoShardGeneration(ShardGeneration):
         predicted = predict(run.turns, self.candidates, self.job.model.max_model_len, self._concurrency())
         measure = to_measure(self.candidates, predicted, self.auto.measure_top)[: len(self._measure)]
         pilot_rows = sum(len(self._chunks[n]) for n in self._pilot)
-        pilot_seconds = sum(seconds for _, seconds in self._rates(folder, self._pilot, "none"))
+        pilot_seconds = sum(seconds for _, seconds in slice_rates(folder, self._pilot, "none"))
         startup = next((s for label, s, _ in self.startups if label == "none"), 0.0)
         silent = self._silent_pilot(folder)
         if silent is not None:
@@ -323,56 +318,15 @@ class AutoShardGeneration(ShardGeneration):
         return backend_class(self.job.engine.backend).batch(self.job)
 
     def _silent_pilot(self, folder: RunFolder) -> str | None:
-        """Says so when the pilot's parts are in and none generated a token (e.g. the data's first rows are
-        placeholders): a decision input that timed nothing. None when the pilot generated tokens."""
-        written = [n for n in self._pilot if folder.part_stats_path(n).exists()]
-        if not written or self._silent(folder, written) != written:
-            return None
-        return f"the pilot generated no tokens ({self._error_rows(folder, written)})"
-
-    def _no_tokens(self, folder: RunFolder, numbers: list[int]) -> str | None:
-        """What a set-up's slices that generated no tokens say of themselves (decision.json's candidate rows);
-        None when every slice generated some."""
-        silent = self._silent(folder, numbers)
-        if not silent:
-            return None
-        return f"{len(silent)} of {len(numbers)} slice(s) generated no tokens ({self._error_rows(folder, silent)})"
-
-    @staticmethod
-    def _silent(folder: RunFolder, numbers: list[int]) -> list[int]:
-        """The written parts of ``numbers`` that generated no tokens."""
-        written = [n for n in numbers if folder.part_stats_path(n).exists()]
-        return [n for n in written if not folder.read_part_stats(n)["counters"]["generation_tokens"]]
-
-    @staticmethod
-    def _error_rows(folder: RunFolder, numbers: list[int]) -> str:
-        """How many of these parts' output rows are error rows, with the first one's reason."""
-        rows = [
-            r for n in numbers for r in pq.read_table(folder.part_path(n), columns=["status", "error"]).to_pylist()
-        ]
-        errors = [r["error"] for r in rows if r["status"] != STATUS_OK]
-        shown = errors[0] if not errors or len(errors[0]) <= ERROR_SHOWN else errors[0][:ERROR_SHOWN] + "…"
-        example = f", e.g. {shown!r}" if errors else ""
-        return f"{len(errors)} of {len(rows)} output rows were error rows{example}"
-
-    def _rates(self, folder: RunFolder, numbers: list[int], label: str) -> list[tuple[int, float]]:
-        """(generated tokens, seconds) of each slice of ``numbers`` that ``label`` generated."""
-        out = []
-        for number in numbers:
-            if not folder.part_stats_path(number).exists():
-                continue
-            stats = folder.read_part_stats(number)
-            if stats.get("setup", label) != label or not stats.get("elapsed"):
-                continue
-            out.append((int(stats["counters"]["generation_tokens"]), float(stats["elapsed"])))
-        return out
+        """Why the pilot timed nothing (auto.slices), once its slices are in; None when it generated tokens."""
+        return silent_pilot(folder, self._pilot)
 
     def _decide(self, folder: RunFolder, plan: dict[str, Any]) -> dict[str, Any]:
         """This shard's decision, written as the run's unless another shard's is there first; the run's one."""
         predicted = {p["label"]: p for p in plan["predicted"]}
-        rates = {"none": [t / s for t, s in self._rates(folder, self._pilot, "none")]}
+        rates = {"none": [t / s for t, s in slice_rates(folder, self._pilot, "none")]}
         for slot, label in zip(self._measure, plan["measure"], strict=False):
-            rates[label] = [t / s for t, s in self._rates(folder, slot, label)]
+            rates[label] = [t / s for t, s in slice_rates(folder, slot, label)]
         measured = plan["measuring"] and rates["none"] and all(rates.get(m) for m in plan["measure"])
         figures: dict[str, dict[str, Any]] = {}
         silent = self._silent_pilot(folder)
@@ -402,7 +356,7 @@ class AutoShardGeneration(ShardGeneration):
                     "speedup": figures.get(label, {}).get("speedup"),
                     "spread": figures.get(label, {}).get("spread"),
                     # Its slices that timed nothing, and why (None: every slice generated tokens).
-                    "no_tokens": self._no_tokens(folder, slots.get(label, [])),
+                    "no_tokens": no_tokens(folder, slots.get(label, [])),
                 }
             )
         decision = {
