@@ -95,7 +95,7 @@ install() {
   fi
   [[ -x "$SERVER" ]] || build
   # The job's own start code, with the embedded model's GGUF: one request answered, or set-up fails here.
-  "$VENV/bin/python" -m specbatch.serving.llama_server check "$SERVER"
+  "$VENV/bin/python" -m specbatch.backends.llama_cpp.llama_server check "$SERVER"
   touch "$DEST/.specbatch-ready"
 }
 

@@ -13,13 +13,18 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 
+from specbatch.backends.vllm.serve_commands import (
+    batch_command,
+    curl_example,
+    serving_commands,
+    vllm_console_script_broken,
+)
+from specbatch.backends.vllm.vllm_server import VllmServer
 from specbatch.config import ConfigError, JobConfig, register_configs, to_job_config
 from specbatch.config.dtype import log_dtype_choice
 from specbatch.config.overrides import check_overrides
 from specbatch.engine import validate_job
 from specbatch.serving.child_server import ServerStartError
-from specbatch.serving.command_lines import batch_command, curl_example, serving_commands, vllm_console_script_broken
-from specbatch.serving.vllm_server import VllmServer
 
 log = logging.getLogger("specbatch")
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"

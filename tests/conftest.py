@@ -22,10 +22,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from mlflow_server import MlflowServer, start_mlflow_server
+from specbatch.backends.dummy.dummy import DummyEngine
 from specbatch.common.interrupts import forget_stop
 from specbatch.config import JobConfig, register_configs, to_job_config
 from specbatch.engine import engine_fingerprint, validate_job
-from specbatch.engine.dummy import DummyEngine
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = PROJECT_ROOT / "conf"

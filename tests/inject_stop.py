@@ -12,7 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
-from specbatch.engine.dummy import DummyEngine
+from specbatch.backends.dummy.dummy import DummyEngine
 
 GENERATE = Path(__file__).resolve().parents[1] / "jobs" / "generate.py"
 _real_step = DummyEngine.step

@@ -26,8 +26,8 @@ from specbatch.analysis.distribution import (
 )
 from specbatch.analysis.report import find_runs, run_compare
 from specbatch.analysis.tables import format_comparison
+from specbatch.backends.dummy.dummy import DummyEngine
 from specbatch.engine import engine_fingerprint
-from specbatch.engine.dummy import DummyEngine
 from specbatch.pipeline import run_job
 from specbatch.tracking.comparison import folder_run_ids
 

@@ -30,10 +30,10 @@ from conftest import compose_job
 from specbatch.analysis.compare import compare
 from specbatch.analysis.distribution import ALPHA, CONSISTENT, MAX_DETECTABLE_TV
 from specbatch.analysis.run_data import load_run
+from specbatch.backends.vllm.vllm_args import runs_in_process
 from specbatch.bench.sampling_bench import SENTENCES, write_copy_prompts
 from specbatch.engine import start_engine
 from specbatch.pipeline import run_job
-from specbatch.serving.vllm_args import runs_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -99,7 +99,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def check_engine_kernels(engine) -> None:
     """The rejection sampler's temperatures at draft positions go through the kernel this engine registered (vLLM's
-    own CPU stand-in left them uninitialised: specbatch.engine.vllm_cpu_fixes)."""
+    own CPU stand-in left them uninitialised: specbatch.backends.vllm.vllm_cpu_fixes)."""
     import torch
     from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens
 

@@ -36,9 +36,9 @@ from specbatch.auto.decision import (
     unmeasured_winner,
 )
 from specbatch.auto.generation import AutoShardGeneration
+from specbatch.backends.dummy.dummy import DummyEngine
 from specbatch.common.interrupts import StopRequested, forget_stop, stop_signals_raise
 from specbatch.config import ConfigError, sample_seed, to_job_config
-from specbatch.engine.dummy import DummyEngine
 from specbatch.pipeline import run_job
 from specbatch.prediction.turns import ReplayTurn
 from specbatch.run.folder import RunFolder

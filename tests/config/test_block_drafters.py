@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from conftest import compose_job
+from specbatch.backends.vllm.vllm_args import llm_kwargs
 from specbatch.common.machine import this_machine
 from specbatch.config import ConfigError
 from specbatch.config import preflight as preflight_module
 from specbatch.config.preflight import preflight
-from specbatch.serving.vllm_args import llm_kwargs
 
 TARGET = {"vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 4}
 DFLASH = {

@@ -13,6 +13,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from conftest import CONF_DIR, PROJECT_ROOT, compose_config, compose_job, run_generate
 from specbatch.auto.candidates import candidate_jobs
+from specbatch.backends.vllm.vllm_args import llm_kwargs
 from specbatch.config import CHECKPOINT_METHODS, GROUPS, ConfigError, SpecMethod, to_job_config
 from specbatch.config.overrides import (
     override_values,
@@ -21,7 +22,6 @@ from specbatch.config.overrides import (
     unknown_override_keys,
     without_keys,
 )
-from specbatch.serving.vllm_args import llm_kwargs
 
 GROUP_FILES = sorted((group, path.stem) for group in GROUPS for path in (CONF_DIR / group).glob("*.yaml"))
 MODEL_SPEC_FILES = sorted(path.stem for path in (CONF_DIR / "model_spec").glob("*.yaml"))

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from conftest import compose_job
+from specbatch.backends.vllm.serve_commands import dynamo_argv, sglang_argv
+from specbatch.backends.vllm.vllm_args import llm_kwargs
 from specbatch.config import ConfigError
 from specbatch.config.preflight import preflight
-from specbatch.serving.command_lines import dynamo_argv, sglang_argv
-from specbatch.serving.vllm_args import llm_kwargs
 
 # The speculative_config of Dynamo's Llama-3.1-8B-Instruct + EAGLE3 deployment (its vLLM speculative-decoding guide).
 DYNAMO_SPECULATIVE_CONFIG = {

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from conftest import compose_job, run_generate
+from specbatch.backends.vllm.vllm_args import llm_kwargs, speculative_config
 from specbatch.config import METHODS, ConfigError, SpecMethod, run_folder_digest
 from specbatch.config.spec import SCHEDULE_EXAMPLE
 from specbatch.run.folder import RunFolder
-from specbatch.serving.vllm_args import llm_kwargs, speculative_config
 
 EXAMPLE = "spec.k_schedule=[[1,4,5],[5,16,3],[17,256,0]]"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from conftest import PROJECT_ROOT, compose_job
+from specbatch.backends.dummy.dummy import DummyEngine
 from specbatch.config import BACKENDS, ConfigError
 from specbatch.engine import Engine, Request, backend_class, start_engine
-from specbatch.engine.dummy import DummyEngine
 
 SRC = PROJECT_ROOT / "src" / "specbatch"
 # The only module that may import vLLM: its backend (preflight finds installed packages without importing them).

@@ -18,9 +18,9 @@ import pytest
 from conftest import run_generate
 from specbatch.analysis.report import find_runs, recorded_job, run_compare, serve_commands
 from specbatch.analysis.tables import format_comparison
+from specbatch.backends.vllm.serve_commands import vllm_serve_command
 from specbatch.run.folder import read_run
 from specbatch.run.multirun import sweep_jobs
-from specbatch.serving.command_lines import vllm_serve_command
 
 pytestmark = pytest.mark.slow
 

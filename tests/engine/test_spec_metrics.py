@@ -11,13 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import fake_engine
-from specbatch.engine.spec_metrics import (
-    Counters,
-    RowSpecFigures,
-    acceptance_length,
-    accepted_per_position_from_histogram,
-)
-from specbatch.engine.vllm_offline import (
+from specbatch.backends.vllm.vllm_offline import (
     ACCEPTED_PER_POS,
     GENERATION_TOKENS,
     NUM_ACCEPTED,
@@ -26,6 +20,12 @@ from specbatch.engine.vllm_offline import (
     PROMPT_TOKENS,
     counters_from_metrics,
     row_figures,
+)
+from specbatch.engine.spec_metrics import (
+    Counters,
+    RowSpecFigures,
+    acceptance_length,
+    accepted_per_position_from_histogram,
 )
 from specbatch.pipeline import merge_run, run_job
 from specbatch.run.summary import RowTotals, format_table, merge_summaries, summarize

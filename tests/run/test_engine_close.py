@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from specbatch.engine.dummy import DummyEngine
+from specbatch.backends.dummy.dummy import DummyEngine
 from specbatch.pipeline import run_job
 from specbatch.run.folder import RunFolder
 

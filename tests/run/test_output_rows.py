@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from specbatch.backends.vllm.vllm_offline import row_figures
 from specbatch.data.prompts import Prompt
 from specbatch.engine import Sample
-from specbatch.engine.vllm_offline import row_figures
 from specbatch.run.output_rows import SCHEMA, build_output_rows, read_config_metadata, write_parquet
 
 

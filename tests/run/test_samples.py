@@ -7,11 +7,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import fake_engine
+from specbatch.backends.dummy.dummy import DummyEngine
 from specbatch.config import sample_seed
 from specbatch.data.prompts import load_tokenizer
 from specbatch.data.rows import SourceRow
 from specbatch.engine import engine_fingerprint
-from specbatch.engine.dummy import DummyEngine
 from specbatch.pipeline import run_job
 from specbatch.run.folder import RunFolder
 from specbatch.run.streaming import ChunkStreamer

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from specbatch.backends.dummy.dummy import DummyEngine
 from specbatch.data.prompts import load_tokenizer
 from specbatch.data.rows import SourceRow
 from specbatch.engine import Completion, Request, engine_fingerprint
-from specbatch.engine.dummy import DummyEngine
 from specbatch.engine.spec_metrics import Counters
 from specbatch.run.streaming import ChunkResult, ChunkStreamer
 

@@ -8,8 +8,8 @@ import threading
 import pytest
 from mlflow.tracking import MlflowClient
 
+from specbatch.backends.dummy.dummy import DummyEngine
 from specbatch.engine import Request, engine_fingerprint
-from specbatch.engine.dummy import DummyEngine
 from specbatch.pipeline import run_job
 from specbatch.run.folder import RunFolder
 from specbatch.tracking import shard_run

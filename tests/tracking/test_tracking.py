@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from specbatch.backends.dummy.dummy import DummyEngine
 from specbatch.engine import Completion, engine_fingerprint
-from specbatch.engine.dummy import DummyEngine
 from specbatch.pipeline import run_job
 from specbatch.run.folder import RunFolder
 from specbatch.tracking import store

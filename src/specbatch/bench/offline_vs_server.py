@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from specbatch.backends.vllm.vllm_server import VllmServer
 from specbatch.bench import machine_header
 from specbatch.config import compose_job
 from specbatch.pipeline import run_job
 from specbatch.run.output_rows import read_rows
 from specbatch.run.summary import Summary
-from specbatch.serving.vllm_server import VllmServer
 
 METHODS = (["spec=none"], ["spec=ngram"])
 

@@ -30,7 +30,7 @@ def run_bare(
     ``turns``: the rows' user turns for a multi-turn data set (``prompts`` are then their first turns)."""
     # Imported here: the memory benchmark's child composes its job from this module and measures its own peak
     # memory, so importing this module must not load the vLLM backend.
-    from specbatch.serving.vllm_args import llm_kwargs, offline_environment, vllm_environment
+    from specbatch.backends.vllm.vllm_args import llm_kwargs, offline_environment, vllm_environment
 
     spec_file, out_file = path.with_suffix(".json"), path.with_suffix(".out.json")
     spec = {

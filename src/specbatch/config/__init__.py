@@ -9,13 +9,14 @@ and the key check), ``serialise`` (plain data and YAML) and ``identity`` (run fo
 from specbatch.config.compose import (
     check_known_keys,
     compose_job,
+    job_schema,
     register_configs,
     schema_keys,
     to_job_config,
     unknown_key_message,
 )
 from specbatch.config.declarations import Identity
-from specbatch.config.engine import BACKENDS, SERVER_APIS, EngineConfig
+from specbatch.config.engine import DEFAULT_BACKEND, EngineConfig, backend_names
 from specbatch.config.errors import ConfigError
 from specbatch.config.identity import (
     engine_identity,
@@ -35,7 +36,6 @@ from specbatch.config.methods import (
     spec_label,
 )
 from specbatch.config.schema import (
-    GROUPS,
     DataFormat,
     DatasetConfig,
     JobConfig,
@@ -44,17 +44,19 @@ from specbatch.config.schema import (
     SamplingConfig,
     ShardConfig,
     TrackingConfig,
+    groups,
     sample_seed,
 )
 from specbatch.config.serialise import public_config, to_plain_dict, to_yaml
 from specbatch.config.spec import SpecConfig
 
 __all__ = [
-    "BACKENDS",
-    "SERVER_APIS",
+    "DEFAULT_BACKEND",
+    "backend_names",
     "CHECKPOINT_KIND",
     "CHECKPOINT_METHODS",
-    "GROUPS",
+    "groups",
+    "job_schema",
     "METHODS",
     "ConfigError",
     "DataFormat",

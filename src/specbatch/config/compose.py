@@ -20,8 +20,9 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from specbatch.assets.cache import register_resolvers as register_asset_resolvers
 from specbatch.common.environment import PROJECT_ROOT
+from specbatch.config.engine import backend_options, backend_package, check_backend_knobs
 from specbatch.config.errors import ConfigError
-from specbatch.config.schema import GROUPS, JobConfig
+from specbatch.config.schema import SECTION_BASES, JobConfig, composed_hints, composed_section, groups
 
 
 def register_configs() -> None:
@@ -29,9 +30,16 @@ def register_configs() -> None:
     # The assets own theirs (${specbatch_cache:}, ${package_file:pkg,rel}): where they are built and shipped.
     register_asset_resolvers()
     cs = ConfigStore.instance()
-    cs.store(name="base_config", node=JobConfig)
-    for group, node in GROUPS.items():
+    cs.store(name="base_config", node=job_schema())
+    for group, node in groups().items():
         cs.store(group=group, name=f"base_{group}", node=node)
+
+
+def job_schema() -> DictConfig:
+    """The job's schema as Hydra composes it: JobConfig with its sections typed as composed (every backend's knobs
+    a known key, e.g. engine.url), for ``base_config`` and for reading a recorded config back."""
+    sections = {name: OmegaConf.structured(composed_section(name)) for name in SECTION_BASES}
+    return OmegaConf.merge(OmegaConf.structured(JobConfig), sections)
 
 
 def compose_job(overrides: Sequence[str] = ()) -> JobConfig:
@@ -58,7 +66,7 @@ def schema_keys() -> dict[str, type | None]:
 
     def walk(cls: type, prefix: str) -> dict[str, type | None]:
         out: dict[str, type | None] = {}
-        hints = typing.get_type_hints(cls)
+        hints = composed_hints(cls)
         for f in dataclasses.fields(cls):
             key, hint = prefix + f.name, hints[f.name]
             # An optional section (spec.auto: AutoConfig | None) is a section too.
@@ -122,8 +130,18 @@ def check_known_keys(cfg: DictConfig) -> None:
     walk(plain, "")
 
 
-def to_job_config(cfg: DictConfig) -> JobConfig:
-    """Resolve and validate a composed config; raises ConfigError naming the key and the fix."""
+def check_backend(job: JobConfig, foreign_knobs: bool = False) -> None:
+    """The job's backend exists, no other backend's knob is set (unless ``foreign_knobs``: a recorded config, whose
+    extra knobs are inert) and its own knobs pass its Options' checks."""
+    package = backend_package(job.engine.backend)
+    if not foreign_knobs:
+        check_backend_knobs({name: getattr(job, name) for name in SECTION_BASES}, job.engine.backend)
+    backend_options(job, package.Options)
+
+
+def to_job_config(cfg: DictConfig, foreign_knobs: bool = False) -> JobConfig:
+    """Resolve and validate a composed config; raises ConfigError naming the key and the fix. ``foreign_knobs``
+    lets knobs of other backends through (reading back a run recorded with them, see check_backend)."""
     check_known_keys(cfg)
     try:
         job = OmegaConf.to_object(cfg)
@@ -140,4 +158,5 @@ def to_job_config(cfg: DictConfig) -> JobConfig:
         raise ConfigError(f"invalid config: {exc}") from exc
     if not isinstance(job, JobConfig):
         raise ConfigError("the config does not start from base_config: add `- base_config` to its defaults list")
+    check_backend(job, foreign_knobs)
     return job

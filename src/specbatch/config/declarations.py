@@ -25,8 +25,12 @@ class Identity(enum.StrEnum):
 IDENTITY = "identity"
 OLD_RUNS_DEFAULT = "old_runs_default"
 # An engine field only these backends read: in no identity of a job on another backend (so adding one leaves the
-# digests of every other backend's runs as they were).
+# digests of every other backend's runs as they were). Not written by hand: specbatch.config.engine derives it from
+# the backends whose options declare the field.
 ONLY_BACKENDS = "only_backends"
+# A backend's knob that the engine presets (conf/engine/) set whatever the backend, and that every backend's
+# identities have always counted: a preset may set it for any backend, and it stays in every job's digests.
+EVERY_BACKEND = "every_backend"
 # A field added after runs were written that is left out of every identity while it is null (its "off" value), so
 # the runs written before it keep their digests; set, it counts like any field of its section.
 ABSENT_WHEN_NULL = "absent_when_null"
@@ -41,17 +45,13 @@ def identities(*names: Identity) -> dict[str, Any]:
     return {IDENTITY: frozenset(names)}
 
 
-def server_only(*names: Identity, backends: tuple[str, ...] = ("server",)) -> dict[str, Any]:
-    """Metadata of an engine field only the server backend (or ``backends``) reads: ``identities(*names)`` for their
-    jobs, none else."""
-    return {**identities(*names), ONLY_BACKENDS: frozenset(backends)}
+def absent_when_null(*names: Identity) -> dict[str, Any]:
+    """Metadata of a field added later: in no identity while null; set, in ``identities(*names)`` (with no names:
+    its section's)."""
+    return {**(identities(*names) if names else {}), ABSENT_WHEN_NULL: True}
 
 
-def llama_cpp_only(*names: Identity) -> dict[str, Any]:
-    """Metadata of an engine field only the llama_cpp backend reads."""
-    return server_only(*names, backends=("llama_cpp",))
-
-
-def vllm_only(*names: Identity) -> dict[str, Any]:
-    """Metadata of an engine field only the offline vllm backend reads, left out of every identity while null."""
-    return {**server_only(*names, backends=("vllm",)), ABSENT_WHEN_NULL: True}
+def every_backend(*names: Identity) -> dict[str, Any]:
+    """Metadata of a backend's knob the engine presets set for every backend (see EVERY_BACKEND); with no names it
+    keeps its section's identities."""
+    return {**(identities(*names) if names else {}), EVERY_BACKEND: True}

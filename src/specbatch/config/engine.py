@@ -1,117 +1,185 @@
-"""The engine group (``engine/``): which backend generates and the knobs that depend on the hardware or server."""
+"""The engine group (``engine/``): the neutral engine config, and how each backend's own options join it.
+
+A backend is the package ``specbatch.backends.<engine.backend>`` (the config names what it loads, as Hydra's
+``_target_`` does), found here by that convention: no table lists the backends, a new one is a folder. Its light
+``__init__`` declares ``Options`` (a dataclass of its knobs) and ``ENGINE`` (its engine class, "module:Class").
+
+Users type every knob flat, as they always have (``engine.url=...``, ``model.gguf=...``): the sections Hydra
+composes are the neutral ones plus every backend's knobs (:func:`section_class`), so an override of any backend is
+a known key. :func:`check_backend_knobs` then refuses, in one line naming the backend that has it, a knob of another
+backend set to anything but its default, and each backend reads its own knobs as its ``Options``
+(:func:`backend_options`). The recorded config keeps the flat shape it always had, so run folders, digests and
+run.json files written before stay as they were.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import importlib
+import pkgutil
+import typing
 from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, TypeVar
 
 from omegaconf import MISSING
 
-from specbatch.common.masking import SECRET_NAME, mask_uri
-from specbatch.config.declarations import (
-    OLD_RUNS_DEFAULT,
-    Identity,
-    identities,
-    llama_cpp_only,
-    server_only,
-    vllm_only,
-)
-from specbatch.config.errors import require
+from specbatch.config.declarations import EVERY_BACKEND, OLD_RUNS_DEFAULT, ONLY_BACKENDS, Identity, identities
+from specbatch.config.errors import ConfigError, require
 
-_FOLDER, _ENGINE, _WORKLOAD = Identity.run_folder, Identity.engine, Identity.workload
-
-
-# The engine backends, the one table of them: engine.backend's allowed values, each with the class that owns it
-# ("module:class", a subclass of specbatch.engine.base.Engine). specbatch.engine imports the class when a job asks for
-# it, so the config never imports an engine and choosing dummy never loads vLLM. A new backend is a line here.
-BACKENDS: dict[str, str] = {
-    "vllm": "specbatch.engine.vllm_offline:VllmEngine",
-    "server": "specbatch.engine.server:ServerEngine",
-    "llama_cpp": "specbatch.engine.llama_cpp:LlamaCppEngine",
-    "dummy": "specbatch.engine.dummy:DummyEngine",
-}
-# engine.api of the server backend: completions with the prompt's token ids (the offline job's exact prompts), chat
-# (the server applies its own chat template), or auto (completions when the server takes token ids, else chat).
-SERVER_APIS = ("auto", "completions", "chat")
+_FOLDER, _ENGINE = Identity.run_folder, Identity.engine
+# The package whose sub-packages are the backends, one each.
+BACKENDS_PACKAGE = "specbatch.backends"
+# engine.backend's default, and what runs written before it existed ran on.
+DEFAULT_BACKEND = "vllm"
+_Options = TypeVar("_Options")
 
 
 @dataclass
 class EngineConfig:
-    """Engine knobs that depend on the hardware (group ``engine/``)."""
+    """What every backend means the same way (group ``engine/``); each backend's own knobs are its ``Options``."""
 
     # Preset name, recorded with the run (cpu, gpu, ...).
     name: str = MISSING
-    # Which engine generates (specbatch.engine): vllm (offline vllm.LLM), server (a running OpenAI-compatible
-    # server at engine.url), llama_cpp (llama.cpp's llama-server, started by the job with model.gguf) or dummy (no
-    # model; for tests). Runs written before it existed ran on vLLM.
-    backend: str = field(default="vllm", metadata={OLD_RUNS_DEFAULT: "vllm"})
-    # Skip CUDA graphs / torch.compile: same outputs, much faster start-up on CPU.
-    enforce_eager: bool = True
-    # vLLM CPU backend only: KV cache size in GiB (sets VLLM_CPU_KVCACHE_SPACE unless already set).
-    cpu_kvcache_space_gib: int | None = None
-    # GPU only: share of GPU memory vLLM may take.
-    gpu_memory_utilization: float | None = None
-    # The batch: requests the engine runs at once (null: vLLM's default). chunk_size does not change it.
+    # Which engine generates: the backend package specbatch.backends.<backend> (vllm: offline vllm.LLM; server: a
+    # running OpenAI-compatible server at engine.url; llama_cpp: llama.cpp's llama-server, started by the job with
+    # model.gguf; dummy: no model, for tests). Runs written before it existed ran on vLLM.
+    backend: str = field(default=DEFAULT_BACKEND, metadata={OLD_RUNS_DEFAULT: DEFAULT_BACKEND})
+    # The batch: requests the engine runs at once (null: the backend's default). chunk_size does not change it.
     # Not in the workload: a comparison sets runs at different batch sizes side by side.
     max_num_seqs: int | None = field(default=None, metadata=identities(_FOLDER, _ENGINE))
     # Engine seed.
     seed: int = 0
     # One short request before timing, so JIT and first-call costs are not counted as generation time.
     warmup: bool = True
-    # vllm backend: run vLLM's engine core and worker in processes of their own (vLLM's default). null: not on a
-    # machine without a GPU, where one process measured 4x faster to start and 1.6x the throughput on 2 cores (same
-    # tokens; see README "Fast on the CPU you have"), and vLLM's default on a GPU. Left out of the digests while null.
-    multiprocessing: bool | None = field(default=None, metadata=vllm_only(_FOLDER, _ENGINE))
-    # --- server backend (and jobs/serve.py, which listens where url points) ---
-    # Base URL of the OpenAI-compatible API. Not in any identity: the same set-up served on another port resumes.
-    url: str = field(default="http://127.0.0.1:8000/v1", metadata=server_only())
-    # Environment variable holding the server's API key (sent as a bearer token; unset: no key). Its name must say
-    # it holds a secret, so its value is masked in every file, param, tag and log line.
-    api_key_env: str = field(default="OPENAI_API_KEY", metadata=server_only())
-    # Model name on the server; null: the one model the server lists at /v1/models.
-    served_model: str | None = field(default=None, metadata=server_only())
-    # auto, completions or chat (SERVER_APIS above). In the folder: chat prompts are the server's rendering.
-    api: str = field(default="auto", metadata=server_only(_FOLDER, _ENGINE, _WORKLOAD))
-    # Requests in flight at once (the job's side of the batch; the server's own is its max_num_seqs). Like
-    # max_num_seqs, not in the workload: a comparison sets runs at different batch sizes side by side.
-    max_concurrency: int = field(default=16, metadata=server_only(_FOLDER, _ENGINE))
-    # Seconds one attempt of one request may take, and attempts after the first on connection errors, timeouts,
-    # 429 and 5xx (with the client's exponential backoff). Also llama_cpp's, whose requests go the same way.
-    request_timeout_seconds: float = field(default=600.0, metadata=server_only(backends=("server", "llama_cpp")))
-    retries: int = field(default=3, metadata=server_only(backends=("server", "llama_cpp")))
-    # --- llama_cpp backend (its batch, the parallel slots, is engine.max_num_seqs) ---
-    # The llama-server to start; null: the one `bash jobs/llama_cpp.sh install` built (make test builds it).
-    llama_server: str | None = field(default=None, metadata=llama_cpp_only())
 
     def __post_init__(self) -> None:
-        require(
-            self.backend in BACKENDS,
-            f"engine.backend={self.backend} is not an engine: use one of {', '.join(BACKENDS)}",
-        )
-        require(
-            self.cpu_kvcache_space_gib is None or self.cpu_kvcache_space_gib >= 1,
-            f"engine.cpu_kvcache_space_gib={self.cpu_kvcache_space_gib} must be 1 or more, e.g. 2",
-        )
-        require(
-            self.gpu_memory_utilization is None or 0 < self.gpu_memory_utilization <= 1,
-            f"engine.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1], e.g. 0.9",
-        )
+        backend_package(self.backend)
         require(
             self.max_num_seqs is None or self.max_num_seqs >= 1,
-            f"engine.max_num_seqs={self.max_num_seqs} must be 1 or more (or null for vLLM's default)",
+            f"engine.max_num_seqs={self.max_num_seqs} must be 1 or more (or null for the backend's default)",
         )
-        require(
-            self.url.startswith(("http://", "https://")),
-            f"engine.url={mask_uri(self.url)!r} is not an http(s) URL: use e.g. http://127.0.0.1:8000/v1",
-        )
-        require(
-            bool(SECRET_NAME.search(self.api_key_env)),
-            f"engine.api_key_env={self.api_key_env} does not look like a secret's name, so its value would not be "
-            "masked: name a variable ending in _API_KEY or _TOKEN (e.g. OPENAI_API_KEY)",
-        )
-        require(self.api in SERVER_APIS, f"engine.api={self.api} is not one of {', '.join(SERVER_APIS)}")
-        require(self.max_concurrency >= 1, f"engine.max_concurrency={self.max_concurrency} must be 1 or more, e.g. 16")
-        require(
-            self.request_timeout_seconds > 0,
-            f"engine.request_timeout_seconds={self.request_timeout_seconds} must be more than 0, e.g. 600",
-        )
-        require(self.retries >= 0, f"engine.retries={self.retries} must be 0 or more, e.g. 3")
+
+
+@functools.cache
+def backend_names() -> tuple[str, ...]:
+    """The backends there are: the sub-packages of specbatch.backends that declare an ENGINE."""
+    package = importlib.import_module(BACKENDS_PACKAGE)
+    found = [info.name for info in pkgutil.iter_modules(package.__path__) if info.ispkg]
+    return tuple(sorted(name for name in found if hasattr(_package(name), "ENGINE")))
+
+
+def _package(name: str) -> ModuleType:
+    return importlib.import_module(f"{BACKENDS_PACKAGE}.{name}")
+
+
+def backend_package(name: str) -> ModuleType:
+    """The package of backend ``name`` (an engine.backend value); ConfigError listing the real ones otherwise."""
+    if name not in backend_names():
+        raise ConfigError(f"engine.backend={name} is not an engine: use one of {', '.join(backend_names())}")
+    return _package(name)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One backend knob as users type it: its section, its field (declared by its backends' Options) and owners."""
+
+    section: str
+    field: dataclasses.Field[Any]
+    hint: Any
+    # The backends whose Options declare it.
+    owners: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.section}.{self.field.name}"
+
+    @property
+    def default(self) -> Any:
+        f = self.field
+        return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+@functools.cache
+def knobs() -> dict[str, Knob]:
+    """Every backend's knobs by their dotted key (``engine.url``, ``model.gguf``), in backend order then field
+    order; a knob several backends declare (engine.url) appears once with all of them as owners."""
+    out: dict[str, Knob] = {}
+    for name in backend_names():
+        options = _package(name).Options
+        hints = typing.get_type_hints(options)
+        for f in dataclasses.fields(options):
+            key = f"{options.SECTIONS.get(f.name, 'engine')}.{f.name}"
+            if key in out:
+                known = out[key]
+                assert (known.hint, known.default) == (hints[f.name], f.default), f"{key} declared two ways"
+                out[key] = dataclasses.replace(known, owners=(*known.owners, name))
+            else:
+                out[key] = Knob(key.partition(".")[0], f, hints[f.name], (name,))
+    return out
+
+
+def _schema_field(knob: Knob) -> tuple[str, Any, dataclasses.Field[Any]]:
+    """The knob as a field of its composed section; its metadata says which backends read it."""
+    metadata = dict(knob.field.metadata)
+    # Only an engine knob sits beside engine.backend, which identity's projection reads to tell whose it is.
+    if knob.section == "engine" and not metadata.get(EVERY_BACKEND):
+        metadata[ONLY_BACKENDS] = frozenset(knob.owners)
+    return knob.field.name, knob.hint, field(default=knob.default, metadata=metadata)
+
+
+@functools.cache
+def section_class(base: type, section: str) -> type:
+    """``base`` (a section's dataclass) with the backends' knobs typed under ``section`` added: what Hydra composes
+    and the job holds. Reachable by name from this module (pickling a job finds it)."""
+    extra = [_schema_field(k) for k in knobs().values() if k.section == section]
+    if not extra:
+        return base
+    cls = dataclasses.make_dataclass(f"{base.__name__}WithBackends", extra, bases=(base,))
+    cls.__module__, cls.__qualname__ = __name__, f"_sections.{section}"
+    _sections[section] = cls
+    return cls
+
+
+class _Sections(dict[str, type]):
+    """The composed section classes by section name, so pickle finds ``_sections.<section>`` here (also in a
+    process that has not composed a config yet)."""
+
+    def __getattr__(self, name: str) -> type:
+        if name not in self:
+            from specbatch.config.schema import SECTION_BASES  # noqa: PLC0415 (schema imports this module)
+
+            if name not in SECTION_BASES:
+                raise AttributeError(name)
+            section_class(SECTION_BASES[name], name)
+        return self[name]
+
+
+_sections = _Sections()
+
+
+def check_backend_knobs(sections: dict[str, Any], backend: str) -> None:
+    """Refuse a knob of another backend set to anything but its default: one line naming the backend that has it.
+    ``sections`` maps a section name to the composed section (an object or a dict)."""
+    for key, knob in knobs().items():
+        if backend in knob.owners or knob.field.metadata.get(EVERY_BACKEND):
+            continue
+        section = sections.get(knob.section)
+        name = knob.field.name
+        value = section.get(name, knob.default) if isinstance(section, dict) else getattr(section, name, knob.default)
+        value = getattr(value, "value", value)
+        if value != knob.default:
+            owners = " or ".join(f"engine.backend={owner}" for owner in knob.owners)
+            raise ConfigError(
+                f"{key}={value} is a knob of {owners}, not of engine.backend={backend}: drop {key}, or run on {owners}"
+            )
+
+
+def backend_options(job: Any, options: type[_Options]) -> _Options:
+    """A backend's ``Options`` with the job's values (each knob from its section), checked by its __post_init__."""
+    values = {}
+    for f in dataclasses.fields(options):  # type: ignore[arg-type]
+        section = getattr(job, options.SECTIONS.get(f.name, "engine"))  # type: ignore[attr-defined]
+        values[f.name] = getattr(section, f.name)
+    return options(**values)

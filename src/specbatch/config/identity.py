@@ -19,12 +19,11 @@ import dataclasses
 import functools
 import hashlib
 import json
-import typing
 from dataclasses import dataclass
 from typing import Any
 
 from specbatch.config.declarations import ABSENT_WHEN_NULL, IDENTITY, OLD_RUNS_DEFAULT, ONLY_BACKENDS, Identity
-from specbatch.config.schema import JobConfig
+from specbatch.config.schema import JobConfig, composed_hints
 from specbatch.config.serialise import to_plain_dict
 
 # Hex digits of the run folder's and the workload's digest (the engine's fingerprint keeps them all).
@@ -55,7 +54,7 @@ def field_identities() -> dict[str, FieldIdentity]:
 
     def walk(cls: type, prefix: str, inherited: frozenset[Identity]) -> dict[str, FieldIdentity]:
         out: dict[str, FieldIdentity] = {}
-        hints = typing.get_type_hints(cls)
+        hints = composed_hints(cls)
         for f in dataclasses.fields(cls):
             key, hint = prefix + f.name, hints[f.name]
             own = f.metadata.get(IDENTITY)

@@ -91,7 +91,7 @@ METHODS: dict[SpecMethod, Method] = {
         ),
     ),
     SpecMethod.draft_model: Method(
-        knobs=(*_CHECKPOINT_KNOBS, *_DRAFTER_KNOBS, *_PARALLEL, "draft_gguf"),
+        knobs=(*_CHECKPOINT_KNOBS, *_DRAFTER_KNOBS, *_PARALLEL),
         checkpoint="a draft model",
         preflight=(*_CHECKPOINT_CHECKS, "draft_context"),
         draft_tp_follows_target=True,

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import typing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -23,7 +25,7 @@ from specbatch.common.masking import mask_uri
 from specbatch.common.name_lengths import describe_name, overlong_name
 from specbatch.config.declarations import ABSENT_WHEN_NULL, OLD_RUNS_DEFAULT, Identity, identities
 from specbatch.config.dtype import Dtype, DtypeChoice, choose_dtype
-from specbatch.config.engine import EngineConfig
+from specbatch.config.engine import EngineConfig, section_class
 from specbatch.config.errors import ConfigError, require
 from specbatch.config.methods import READABLE_NAME_BYTES
 from specbatch.config.spec import SpecConfig
@@ -87,9 +89,6 @@ class ModelConfig:
     trust_remote_code: bool = False
     # GPUs the target is split over.
     tensor_parallel_size: int = 1
-    # The target as one GGUF file, for engine.backend=llama_cpp; null: the embedded model's own GGUF (smollm2 ships
-    # as one). Left out of the digests while null, so runs written before it keep their folders.
-    gguf: str | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
 
     def __post_init__(self) -> None:
         require(bool(self.name.strip()), "model.name is empty: give the model a short name, e.g. model.name=my-model")
@@ -362,11 +361,28 @@ def check_output_root(value: str | None) -> None:
         )
 
 
-GROUPS: dict[str, type] = {
-    "model": ModelConfig,
-    "spec": SpecConfig,
-    "dataset": DatasetConfig,
-    "sampling": SamplingConfig,
-    "engine": EngineConfig,
-    "tracking": TrackingConfig,
-}
+# The sections backends may add knobs to (a backend's Options.SECTIONS; engine for all the others), by name.
+SECTION_BASES: dict[str, type] = {"model": ModelConfig, "spec": SpecConfig, "engine": EngineConfig}
+
+
+def composed_section(name: str) -> type:
+    """The dataclass Hydra composes section ``name`` with: its own, plus the backends' knobs typed under it."""
+    base = SECTION_BASES.get(name)
+    return base if base is None else section_class(base, name)  # type: ignore[return-value]
+
+
+def groups() -> dict[str, type]:
+    """The Hydra groups and the dataclass each composes (registered as ``base_<group>``)."""
+    plain = {"dataset": DatasetConfig, "sampling": SamplingConfig, "tracking": TrackingConfig}
+    return {name: plain.get(name) or composed_section(name) for name in GROUP_NAMES}
+
+
+GROUP_NAMES = ("model", "spec", "dataset", "sampling", "engine", "tracking")
+
+
+def composed_hints(cls: type) -> dict[str, Any]:
+    """The type hints of ``cls`` with the job's sections as Hydra composes them (the backends' knobs included)."""
+    hints = typing.get_type_hints(cls)
+    if cls is JobConfig:
+        hints |= {name: composed_section(name) for name in SECTION_BASES}
+    return hints

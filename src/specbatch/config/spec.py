@@ -1,7 +1,7 @@
 """The ``spec`` section: which speculative method runs, with its k and its own knobs (group ``spec/``).
 
 Which knob belongs to which method, and the method-specific rules, come from the registry in
-:mod:`specbatch.config.methods`; this module checks the values. ``specbatch.serving.vllm_args`` turns them into
+:mod:`specbatch.config.methods`; this module checks the values. ``specbatch.backends.vllm.vllm_args`` turns them into
 vLLM's ``speculative_config``.
 """
 
@@ -105,9 +105,6 @@ class SpecConfig:
     model: str | None = None
     # Hub revision of spec.model.
     revision: str | None = None
-    # draft_model on engine.backend=llama_cpp: the draft as one GGUF file (llama-server's -md). Left out of the
-    # digests while null.
-    draft_gguf: str | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
     # Model-based methods: GPUs the draft runs on; vLLM accepts 1 or the target's tensor_parallel_size.
     draft_tensor_parallel_size: int | None = None
     # draft_model / eagle / eagle3: draft all k tokens in one pass (PARD drafts, P-EAGLE heads: checkpoints trained

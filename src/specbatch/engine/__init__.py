@@ -1,5 +1,6 @@
-"""Engines behind one interface (``base.Engine``), picked by ``engine.backend`` from the one table of backends,
-``specbatch.config.BACKENDS``.
+"""Engines behind one interface (``base.Engine``), picked by ``engine.backend``: the backend package
+``specbatch.backends.<engine.backend>`` names its engine class (``ENGINE``, "module:Class"), found by that
+convention (specbatch.config.engine.backend_package), so no table lists the backends and this package imports none.
 
 Only the vLLM backend imports vLLM; the rest of the job sees requests and completions (``base``) and asks the
 backend's class, never its name, what it needs to know about it. A backend module is imported when it is asked for,
@@ -12,7 +13,8 @@ import importlib
 from typing import Any
 
 from specbatch.common.interrupts import raise_if_stopped
-from specbatch.config import BACKENDS, ConfigError, JobConfig
+from specbatch.config import ConfigError, JobConfig
+from specbatch.config.engine import backend_package
 from specbatch.config.methods import SpecMethod
 from specbatch.engine.base import (
     Completion,
@@ -21,17 +23,14 @@ from specbatch.engine.base import (
     Request,
     RequestRefused,
     Sample,
-    engine_fingerprint,
 )
 
 
 def backend_class(name: str) -> type[Engine]:
     """The class of backend ``name`` (an engine.backend value); ConfigError listing the real ones otherwise."""
-    if name not in BACKENDS:
-        raise ConfigError(f"engine.backend={name} is not an engine: use one of {', '.join(BACKENDS)}")
-    module, _, cls = BACKENDS[name].partition(":")
+    module, _, cls = backend_package(name).ENGINE.partition(":")
     backend = getattr(importlib.import_module(module), cls)
-    assert issubclass(backend, Engine) and backend.name == name, f"config.BACKENDS[{name!r}] names {backend}"
+    assert issubclass(backend, Engine) and backend.name == name, f"specbatch.backends.{name}.ENGINE names {backend}"
     return backend
 
 
@@ -65,6 +64,12 @@ def preflight_skipped(job: JobConfig) -> str | None:
 def figures_from_a_server(job: JobConfig) -> bool:
     """Whether this job's speculative figures come from a server (see Engine.figures_from_a_server)."""
     return backend_class(job.engine.backend).figures_from_a_server
+
+
+def engine_fingerprint(job: JobConfig) -> str:
+    """What a started engine for ``job`` is built from (Engine.fingerprint_of): a shared engine may only serve jobs
+    with the same fingerprint."""
+    return backend_class(job.engine.backend).fingerprint_of(job)
 
 
 def import_engine_library(job: JobConfig) -> None:

@@ -21,16 +21,6 @@ from specbatch.config import (
     engine_identity,
 )
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures
-from specbatch.serving.vllm_args import seeded_prefills_must_stay_whole
-
-
-def engine_fingerprint(job: JobConfig) -> str:
-    """What a started engine was built from; a shared engine may only serve jobs with the same fingerprint. The
-    fields it covers are those that declare ``Identity.engine`` (specbatch.config.identity), and whether prompts
-    are prefilled whole (a seeded sampled job on a machine without a GPU: seeded_prefills_must_stay_whole), which
-    comes from the sampling, yet changes how the engine is built."""
-    whole = "+whole-prefills" if seeded_prefills_must_stay_whole(job) else ""
-    return engine_identity(job) + whole
 
 
 class EngineUnavailable(RuntimeError):
@@ -98,10 +88,10 @@ class Engine(ABC):
 
     The class is the one owner of everything about its backend: the rest of the job asks it (never its name) what
     it refuses of a config (``validate``, ``check``), how to start it, how its runs are described and how its
-    set-up is served. ``specbatch.config.BACKENDS`` names the class for each ``engine.backend``.
+    set-up is served. ``specbatch.backends.<engine.backend>.ENGINE`` names the class.
     """
 
-    # engine.backend's value for this backend (its key in specbatch.config.BACKENDS).
+    # engine.backend's value for this backend (its package's name under specbatch.backends).
     name: ClassVar[str]
 
     # Whose work ``counters`` count: "engine" (this job's engine alone), "server" (a server's, every client's) or
@@ -166,6 +156,13 @@ class Engine(ABC):
         raises ConfigError naming the key to change. Run before anything is written or loaded. Here: a method that
         drafts with a checkpoint names one."""
         require_checkpoint(job)
+
+    @classmethod
+    def fingerprint_of(cls, job: JobConfig) -> str:
+        """What a started engine was built from; a shared engine may only serve jobs with the same fingerprint: the
+        fields that declare ``Identity.engine`` (specbatch.config.identity), and whatever else the backend builds
+        its engine from."""
+        return engine_identity(job)
 
     @classmethod
     def batch(cls, job: JobConfig) -> int | None:

@@ -18,11 +18,8 @@ import pytest
 from conftest import PROJECT_ROOT, compose_job
 from specbatch.analysis.compare import CompareRow, Comparison, Recommendation
 from specbatch.analysis.report import serve_commands
-from specbatch.common.atomic_files import atomic_write_json
-from specbatch.config import ConfigError, JobConfig, to_plain_dict
-from specbatch.engine import engine_fingerprint, vllm_offline
-from specbatch.serving import vllm_args
-from specbatch.serving.command_lines import (
+from specbatch.backends.vllm import vllm_offline
+from specbatch.backends.vllm.serve_commands import (
     SAKURA_MAX_TOKENS,
     SAKURA_PROMPT,
     batch_command,
@@ -37,8 +34,12 @@ from specbatch.serving.command_lines import (
     vllm_serve_argv,
     vllm_serve_command,
 )
-from specbatch.serving.vllm_args import llm_kwargs, offline_environment, speculative_config, vllm_environment
-from specbatch.serving.vllm_server import server_process_environment
+from specbatch.backends.vllm.vllm_args import llm_kwargs, offline_environment, speculative_config, vllm_environment
+from specbatch.backends.vllm.vllm_server import server_process_environment
+from specbatch.common.atomic_files import atomic_write_json
+from specbatch.config import ConfigError, JobConfig, to_plain_dict
+from specbatch.engine import engine_fingerprint
+from specbatch.serving import vllm_args
 
 SERVE = PROJECT_ROOT / "jobs" / "serve.py"
 GPU_PRESETS = [
@@ -374,7 +375,7 @@ def test_the_environment_vllm_needs_is_one_function_for_the_engine_and_the_serve
     assert vllm_serve_command(compose_job(["spec=suffix"]), module=False).startswith(
         "VLLM_CPU_KVCACHE_SPACE=2 ARCTIC_INFERENCE_ENABLED=0 vllm serve "
     )
-    source = (PROJECT_ROOT / "src/specbatch/engine/vllm_offline.py").read_text()
+    source = (PROJECT_ROOT / "src/specbatch/backends/vllm/vllm_offline.py").read_text()
     assert "_apply_environment(vllm_environment(job)," in source.split("def start(")[1]  # VllmEngine.start too
 
 

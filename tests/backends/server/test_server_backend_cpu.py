@@ -27,9 +27,9 @@ import pytest
 
 from conftest import PROJECT_ROOT, LiveJob, assert_one_line_stop, compose_job, run_generate, wait_group_gone
 from mlflow_server import free_port
+from specbatch.backends.vllm.serve_commands import SAKURA_MAX_TOKENS, SAKURA_PROMPT
+from specbatch.backends.vllm.vllm_server import VllmServer
 from specbatch.serving import child_server, reaper
-from specbatch.serving.command_lines import SAKURA_MAX_TOKENS, SAKURA_PROMPT
-from specbatch.serving.vllm_server import VllmServer
 
 pytestmark = pytest.mark.slow
 

@@ -23,15 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Self
 
-from specbatch.config import JobConfig, SamplingConfig
-from specbatch.engine.acceptance_settings import resolved_settings
-from specbatch.engine.base import Completion, Request, RequestRefused, Sample, engine_fingerprint
-from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
-from specbatch.engine.vllm_cpu_fixes import correct_cpu_kernels
-from specbatch.engine.vllm_family import VllmFamily
-from specbatch.serving.reaper import Reaper, abandon_start, make_ipc_dir, remove_ipc_dir
-from specbatch.serving.shm import ChildShm, release_leaked_shm, shm_of_children
-from specbatch.serving.vllm_args import (
+from specbatch.backends.vllm.vllm_args import (
     llm_kwargs,
     offline_environment,
     runs_in_process,
@@ -39,6 +31,14 @@ from specbatch.serving.vllm_args import (
     use_ipc_dir,
     vllm_environment,
 )
+from specbatch.backends.vllm.vllm_cpu_fixes import correct_cpu_kernels
+from specbatch.backends.vllm.vllm_family import VllmFamily
+from specbatch.config import JobConfig, SamplingConfig
+from specbatch.engine.acceptance_settings import resolved_settings
+from specbatch.engine.base import Completion, Request, RequestRefused, Sample
+from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
+from specbatch.serving.reaper import Reaper, abandon_start, make_ipc_dir, remove_ipc_dir
+from specbatch.serving.shm import ChildShm, release_leaked_shm, shm_of_children
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ class VllmEngine(VllmFamily):
         except BaseException:
             abandon_start(reaper, ipc_dir)  # vLLM ends the processes of an engine that failed to start
             raise
-        engine = cls(llm, engine_fingerprint(job), reaper)
+        engine = cls(llm, cls.fingerprint_of(job), reaper)
         engine.ipc_dir = ipc_dir
         engine.startup_seconds = time.perf_counter() - began
         log.info("engine ready in %.1f s (runs up to %s requests at once)", engine.startup_seconds, engine.concurrency)

@@ -18,12 +18,17 @@ from pathlib import Path
 
 from specbatch.assets.cache import EmbeddedAssetError
 from specbatch.assets.prepare import ensure_embedded
+from specbatch.backends.vllm.serve_commands import (
+    VLLM_API_KEY,
+    listen_address,
+    vllm_console_script_broken,
+    vllm_serve_argv,
+)
+from specbatch.backends.vllm.vllm_args import ipc_path_chosen_by_user, vllm_environment
 from specbatch.config import ConfigError, JobConfig
 from specbatch.config.preflight import preflight
 from specbatch.serving.child_server import ChildServer
-from specbatch.serving.command_lines import VLLM_API_KEY, listen_address, vllm_console_script_broken, vllm_serve_argv
 from specbatch.serving.reaper import make_ipc_dir
-from specbatch.serving.vllm_args import ipc_path_chosen_by_user, vllm_environment
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
-"""The corrections to vLLM 0.32's CPU build (specbatch.engine.vllm_cpu_fixes), in every vLLM process: temperatures and
-top-p values reach every draft position (the rejection sampler's expand_kernel stand-in), and top-k takes a step in
+"""The corrections to vLLM 0.32's CPU build (backends/vllm/vllm_cpu_fixes.py), in every vLLM process: temperatures
+and top-p values reach every draft position (the rejection sampler's expand_kernel stand-in), and top-k takes a step in
 which no request has drafts (tests/analysis/test_distribution_cpu.py samples with top-k and n-gram on real vLLM)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from importlib.metadata import entry_points
 import pytest
 import torch
 
+from specbatch.backends.vllm.vllm_cpu_fixes import correct_cpu_kernels, expand_to_tokens, top_k_of_any_rows
 from specbatch.engine import vllm_cpu_fixes
-from specbatch.engine.vllm_cpu_fixes import correct_cpu_kernels, expand_to_tokens, top_k_of_any_rows
 
 
 def test_each_requests_value_fills_its_draft_positions_in_its_own_dtype() -> None:
@@ -54,4 +54,4 @@ def test_top_k_of_no_rows_is_no_rows_and_of_some_rows_vllms_own() -> None:
 
 def test_vllm_loads_the_corrections_in_each_of_its_processes() -> None:
     plugins = {e.name: e.value for e in entry_points(group="vllm.general_plugins")}
-    assert plugins.get("specbatch_cpu_fixes") == "specbatch.engine.vllm_cpu_fixes:register"
+    assert plugins.get("specbatch_cpu_fixes") == "specbatch.backends.vllm.vllm_cpu_fixes:register"

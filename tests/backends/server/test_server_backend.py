@@ -8,9 +8,9 @@ import pytest
 
 from conftest import compose_job, run_generate
 from mlflow_server import free_port
+from specbatch.backends.server.server_check import server_root
+from specbatch.backends.server.server_metrics import SpecCounters, parse_spec_counters
 from specbatch.config import ConfigError
-from specbatch.engine.server_check import server_root
-from specbatch.engine.server_metrics import SpecCounters, parse_spec_counters
 
 MODEL = 'model_name="/models/SmolLM2"'
 # As vLLM 0.32's server writes it (two data-parallel engines, so every counter has two label sets).

@@ -11,10 +11,10 @@ import pytest
 from conftest import compose_job, run_generate
 from specbatch.analysis.compare import CompareRow, Comparison, tokens_per_pass
 from specbatch.analysis.tables import cross_engine_table
+from specbatch.backends.llama_cpp.llama_cpp import check_llama_cpp, timings_figures
+from specbatch.backends.llama_cpp.llama_server import server_argv, spec_flags, target_gguf
 from specbatch.config import ConfigError
-from specbatch.engine.llama_cpp import check_llama_cpp, timings_figures
 from specbatch.run.summary import RowTotals, summarize
-from specbatch.serving.llama_server import server_argv, spec_flags, target_gguf
 
 LLAMA = ["engine.backend=llama_cpp"]
 

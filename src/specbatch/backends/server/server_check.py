@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import httpx
 import openai
 
+from specbatch.backends.server.server_answers import check_same_model
 from specbatch.common.masking import mask_uri
 from specbatch.config import ConfigError, JobConfig
 from specbatch.engine.base import EngineUnavailable
-from specbatch.engine.server_answers import check_same_model
 
 log = logging.getLogger(__name__)
 

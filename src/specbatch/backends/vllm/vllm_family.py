@@ -5,10 +5,10 @@ Dynamo-on-vLLM) server that ``jobs/serve.py`` starts from the same config, and t
 
 from __future__ import annotations
 
-from specbatch.config import JobConfig
+from specbatch.backends.vllm.serve_commands import vllm_console_script_broken, vllm_serve_command
+from specbatch.backends.vllm.vllm_args import check_vllm_rules, largest_batch, seeded_prefills_must_stay_whole
+from specbatch.config import JobConfig, engine_identity
 from specbatch.engine.base import Engine
-from specbatch.serving.command_lines import vllm_console_script_broken, vllm_serve_command
-from specbatch.serving.vllm_args import check_vllm_rules, largest_batch
 
 
 class VllmFamily(Engine):
@@ -18,6 +18,13 @@ class VllmFamily(Engine):
     def validate(cls, job: JobConfig) -> None:
         super().validate(job)
         check_vllm_rules(job)
+
+    @classmethod
+    def fingerprint_of(cls, job: JobConfig) -> str:
+        # Whether prompts are prefilled whole (a seeded sampled job on a machine without a GPU) comes from the
+        # sampling, yet changes how the engine is built.
+        whole = "+whole-prefills" if seeded_prefills_must_stay_whole(job) else ""
+        return engine_identity(job) + whole
 
     @classmethod
     def batch(cls, job: JobConfig) -> int | None:

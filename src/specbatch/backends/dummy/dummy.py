@@ -21,10 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Self
 
+from specbatch.backends.vllm.vllm_family import VllmFamily
 from specbatch.config import JobConfig
-from specbatch.engine.base import Completion, Request, RequestRefused, Sample, engine_fingerprint
+from specbatch.engine.base import Completion, Request, RequestRefused, Sample
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
-from specbatch.engine.vllm_family import VllmFamily
 
 # vLLM's own default for max_num_seqs on CPU; the dummy runs as many at once when engine.max_num_seqs is null.
 DEFAULT_CONCURRENCY = 256
@@ -95,7 +95,7 @@ class DummyEngine(VllmFamily):
 
     @classmethod
     def start(cls, job: JobConfig) -> Self:
-        return cls(engine_fingerprint(job), k=job.spec.k, concurrency=job.engine.max_num_seqs)
+        return cls(cls.fingerprint_of(job), k=job.spec.k, concurrency=job.engine.max_num_seqs)
 
     def add(self, request: Request) -> None:
         why = self.refuse(request) if self.refuse else None

@@ -2,9 +2,8 @@
 vLLM's own rules about the job, which it would otherwise break only once the model is loading.
 
 Pure: nothing here imports vLLM, so config tests check GPU presets with these functions on any machine. The offline
-backend (``specbatch.engine.vllm_offline``) and the server command lines (``specbatch.serving.command_lines``) both
-take their arguments from here, so what is served is what the job measures; it sits in serving, the lower of the two
-packages, so that both can.
+backend (``specbatch.backends.vllm.vllm_offline``) and the serve commands (``specbatch.backends.vllm.serve_commands``)
+both take their arguments from here, so what is served is what the job measures.
 """
 
 from __future__ import annotations
@@ -18,10 +17,6 @@ from specbatch.config import METHODS, ConfigError, JobConfig, SpecConfig
 from specbatch.config.errors import require
 from specbatch.config.methods import SpecMethod
 from specbatch.config.spec import knob_owners, schedule_must_cover
-
-# Knobs of another engine's (llama.cpp's GGUF draft): never in vLLM's speculative_config.
-_NOT_VLLM = ("draft_gguf",)
-
 
 # What set_engine_environment set in os.environ for an earlier offline engine of this process, so a later engine of
 # another kind undoes it, and a server tells it from what the user exported.
@@ -68,7 +63,7 @@ def speculative_config(spec: SpecConfig) -> dict[str, Any] | None:
     out: dict[str, Any] = {"method": spec.method.value, "num_speculative_tokens": spec.k}
     for knob, owners in knob_owners().items():
         value = getattr(spec, knob)
-        if spec.method in owners and value is not None and knob not in _NOT_VLLM:
+        if spec.method in owners and value is not None:
             out[knob] = value.value if isinstance(value, enum.Enum) else value
     if spec.k_schedule is not None:
         # vLLM's scheduler looks the k up by the number of requests in each step (dynamic speculative decoding).

@@ -3,14 +3,14 @@ target's GGUF on a free loopback port, sends the shard's requests through the se
 when it ends.
 
 - **The server** is the one ``bash jobs/llama_cpp.sh install`` built from the llama.cpp sources on PyPI (or
-  ``engine.llama_server``), started by ``specbatch.serving.llama_server`` as a child server: its own process group,
+  ``engine.llama_server``), started by ``llama_server`` (beside this module) as a child server: its own process group,
   stopped on every exit, and ended by the reaper when the job is killed outright.
 - **The model** is one GGUF file: ``model.gguf``, or the embedded model's own (SmolLM2 ships as a Q4_1 GGUF, used as
   shipped, no dequantisation). Prompts go as the job's token ids (the HF tokenizer of the same model).
 - **The batch** is llama-server's parallel slots (``-np``): ``engine.max_num_seqs``, or llama-server's default of
   4; each slot gets ``model.max_model_len`` tokens of context.
-- **Methods** map onto llama-server's options (``specbatch.serving.llama_server.spec_flags``); the others are
-  refused before anything starts.
+- **Methods** map onto llama-server's options (``llama_server.spec_flags`` beside this module); the others
+  are refused before anything starts.
 - **Figures**: llama-server reports per request the tokens it drafted and accepted (``timings.draft_n``,
   ``timings.draft_n_accepted``) but not its drafting steps, so rows carry ``draft_tokens`` and ``accepted_tokens``
   with ``spec_steps`` and ``acceptance_length`` left null; the run's acceptance rate is accepted over drafted, and
@@ -25,13 +25,19 @@ import time
 from pathlib import Path
 from typing import Any, Self
 
+from specbatch.backends.llama_cpp.llama_server import (
+    LlamaServer,
+    llama_server_command,
+    server_files,
+    slots,
+    spec_flags,
+)
+from specbatch.backends.server.server import ServerEngine
+from specbatch.backends.server.server_check import check_server
 from specbatch.config import JobConfig
 from specbatch.config.methods import SpecMethod
 from specbatch.engine.base import require_checkpoint
-from specbatch.engine.server import ServerEngine
-from specbatch.engine.server_check import check_server
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures
-from specbatch.serving.llama_server import LlamaServer, llama_server_command, server_files, slots, spec_flags
 
 log = logging.getLogger(__name__)
 

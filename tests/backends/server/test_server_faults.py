@@ -22,7 +22,7 @@ from specbatch.pipeline import merge_run, run_job
 
 # What the fake server answers to one /v1/completions request: (HTTP status, content type, body).
 Answer = tuple[int, str, bytes]
-PROBE = [1, 2, 3, 4]  # the start-up check's prompt (specbatch.engine.server._PROBE_PROMPT)
+PROBE = [1, 2, 3, 4]  # the start-up check's prompt (specbatch.backends.server.server._PROBE_PROMPT)
 
 
 def completion(choices: list[dict[str, Any]], **extra: Any) -> Answer:

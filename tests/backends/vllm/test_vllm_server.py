@@ -20,10 +20,10 @@ import psutil
 import pytest
 
 from conftest import PROJECT_ROOT, compose_job, wait_group_gone
+from specbatch.backends.vllm.vllm_server import VllmServer
 from specbatch.config import ConfigError
 from specbatch.serving import child_server, reaper, vllm_server
 from specbatch.serving.child_server import ServerStartError
-from specbatch.serving.vllm_server import VllmServer
 
 # A stand-in for vLLM's server: answers /health, and starts a child in its group as vLLM's engine process does.
 # argv: port, "ignore" to ignore SIGTERM (it and its child), "fail" to exit at once, "crash" to die 2 s after it

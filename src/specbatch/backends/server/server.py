@@ -19,7 +19,7 @@ What a failed request becomes:
 
 Speculative figures: per row from the response where the server gives them (vLLM with
 ``--per-request-spec-decode-metrics``: the same figures as offline), and for the shard from the server's
-``/metrics`` counters (specbatch.engine.server_metrics), which are server-wide: valid when the job is the server's
+``/metrics`` counters (server_metrics beside this module), which are server-wide: valid when the job is the server's
 only client. Token counts and throughput are the job's own (its clock, the responses' tokens).
 """
 
@@ -36,18 +36,14 @@ from typing import Any, NoReturn, Self
 import httpx
 import openai
 
-from specbatch.common.masking import mask_uri
-from specbatch.config import JobConfig
-from specbatch.data.prompts import load_tokenizer
-from specbatch.engine.base import Completion, Request, Sample, engine_fingerprint
-from specbatch.engine.server_answers import (
+from specbatch.backends.server.server_answers import (
     SERVER_AT_FAULT,
     MalformedAnswer,
     checked_choices,
     row_figures,
     status_error,
 )
-from specbatch.engine.server_check import (
+from specbatch.backends.server.server_check import (
     CHECK_TIMEOUT,
     PROBE_PROMPT,
     ServerTarget,
@@ -56,9 +52,13 @@ from specbatch.engine.server_check import (
     check_server,
     server_root,
 )
-from specbatch.engine.server_metrics import parse_spec_counters
+from specbatch.backends.server.server_metrics import parse_spec_counters
+from specbatch.backends.vllm.vllm_family import VllmFamily
+from specbatch.common.masking import mask_uri
+from specbatch.config import JobConfig
+from specbatch.data.prompts import load_tokenizer
+from specbatch.engine.base import Completion, Request, Sample
 from specbatch.engine.spec_metrics import SERVER_WIDE_NOTE, Counters, RowSpecFigures
-from specbatch.engine.vllm_family import VllmFamily
 
 log = logging.getLogger(__name__)
 # httpx logs every request at INFO: thousands of lines per shard.
@@ -86,7 +86,7 @@ class ServerEngine(VllmFamily):
         return job.engine.max_concurrency
 
     def __init__(self, job: JobConfig, target: ServerTarget) -> None:
-        super().__init__(engine_fingerprint(job), concurrency=job.engine.max_concurrency)
+        super().__init__(type(self).fingerprint_of(job), concurrency=job.engine.max_concurrency)
         self.job, self.target = job, target
         # With speculation the spec counters are the whole server's (every client's requests); without, the
         # counters are only the job's own token counts.

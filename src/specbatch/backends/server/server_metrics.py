@@ -1,6 +1,6 @@
 """A vLLM server's speculative-decoding counters, read from its Prometheus ``/metrics`` page.
 
-The names are those of ``LLM.get_metrics()`` (specbatch.engine.vllm_offline) with Prometheus' ``_total`` suffix on
+The names are those of ``LLM.get_metrics()`` (backends.vllm.vllm_offline) with Prometheus' ``_total`` suffix on
 each sample; every counter is summed over its label sets (``engine``, ``model_name``; one per data-parallel engine).
 They are cumulative over the server's life and count every client's requests: only the difference of two snapshots
 around a shard means anything, and only when the job was the server's only client meanwhile.
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specbatch.engine.vllm_offline import ACCEPTED_PER_POS, NUM_ACCEPTED, NUM_DRAFT_TOKENS, NUM_DRAFTS
+from specbatch.backends.vllm.vllm_offline import ACCEPTED_PER_POS, NUM_ACCEPTED, NUM_DRAFT_TOKENS, NUM_DRAFTS
 
 
 @dataclass(frozen=True)
