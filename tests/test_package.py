@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PROJECT_ROOT
-from specbatch.config import BACKENDS
+from specbatch.config.engine import backend_names, knobs
 
 SRC = PROJECT_ROOT / "src"
 PACKAGE = SRC / "specbatch"
@@ -180,45 +180,109 @@ def test_tests_mirror_the_packages() -> None:
 # Comparisons with a backend's name that are about something else: a summary's counters_scope is "engine",
 # "server" (a server's counters, every client's) or "requests", whichever backend produced it.
 NOT_A_BACKEND = {("specbatch.run.summary", "summary.counters_scope")}
+# Backend knobs read outside the folders of the backends that declare them, each with its reason.
+KNOB_READERS = {
+    # SGLang is a serve-only target: it serves the job's vLLM set-up, so it reads vLLM's engine knobs (and listens
+    # where jobs/serve.py would, engine.url).
+    ("specbatch.backends.sglang.sglang_commands", "engine.enforce_eager"),
+    ("specbatch.backends.sglang.sglang_commands", "engine.gpu_memory_utilization"),
+    ("specbatch.backends.sglang.sglang_commands", "engine.served_model"),
+    # The server backend's engine and the dummy stand in for vLLM: its rules (batch, processes) are theirs, read
+    # through the vllm backend's own functions; these are the vLLM knobs those functions read for every job.
+}
+# The backends' knobs by name (engine.url → url) and the folders allowed to read each; a backend's name.
+BACKEND_NAMES = backend_names()
 
 
-def backend_name_compares(package: Path = PACKAGE) -> list[tuple[str, str]]:
-    """(module, what it compares) for each comparison with a backend's name outside engine/: the backend's class
-    owns what differs between backends, and the rest of the job asks it (specbatch.engine.backend_class)."""
+def backend_knob_owners() -> dict[tuple[str, str], tuple[str, ...]]:
+    """(section, knob) → the backends whose Options declare it."""
+    return {(k.section, k.field.name): k.owners for k in knobs().values()}
+
+
+def _folder(module: str) -> str | None:
+    """The backend folder a module is in (specbatch.backends.<name>.x → name), None outside backends/."""
+    parts = module.split(".")
+    return parts[2] if parts[1:2] == ["backends"] and len(parts) > 2 else None
+
+
+def _section_of(node: ast.expr) -> str | None:
+    """The section an expression names: ``job.engine`` / ``engine`` → engine, ``x["engine"]`` → engine."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        return str(node.slice.value)
+    return None
+
+
+def backend_specifics(package: Path = PACKAGE, jobs: Path | None = None) -> list[tuple[str, str]]:
+    """(module, what) for each backend name compared or looked up, and each backend knob read, outside the folder
+    of the backend that owns it: the backend's folder owns what differs between backends, and the rest of the job
+    asks it (specbatch.engine.backend_class)."""
+    owners = backend_knob_owners()
+    files = [*package.rglob("*.py"), *(jobs.glob("*.py") if jobs else [])]
     found = []
-    for path in package.rglob("*.py"):
-        name = module_name(path)
-        if name.split(".")[1:2] == ["engine"]:
-            continue
+    for path in files:
+        name = module_name(path) if path.is_relative_to(SRC) else f"jobs.{path.stem}"
+        folder = _folder(name)
         for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.Compare):
-                continue
-            operands = [node.left, *node.comparators]
-            for i, operand in enumerate(operands):
-                elements = operand.elts if isinstance(operand, ast.Tuple | ast.List | ast.Set) else [operand]
-                if any(isinstance(e, ast.Constant) and e.value in BACKENDS for e in elements):
-                    other = ast.unparse(operands[1 - i] if len(operands) == 2 else node)
-                    if (name, other) not in NOT_A_BACKEND:
-                        found.append((name, other))
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                for i, operand in enumerate(operands):
+                    elements = operand.elts if isinstance(operand, ast.Tuple | ast.List | ast.Set) else [operand]
+                    named = [e.value for e in elements if isinstance(e, ast.Constant) and e.value in BACKEND_NAMES]
+                    if any(n != folder for n in named):
+                        other = ast.unparse(operands[1 - i] if len(operands) == 2 else node)
+                        if (name, other) not in NOT_A_BACKEND:
+                            found.append((name, other))
+            elif isinstance(node, ast.Subscript | ast.Call):
+                keys = [node.slice] if isinstance(node, ast.Subscript) else node.args[:1]
+                if isinstance(node, ast.Call) and not (
+                    isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "pop")
+                ):
+                    keys = []
+                for key in keys:
+                    if isinstance(key, ast.Constant) and key.value in BACKEND_NAMES and key.value != folder:
+                        found.append((name, ast.unparse(node)))
+                    section = _section_of(node.value if isinstance(node, ast.Subscript) else node.func.value)
+                    knob = (section, key.value) if isinstance(key, ast.Constant) else None
+                    if knob in owners and folder not in owners[knob]:
+                        found.append((name, ".".join(knob)))
+            if isinstance(node, ast.Attribute) and (knob := (_section_of(node.value), node.attr)) in owners:
+                if folder not in owners[knob] and (name, ".".join(knob)) not in KNOB_READERS:
+                    found.append((name, ".".join(knob)))
     return found
 
 
-def test_no_module_outside_the_engines_compares_a_backends_name() -> None:
-    assert backend_name_compares() == []
+def test_no_backend_name_or_knob_outside_its_folder() -> None:
+    assert backend_specifics(jobs=PROJECT_ROOT / "jobs") == []
 
 
-def test_the_backend_name_test_sees_a_planted_comparison(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    planted = tmp_path / "src" / "specbatch" / "analysis"
-    planted.mkdir(parents=True)
-    (planted / "a.py").write_text(
-        'def label(job, config):\n    if job.engine.backend == "llama_cpp":\n        return "gguf"\n'
-        '    return "x" if config["engine"]["backend"] in ("server", "other") else "y"\n'
+def test_the_backend_test_sees_planted_names_and_knobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    planted = tmp_path / "src" / "specbatch"
+    (planted / "analysis").mkdir(parents=True)
+    (planted / "backends" / "server").mkdir(parents=True)
+    (planted / "analysis" / "a.py").write_text(
+        'def label(job, config):\n    if job.engine.backend == "llama_cpp":\n        return job.model.gguf\n'
+        '    url = config["engine"]["url"]\n'
+        '    return "x" if config["engine"]["backend"] in ("server", "other") else config.get("dummy")\n'
+    )
+    # In its own folder a backend reads its knobs and names itself; another backend's knob is still refused.
+    (planted / "backends" / "server" / "s.py").write_text(
+        'def f(job):\n    return job.engine.url if job.engine.backend == "server" else job.engine.llama_server\n'
     )
     monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path / "src")
-    assert backend_name_compares(tmp_path / "src" / "specbatch") == [
-        ("specbatch.analysis.a", "job.engine.backend"),
-        ("specbatch.analysis.a", "config['engine']['backend']"),
-    ]
+    assert sorted(backend_specifics(planted)) == sorted(
+        [
+            ("specbatch.analysis.a", "job.engine.backend"),
+            ("specbatch.analysis.a", "model.gguf"),
+            ("specbatch.analysis.a", "engine.url"),
+            ("specbatch.analysis.a", "config['engine']['backend']"),
+            ("specbatch.analysis.a", "config.get('dummy')"),
+            ("specbatch.backends.server.s", "engine.llama_server"),
+        ]
+    )
 
 
 def test_comments_name_only_documents_the_repository_has() -> None:

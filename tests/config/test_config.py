@@ -14,7 +14,7 @@ from omegaconf.errors import OmegaConfBaseException
 from conftest import CONF_DIR, PROJECT_ROOT, compose_config, compose_job, run_generate
 from specbatch.auto.candidates import candidate_jobs
 from specbatch.backends.vllm.vllm_args import llm_kwargs
-from specbatch.config import CHECKPOINT_METHODS, GROUPS, ConfigError, SpecMethod, to_job_config
+from specbatch.config import CHECKPOINT_METHODS, ConfigError, SpecMethod, groups, to_job_config
 from specbatch.config.overrides import (
     override_values,
     parse_overrides,
@@ -23,7 +23,7 @@ from specbatch.config.overrides import (
     without_keys,
 )
 
-GROUP_FILES = sorted((group, path.stem) for group in GROUPS for path in (CONF_DIR / group).glob("*.yaml"))
+GROUP_FILES = sorted((group, path.stem) for group in groups() for path in (CONF_DIR / group).glob("*.yaml"))
 MODEL_SPEC_FILES = sorted(path.stem for path in (CONF_DIR / "model_spec").glob("*.yaml"))
 # Dataset presets for the user's own files: the path (and, for plain text, the template) come from the command line.
 NEEDS_PATH = {"local": ["dataset.template='{prompt}'"], "spec_bench": []}
@@ -34,7 +34,7 @@ PAIRED_MODELS = {"dspark": ["model=qwen3_4b_fp8", "engine=gpu"]}
 
 
 def test_every_group_has_presets() -> None:
-    for group in GROUPS:
+    for group in groups():
         assert any(g == group for g, _ in GROUP_FILES), f"conf/{group}/ has no preset"
 
 
@@ -49,7 +49,7 @@ def test_every_preset_composes_and_validates(group: str, name: str) -> None:
         overrides += ["dataset.path=my.jsonl", *NEEDS_PATH[name]]
     job = compose_job(overrides)
     section = getattr(job, group)
-    assert isinstance(section, GROUPS[group])
+    assert isinstance(section, groups()[group])
     # The engine arguments are derived without loading anything, GPU presets included (spec=auto's: its
     # candidates', each an engine of its own).
     for each in candidate_jobs(job) if job.spec.method is SpecMethod.auto else [job]:

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import PROJECT_ROOT, compose_job
 from specbatch.backends.dummy.dummy import DummyEngine
-from specbatch.config import BACKENDS, ConfigError
+from specbatch.config import ConfigError, backend_names
 from specbatch.engine import Engine, Request, backend_class, start_engine
 
 SRC = PROJECT_ROOT / "src" / "specbatch"
@@ -65,7 +65,7 @@ print(sorted(m for m in sys.modules if m == "vllm" or m.startswith("vllm.")))
 
 
 def test_each_backend_in_the_one_table_is_its_own_engine_class() -> None:
-    for name in BACKENDS:
+    for name in backend_names():
         backend = backend_class(name)
         assert issubclass(backend, Engine) and backend.name == name
         assert not getattr(backend.start, "__isabstractmethod__", False), name

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specbatch.analysis.distribution import DistributionTest
-from specbatch.config import spec_caption
+from specbatch.config import DEFAULT_BACKEND, spec_caption
 
 
 @dataclass
@@ -46,7 +46,7 @@ class CompareRow:
     # A k per batch size (spec.k_schedule; k is then its largest k): a set-up of its own, apart from fixed k's.
     k_schedule: list[list[int]] | None = None
     # engine.backend, and the workload without engine and weights (same prompts, model and sampling).
-    engine: str = "vllm"
+    engine: str = DEFAULT_BACKEND
     prompts_key: str = ""
     # Output tokens per target forward pass, output / (output - accepted): every engine has it, also one that does
     # not report its drafting steps (llama.cpp, which has no AL). 1.0 without speculation.

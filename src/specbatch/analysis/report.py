@@ -24,7 +24,7 @@ from specbatch.analysis.recommend import MIN_REPEATS
 from specbatch.analysis.run_data import RunData, load_run
 from specbatch.analysis.tables import format_comparison, write_comparison
 from specbatch.common.masking import mask_uri
-from specbatch.config import ConfigError, JobConfig, check_known_keys, spec_caption, to_job_config
+from specbatch.config import ConfigError, JobConfig, check_known_keys, job_schema, spec_caption, to_job_config
 from specbatch.engine import backend_class
 from specbatch.run.folder import is_run_folder, read_run, run_folders_below
 from specbatch.run.multirun import SWEEP_FILE, read_sweep, sweep_failures, sweep_run_folders
@@ -270,10 +270,11 @@ def recorded_job(config: dict[str, Any]) -> JobConfig:
     Raises ConfigError when the record no longer fits the schema (a key since removed, a value since refused)."""
     check_known_keys(OmegaConf.create(config))
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(JobConfig), config)
+        merged = OmegaConf.merge(job_schema(), config)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"the recorded config does not fit today's schema: {exc}") from None
-    return to_job_config(merged)
+    # Recorded with every backend's knobs (as run.json always was): another backend's are inert, not refused.
+    return to_job_config(merged, foreign_knobs=True)
 
 
 def serve_commands(comparison: Comparison) -> list[str]:

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 from specbatch.common.machine import machine_line
 from specbatch.config import workload_digest
+from specbatch.config.engine import backend_keys
 from specbatch.engine import recorded_backend
 from specbatch.run.folder import RunFolder, read_run, shard_folders
 from specbatch.run.formats import seed_before_schema_5
@@ -113,7 +114,9 @@ class RunData:
 
 def prompts_digest(config: dict[str, Any]) -> str:
     plain = {key: value for key, value in config.items() if key != "engine"}
-    plain["model"] = {key: value for key, value in config["model"].items() if key not in ("dtype", "gguf")}
+    # The weights: model.dtype, and the weights' files backends name under model (llama.cpp's model.gguf).
+    weights = {"dtype", *backend_keys("model")}
+    plain["model"] = {key: value for key, value in config["model"].items() if key not in weights}
     return workload_digest(plain)
 
 

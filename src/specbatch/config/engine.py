@@ -67,7 +67,8 @@ def backend_names() -> tuple[str, ...]:
     """The backends there are: the sub-packages of specbatch.backends that declare an ENGINE."""
     package = importlib.import_module(BACKENDS_PACKAGE)
     found = [info.name for info in pkgutil.iter_modules(package.__path__) if info.ispkg]
-    return tuple(sorted(name for name in found if hasattr(_package(name), "ENGINE")))
+    # A fixed order for messages: reverse alphabetical puts the default (vllm) first and the tests' dummy last.
+    return tuple(sorted((name for name in found if hasattr(_package(name), "ENGINE")), reverse=True))
 
 
 def _package(name: str) -> ModuleType:
@@ -120,6 +121,12 @@ def knobs() -> dict[str, Knob]:
     return out
 
 
+def backend_keys(section: str) -> frozenset[str]:
+    """The knobs backends add to ``section`` (``model`` → gguf): e.g. what names the weights' file, which a
+    comparison across engines leaves out as it leaves out model.dtype."""
+    return frozenset(k.field.name for k in knobs().values() if k.section == section)
+
+
 def _schema_field(knob: Knob) -> tuple[str, Any, dataclasses.Field[Any]]:
     """The knob as a field of its composed section; its metadata says which backends read it."""
     metadata = dict(knob.field.metadata)
@@ -132,31 +139,20 @@ def _schema_field(knob: Knob) -> tuple[str, Any, dataclasses.Field[Any]]:
 @functools.cache
 def section_class(base: type, section: str) -> type:
     """``base`` (a section's dataclass) with the backends' knobs typed under ``section`` added: what Hydra composes
-    and the job holds. Reachable by name from this module (pickling a job finds it)."""
+    and the job holds."""
     extra = [_schema_field(k) for k in knobs().values() if k.section == section]
     if not extra:
         return base
-    cls = dataclasses.make_dataclass(f"{base.__name__}WithBackends", extra, bases=(base,))
-    cls.__module__, cls.__qualname__ = __name__, f"_sections.{section}"
-    _sections[section] = cls
-    return cls
+    # Pickled by its base and section (a made class has no importable name; a job may cross processes).
+    namespace = {"__reduce__": lambda self: (_restore, (base, section, dict(self.__dict__)))}
+    return dataclasses.make_dataclass(f"{base.__name__}WithBackends", extra, bases=(base,), namespace=namespace)
 
 
-class _Sections(dict[str, type]):
-    """The composed section classes by section name, so pickle finds ``_sections.<section>`` here (also in a
-    process that has not composed a config yet)."""
-
-    def __getattr__(self, name: str) -> type:
-        if name not in self:
-            from specbatch.config.schema import SECTION_BASES  # noqa: PLC0415 (schema imports this module)
-
-            if name not in SECTION_BASES:
-                raise AttributeError(name)
-            section_class(SECTION_BASES[name], name)
-        return self[name]
-
-
-_sections = _Sections()
+def _restore(base: type, section: str, state: dict[str, Any]) -> Any:
+    """A pickled section back, as it was (its checks ran when it was built)."""
+    restored = object.__new__(section_class(base, section))
+    restored.__dict__.update(state)
+    return restored
 
 
 def check_backend_knobs(sections: dict[str, Any], backend: str) -> None:
