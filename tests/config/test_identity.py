@@ -14,6 +14,7 @@ import pytest
 
 from conftest import PROJECT_ROOT, compose_job
 from specbatch.config import (
+    ConfigError,
     Identity,
     JobConfig,
     engine_identity,
@@ -25,7 +26,7 @@ from specbatch.config import (
     workload_digest,
 )
 from specbatch.config.declarations import IDENTITY
-from specbatch.config.identity import field_identities
+from specbatch.config.identity import field_identities, project
 
 # The three rules as they were written before the fields declared their identities (kept here as the reference).
 OLD_HASHED_KEYS = ("model", "spec", "dataset", "sampling", "engine", "max_samples", "chunk_size")
@@ -183,9 +184,15 @@ def test_server_keys_count_only_for_server_jobs() -> None:
     offline = compose_job([])
     server = compose_job(["engine.backend=server"])
     for overrides in (["engine.max_concurrency=4"], ["engine.api=chat"]):
-        # Another value of a server-only key: a new folder for a server job, the same one for an offline job.
+        # Another value of a server-only key: a new folder for a server job, the same one for an offline job's
+        # record (run.json files carry every backend's keys); typed for an offline job, it is refused.
         assert run_folder_digest(compose_job(["engine.backend=server", *overrides])) != run_folder_digest(server)
-        assert run_folder_digest(compose_job(overrides)) == run_folder_digest(offline)
+        recorded = to_plain_dict(offline)
+        key, _, value = overrides[0].removeprefix("engine.").partition("=")
+        recorded["engine"][key] = int(value) if value.isdigit() else value
+        assert project(recorded, Identity.run_folder) == run_folder_config(offline)
+        with pytest.raises(ConfigError, match=f"engine.{key}={value} is a knob of engine.backend=server"):
+            compose_job(overrides)
     # Where the server listens and how the job talks to it change nothing generated: a restart elsewhere resumes.
     moved = compose_job(["engine.backend=server", "engine.url=http://10.0.0.2:9000/v1", "engine.retries=0"])
     assert run_folder_digest(moved) == run_folder_digest(server)
@@ -201,6 +208,10 @@ def test_engine_multiprocessing_counts_only_when_set_and_only_for_vllm() -> None
     assert run_folder_digest(compose_job(["engine.multiprocessing=false"])) != run_folder_digest(default)
     assert "multiprocessing" not in run_folder_config(default)["engine"]
     dummy = compose_job(["engine.backend=dummy"])
-    assert run_folder_digest(compose_job(["engine.backend=dummy", "engine.multiprocessing=true"])) == (
-        run_folder_digest(dummy)
-    )
+    # A dummy job's record with it (run.json files carry every backend's keys) keeps the dummy's folder; typed for
+    # a dummy job, it is refused.
+    recorded = to_plain_dict(dummy)
+    recorded["engine"]["multiprocessing"] = True
+    assert project(recorded, Identity.run_folder) == run_folder_config(dummy)
+    with pytest.raises(ConfigError, match="engine.multiprocessing=True is a knob of engine.backend=vllm"):
+        compose_job(["engine.backend=dummy", "engine.multiprocessing=true"])
