@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import compose_job
-from specbatch.backends.vllm.serve_commands import dynamo_argv, sglang_argv
+from specbatch.backends.sglang.sglang_commands import sglang_argv
+from specbatch.backends.vllm.serve_commands import dynamo_argv
 from specbatch.backends.vllm.vllm_args import llm_kwargs
 from specbatch.config import ConfigError
 from specbatch.config.preflight import preflight

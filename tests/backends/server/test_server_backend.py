@@ -68,9 +68,9 @@ def test_server_keys_are_checked_when_composed() -> None:
     with pytest.raises(ConfigError, match="engine.api_key_env=MY_VAR does not look like a secret"):
         compose_job(["engine.api_key_env=MY_VAR"])
     with pytest.raises(ConfigError, match="engine.max_concurrency=0 must be 1 or more"):
-        compose_job(["engine.max_concurrency=0"])
+        compose_job(["engine.backend=server", "engine.max_concurrency=0"])
     with pytest.raises(ConfigError, match="engine.api=grpc is not one of auto, completions, chat"):
-        compose_job(["engine.api=grpc"])
+        compose_job(["engine.backend=server", "engine.api=grpc"])
 
 
 def test_no_server_at_the_url_is_one_error_naming_it_before_anything_is_written(tmp_path: Path) -> None:

@@ -18,7 +18,9 @@ import pytest
 from conftest import PROJECT_ROOT, compose_job
 from specbatch.analysis.compare import CompareRow, Comparison, Recommendation
 from specbatch.analysis.report import serve_commands
-from specbatch.backends.vllm import vllm_offline
+from specbatch.backends.sglang.sglang_commands import dynamo_sglang_argv, sglang_argv
+from specbatch.backends.vllm import vllm_args, vllm_offline
+from specbatch.backends.vllm.listen import listen_address
 from specbatch.backends.vllm.serve_commands import (
     SAKURA_MAX_TOKENS,
     SAKURA_PROMPT,
@@ -26,10 +28,7 @@ from specbatch.backends.vllm.serve_commands import (
     curl_example,
     dynamo_argv,
     dynamo_frontend_argv,
-    dynamo_sglang_argv,
-    listen_address,
     serving_commands,
-    sglang_argv,
     vllm_console_script_broken,
     vllm_serve_argv,
     vllm_serve_command,
@@ -39,7 +38,6 @@ from specbatch.backends.vllm.vllm_server import server_process_environment
 from specbatch.common.atomic_files import atomic_write_json
 from specbatch.config import ConfigError, JobConfig, to_plain_dict
 from specbatch.engine import engine_fingerprint
-from specbatch.serving import vllm_args
 
 SERVE = PROJECT_ROOT / "jobs" / "serve.py"
 GPU_PRESETS = [

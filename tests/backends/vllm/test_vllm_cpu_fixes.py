@@ -9,8 +9,8 @@ from importlib.metadata import entry_points
 import pytest
 import torch
 
+from specbatch.backends.vllm import vllm_cpu_fixes
 from specbatch.backends.vllm.vllm_cpu_fixes import correct_cpu_kernels, expand_to_tokens, top_k_of_any_rows
-from specbatch.engine import vllm_cpu_fixes
 
 
 def test_each_requests_value_fills_its_draft_positions_in_its_own_dtype() -> None:

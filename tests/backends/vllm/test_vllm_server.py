@@ -20,9 +20,10 @@ import psutil
 import pytest
 
 from conftest import PROJECT_ROOT, compose_job, wait_group_gone
+from specbatch.backends.vllm import vllm_server
 from specbatch.backends.vllm.vllm_server import VllmServer
 from specbatch.config import ConfigError
-from specbatch.serving import child_server, reaper, vllm_server
+from specbatch.serving import child_server, reaper
 from specbatch.serving.child_server import ServerStartError
 
 # A stand-in for vLLM's server: answers /health, and starts a child in its group as vLLM's engine process does.
@@ -214,7 +215,8 @@ def test_the_server_dies_with_a_parent_killed_outright(tmp_path: Path) -> None:
 import sys
 from hydra import compose, initialize_config_dir
 from specbatch.config import register_configs, to_job_config
-from specbatch.serving import reaper, vllm_server
+from specbatch.backends.vllm import vllm_server
+from specbatch.serving import reaper
 register_configs()
 with initialize_config_dir(config_dir={str(PROJECT_ROOT / "conf")!r}, version_base="1.3"):
     job = to_job_config(compose("config", overrides=["engine.url=http://127.0.0.1:{port}/v1",
