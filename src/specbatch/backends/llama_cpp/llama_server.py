@@ -18,14 +18,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
 from specbatch.assets.cache import package_file
 from specbatch.assets.embedded import SMOLLM2_GGUF, SMOLLM2_PACKAGE
+from specbatch.backends.llama_cpp import Options
 from specbatch.common.environment import PROJECT_ROOT
 from specbatch.config import ConfigError, JobConfig, compose_job
+from specbatch.config.engine import backend_options
 from specbatch.config.methods import SpecMethod
 from specbatch.serving.child_server import ChildServer, ServerStartError
 
@@ -43,16 +46,22 @@ OFFERED = (
 )
 
 
+def options(job: JobConfig) -> Options:
+    """The job's llama.cpp knobs (engine.llama_server, model.gguf, spec.draft_gguf, the client's)."""
+    return backend_options(job, Options)
+
+
 def server_binary(job: JobConfig) -> Path:
     """``engine.llama_server``, or the one jobs/llama_cpp.sh built; ConfigError saying how to get one."""
-    if job.engine.llama_server is not None:
-        path = Path(job.engine.llama_server).expanduser()
+    binary = options(job).llama_server
+    if binary is not None:
+        path = Path(binary).expanduser()
         if not path.is_file():
-            raise ConfigError(f"engine.llama_server={job.engine.llama_server} is not a file: point it at llama-server")
+            raise ConfigError(f"engine.llama_server={binary} is not a file: point it at llama-server")
         if not os.access(path, os.X_OK):
             # Not "Permission denied" at the start, blamed on the disk by the job's catch-all for OS errors.
             raise ConfigError(
-                f"engine.llama_server={job.engine.llama_server} is not executable: chmod +x it, or point "
+                f"engine.llama_server={binary} is not executable: chmod +x it, or point "
                 "engine.llama_server at a llama-server you may run"
             )
         return path
@@ -67,11 +76,11 @@ def server_binary(job: JobConfig) -> Path:
 
 def target_gguf(job: JobConfig) -> Path:
     """The target as a GGUF file: ``model.gguf``, or the embedded model's own."""
-    model = job.model
-    if model.gguf is not None:
-        path = Path(model.gguf).expanduser()
+    model, gguf = job.model, options(job).gguf
+    if gguf is not None:
+        path = Path(gguf).expanduser()
         if not path.is_file():
-            raise ConfigError(f"model.gguf={model.gguf} is not a file: point it at the target's .gguf")
+            raise ConfigError(f"model.gguf={gguf} is not a file: point it at the target's .gguf")
         return path
     if model.embedded is not None and model.embedded.value == "smollm2":
         return Path(package_file(SMOLLM2_PACKAGE, SMOLLM2_GGUF))
@@ -79,6 +88,47 @@ def target_gguf(job: JobConfig) -> Path:
         f"engine.backend=llama_cpp needs the target as a GGUF file: set model.gguf=/path/to/{model.name}.gguf "
         "(llama.cpp's convert_hf_to_gguf.py makes one from an HF folder)"
     )
+
+
+def _ngram_flags(job: JobConfig) -> list[str]:
+    # ngram-simple looks the last size-n tokens up in the context and drafts the size-m tokens that followed:
+    # vLLM's prompt lookup with one n (its longest) and k. It drafts nothing when fewer than size-n tokens follow
+    # the match (common/ngram-map.cpp: copy_max < n_draft_min), so n is capped at k.
+    spec = job.spec
+    assert spec.prompt_lookup_max is not None and spec.k is not None  # SpecConfig requires both for ngram
+    n = min(spec.prompt_lookup_max, spec.k)
+    return [
+        "--spec-type",
+        "ngram-simple",
+        "--spec-ngram-simple-size-n",
+        str(n),
+        "--spec-ngram-simple-size-m",
+        str(spec.k),
+    ]
+
+
+def _draft_model_flags(job: JobConfig) -> list[str]:
+    draft_gguf = options(job).draft_gguf
+    if draft_gguf is None:
+        raise ConfigError(
+            "spec=draft_model on engine.backend=llama_cpp needs the draft as a GGUF file: set "
+            "spec.draft_gguf=/path/to/draft.gguf (same vocabulary as the target)"
+        )
+    draft = Path(draft_gguf).expanduser()
+    if not draft.is_file():
+        raise ConfigError(f"spec.draft_gguf={draft_gguf} is not a file: point it at the draft's .gguf")
+    return ["--spec-type", "draft-simple", "-md", str(draft), "--spec-draft-n-max", str(job.spec.k)]
+
+
+# llama.cpp's method table: each method it runs → llama-server's options for it. A method not here is refused,
+# naming what llama.cpp offers (OFFERED).
+METHOD_FLAGS: dict[SpecMethod, Callable[[JobConfig], list[str]]] = {
+    SpecMethod.none: lambda job: [],
+    SpecMethod.ngram: _ngram_flags,
+    SpecMethod.draft_model: _draft_model_flags,
+}
+# The methods its GGUF draft (spec.draft_gguf) belongs to.
+_DRAFT_GGUF_METHODS = (SpecMethod.draft_model,)
 
 
 def spec_flags(job: JobConfig) -> list[str]:
@@ -89,27 +139,14 @@ def spec_flags(job: JobConfig) -> list[str]:
             "spec.k_schedule is vLLM's (num_speculative_tokens_per_batch_size); llama-server drafts up to one k: "
             "drop spec.k_schedule on engine.backend=llama_cpp"
         )
-    if spec.method is SpecMethod.none:
-        return []
-    k = str(spec.k)
-    if spec.method is SpecMethod.ngram:
-        # ngram-simple looks the last size-n tokens up in the context and drafts the size-m tokens that followed:
-        # vLLM's prompt lookup with one n (its longest) and k. It drafts nothing when fewer than size-n tokens
-        # follow the match (common/ngram-map.cpp: copy_max < n_draft_min), so n is capped at k.
-        assert spec.prompt_lookup_max is not None and spec.k is not None  # SpecConfig requires both for ngram
-        n = min(spec.prompt_lookup_max, spec.k)
-        return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(n), "--spec-ngram-simple-size-m", k]
-    if spec.method is SpecMethod.draft_model:
-        if spec.draft_gguf is None:
-            raise ConfigError(
-                "spec=draft_model on engine.backend=llama_cpp needs the draft as a GGUF file: set "
-                "spec.draft_gguf=/path/to/draft.gguf (same vocabulary as the target)"
-            )
-        draft = Path(spec.draft_gguf).expanduser()
-        if not draft.is_file():
-            raise ConfigError(f"spec.draft_gguf={spec.draft_gguf} is not a file: point it at the draft's .gguf")
-        return ["--spec-type", "draft-simple", "-md", str(draft), "--spec-draft-n-max", k]
-    raise ConfigError(f"spec.method={spec.method.value} is not available on engine.backend=llama_cpp: {OFFERED}")
+    if spec.method not in METHOD_FLAGS:
+        raise ConfigError(f"spec.method={spec.method.value} is not available on engine.backend=llama_cpp: {OFFERED}")
+    if options(job).draft_gguf is not None and spec.method not in _DRAFT_GGUF_METHODS:
+        raise ConfigError(
+            f"spec.draft_gguf is not an option of spec.method={spec.method.value} (it belongs to draft_model): "
+            "remove it or choose one of those methods (spec=draft_model)"
+        )
+    return METHOD_FLAGS[spec.method](job)
 
 
 def slots(job: JobConfig) -> int:
