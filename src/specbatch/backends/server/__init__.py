@@ -5,10 +5,11 @@ from the same config). Light: only its options, declared here."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from specbatch.common.masking import SECRET_NAME, mask_uri
 from specbatch.config.declarations import Identity, identities
+from specbatch.config.engine import backend_options
 from specbatch.config.errors import require
 
 ENGINE = "specbatch.backends.server.server:ServerEngine"
@@ -73,3 +74,8 @@ class Options(ClientOptions):
         check_endpoint(self.url, self.api_key_env)
         require(self.api in SERVER_APIS, f"engine.api={self.api} is not one of {', '.join(SERVER_APIS)}")
         require(self.max_concurrency >= 1, f"engine.max_concurrency={self.max_concurrency} must be 1 or more, e.g. 16")
+
+
+def server_options(job: Any) -> Options:
+    """The job's server knobs as this backend's Options (checked)."""
+    return backend_options(job, Options)

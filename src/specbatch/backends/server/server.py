@@ -36,6 +36,7 @@ from typing import Any, NoReturn, Self
 import httpx
 import openai
 
+from specbatch.backends.server import server_options
 from specbatch.backends.server.server_answers import (
     SERVER_AT_FAULT,
     MalformedAnswer,
@@ -83,21 +84,22 @@ class ServerEngine(VllmFamily):
     @classmethod
     def batch(cls, job: JobConfig) -> int | None:
         # The job's side of the batch; the server's own is whatever it was started with.
-        return job.engine.max_concurrency
+        return server_options(job).max_concurrency
 
     def __init__(self, job: JobConfig, target: ServerTarget) -> None:
-        super().__init__(type(self).fingerprint_of(job), concurrency=job.engine.max_concurrency)
+        super().__init__(type(self).fingerprint_of(job), concurrency=server_options(job).max_concurrency)
         self.job, self.target = job, target
+        self._options = server_options(job)
         # With speculation the spec counters are the whole server's (every client's requests); without, the
         # counters are only the job's own token counts.
         self.counters_scope = "server" if job.spec.k is not None else "requests"
-        self.url = job.engine.url
+        self.url = server_options(job).url
         self._root = server_root(self.url)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="specbatch-server-client", daemon=True)
         self._thread.start()
         self._client = self._call(self._make_client())
-        self._semaphore = asyncio.Semaphore(job.engine.max_concurrency)
+        self._semaphore = asyncio.Semaphore(server_options(job).max_concurrency)
         self._pending: dict[int, concurrent.futures.Future[Completion]] = {}
         self._finished: queue.Queue[int] = queue.Queue()
         self._ids = 0
@@ -110,7 +112,7 @@ class ServerEngine(VllmFamily):
 
     async def _make_client(self) -> openai.AsyncOpenAI:
         # Made on the loop's thread: its connection pool belongs to that loop.
-        engine = self.job.engine
+        engine = server_options(self.job)
         return openai.AsyncOpenAI(
             base_url=engine.url,
             api_key=api_key(self.job),
@@ -259,7 +261,7 @@ class ServerEngine(VllmFamily):
             except openai.APITimeoutError:
                 self._stop_shard(
                     request,
-                    f"no answer within engine.request_timeout_seconds={self.job.engine.request_timeout_seconds}",
+                    f"no answer within engine.request_timeout_seconds={self._options.request_timeout_seconds}",
                 )
             except openai.APIConnectionError as exc:
                 self._stop_shard(request, str(exc.__cause__ or exc))
@@ -277,7 +279,7 @@ class ServerEngine(VllmFamily):
     def _stop_shard(self, request: Request, why: str) -> NoReturn:
         raise ServerUnreachable(
             f"engine.url={mask_uri(self.url)} stopped answering properly ({why}, for row {request.row_id}; after "
-            f"engine.retries={self.job.engine.retries} retries). Chunks already written are kept: when the server "
+            f"engine.retries={self._options.retries} retries). Chunks already written are kept: when the server "
             "answers again, rerun the same command to generate the rest"
         ) from None
 

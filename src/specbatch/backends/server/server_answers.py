@@ -8,6 +8,7 @@ from typing import Any
 
 import openai
 
+from specbatch.backends.server import server_options
 from specbatch.common.masking import mask_uri
 from specbatch.config import ConfigError, JobConfig
 from specbatch.engine.spec_metrics import RowSpecFigures, acceptance_length
@@ -68,12 +69,12 @@ def check_same_model(job: JobConfig, served: str, root: str | None) -> None:
     """The served model is the job's (by its id or, as vLLM lists it, its root path), or the user named it
     (engine.served_model): otherwise rows of another model would be stored under this job's model, and a resume
     against another server would mix two models in one run."""
-    if job.engine.served_model is not None:
+    if server_options(job).served_model is not None:
         return
     if _model_names(job.model.path) & (_model_names(served) | _model_names(root or "")):
         return
     raise ConfigError(
-        f"the server at {mask_uri(job.engine.url)} serves {served}"
+        f"the server at {mask_uri(server_options(job).url)} serves {served}"
         + (f" (from {root})" if root and root != served else "")
         + f", not this job's model.path={job.model.path}: point engine.url at a server of that model, or, if it is "
         f"the same model under another name, set engine.served_model={served}"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import httpx
 import openai
 
+from specbatch.backends.server import server_options
 from specbatch.backends.server.server_answers import check_same_model
 from specbatch.common.masking import mask_uri
 from specbatch.config import ConfigError, JobConfig
@@ -39,7 +40,7 @@ class ServerTarget:
 def api_key(job: JobConfig) -> str:
     """The key from the variable engine.api_key_env names; a placeholder when unset (servers without keys ignore
     it, and the client insists on one). The value is masked in every output: the variable's name says it is secret."""
-    return os.environ.get(job.engine.api_key_env) or "no-key"
+    return os.environ.get(server_options(job).api_key_env) or "no-key"
 
 
 def server_root(url: str) -> str:
@@ -50,7 +51,8 @@ def server_root(url: str) -> str:
 
 def _unreachable(job: JobConfig, why: object) -> ConfigError:
     return ConfigError(
-        f"engine.url={mask_uri(job.engine.url)}: no OpenAI-compatible server answers there ({why}). Start one "
+        f"engine.url={mask_uri(server_options(job).url)}: no OpenAI-compatible server answers there ({why}). Start "
+        "one "
         "(python jobs/serve.py <the same overrides>) or point engine.url at a running server"
     )
 
@@ -59,7 +61,7 @@ def check_server(job: JobConfig, verify_model: bool = True) -> ServerTarget:
     """Before anything is written: the server answers, the key is accepted, the model is there (and, with
     ``verify_model``, is the job's model), and which API takes the prompts. Each failure is one ConfigError naming
     the key to change."""
-    engine = job.engine
+    engine = server_options(job)
     client = openai.OpenAI(
         base_url=engine.url, api_key=api_key(job), max_retries=min(engine.retries, 1), timeout=CHECK_TIMEOUT
     )
@@ -94,17 +96,17 @@ def check_server(job: JobConfig, verify_model: bool = True) -> ServerTarget:
 
 
 def _pick_model(job: JobConfig, served: list[str]) -> str:
-    wanted = job.engine.served_model
+    wanted = server_options(job).served_model
     if wanted is not None:
         if wanted not in served:
             raise ConfigError(
-                f"engine.served_model={wanted} is not served at {mask_uri(job.engine.url)}; it serves: "
+                f"engine.served_model={wanted} is not served at {mask_uri(server_options(job).url)}; it serves: "
                 f"{', '.join(served) or 'nothing'}"
             )
         return wanted
     if len(served) != 1:
         raise ConfigError(
-            f"the server at {mask_uri(job.engine.url)} serves {len(served)} models ({', '.join(served)}): "
+            f"the server at {mask_uri(server_options(job).url)} serves {len(served)} models ({', '.join(served)}): "
             "set engine.served_model to one of them"
         )
     return served[0]

@@ -8,6 +8,7 @@ engine.backend=server). It serves the job's vLLM set-up, so it reads the vllm ba
 
 from __future__ import annotations
 
+from specbatch.backends.vllm import vllm_options
 from specbatch.backends.vllm.listen import listen_address
 from specbatch.config import ConfigError, JobConfig, SpecMethod
 
@@ -51,12 +52,12 @@ def _sglang_engine_flags(job: JobConfig) -> list[str]:
     argv += ["--tp-size", str(model.tensor_parallel_size), "--random-seed", str(engine.seed)]
     argv += ["--trust-remote-code"] if model.trust_remote_code else []
     # enforce_eager turns off CUDA graphs (SGLang does not torch.compile unless asked).
-    argv += ["--disable-cuda-graph"] if engine.enforce_eager else []
+    argv += ["--disable-cuda-graph"] if vllm_options(job).enforce_eager else []
     if engine.max_num_seqs is not None:
         argv += ["--max-running-requests", str(engine.max_num_seqs)]
-    if engine.gpu_memory_utilization is not None:
+    if vllm_options(job).gpu_memory_utilization is not None:
         # The nearest knob: SGLang's share is for weights and KV cache, vLLM's also covers activations.
-        argv += ["--mem-fraction-static", str(engine.gpu_memory_utilization)]
+        argv += ["--mem-fraction-static", str(vllm_options(job).gpu_memory_utilization)]
     if spec.method is SpecMethod.none:
         return argv
     where = f"spec.method={spec.method.value}"
@@ -132,6 +133,6 @@ def dynamo_sglang_argv(job: JobConfig) -> list[str]:
     launches it: SGLang's own flags (its worker parses them with SGLang's ServerArgs), the model served under its
     path, and ``--enable-metrics`` for SGLang's spec-decode counters. HTTP is the frontend's
     (:func:`dynamo_frontend_argv`), so the worker takes no host or port."""
-    served = job.engine.served_model or job.model.path
+    served = vllm_options(job).served_model or job.model.path
     argv = ["python3", "-m", "dynamo.sglang", "--model-path", job.model.path, "--served-model-name", served]
     return argv + _sglang_engine_flags(job) + ["--enable-metrics"]

@@ -5,10 +5,11 @@ options, declared here; ``vllm_offline`` imports vLLM when a job runs on it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from specbatch.backends.server import DEFAULT_URL, check_endpoint
 from specbatch.config.declarations import Identity, absent_when_null, every_backend, identities
+from specbatch.config.engine import backend_options
 from specbatch.config.errors import require
 
 ENGINE = "specbatch.backends.vllm.vllm_offline:VllmEngine"
@@ -48,3 +49,9 @@ class Options:
             f"engine.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1], e.g. 0.9",
         )
         check_endpoint(self.url, self.api_key_env)
+
+
+def vllm_options(job: Any) -> Options:
+    """The job's vLLM knobs as this backend's Options (checked). Also for the backends that stand in for vLLM or
+    are served by it (server, dummy): their vLLM knobs are the presets' values."""
+    return backend_options(job, Options)

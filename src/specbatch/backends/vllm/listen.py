@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from specbatch.backends.vllm import vllm_options
 from specbatch.config import ConfigError, JobConfig
 
 # vLLM's OpenAI-compatible routes live under this path; jobs/serve.py can only serve engine.url there.
@@ -13,7 +14,7 @@ API_PATH = "/v1"
 
 def listen_address(job: JobConfig) -> tuple[str, int]:
     """The host and port ``engine.url`` names: where jobs/serve.py listens and where the job connects."""
-    url = job.engine.url
+    url = vllm_options(job).url
     parts = urlsplit(url)
     try:
         port = parts.port or 80

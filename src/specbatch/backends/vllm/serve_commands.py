@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specbatch.backends.sglang.sglang_commands import dynamo_sglang_argv, sglang_argv
+from specbatch.backends.vllm import vllm_options
 from specbatch.backends.vllm.listen import listen_address
 from specbatch.backends.vllm.vllm_args import llm_kwargs, vllm_environment
 from specbatch.common.environment import PROJECT_ROOT
@@ -110,9 +111,9 @@ def vllm_serve_argv(job: JobConfig, *, module: bool) -> list[str]:
     else:
         argv = ["vllm", "serve", model]
     argv += ["--host", host, "--port", str(port)]
-    if job.engine.served_model:
+    if vllm_options(job).served_model:
         # The job asks the server for engine.served_model: serve the model under that name.
-        argv += ["--served-model-name", job.engine.served_model]
+        argv += ["--served-model-name", vllm_options(job).served_model]
     return argv + _engine_flags(job)
 
 
@@ -140,7 +141,7 @@ def _with_environment(argv: list[str], environment: Mapping[str, str], key_varia
 
 def api_key_variable(job: JobConfig, environ: Mapping[str, str] | None = None) -> str | None:
     """The name of the variable holding the API key (``engine.api_key_env``), when it is set; None otherwise."""
-    name = job.engine.api_key_env
+    name = vllm_options(job).api_key_env
     return name if (os.environ if environ is None else environ).get(name) else None
 
 
@@ -152,11 +153,17 @@ def vllm_serve_command(job: JobConfig, *, module: bool) -> str:
 def curl_example(job: JobConfig) -> str:
     """A ready chat request to the server at ``engine.url``: the Sakura poem of Dynamo's guide, 250 tokens."""
     payload = {
-        "model": job.engine.served_model or job.model.path,
+        "model": vllm_options(job).served_model or job.model.path,
         "messages": [{"role": "user", "content": SAKURA_PROMPT}],
         "max_tokens": SAKURA_MAX_TOKENS,
     }
-    words = ["curl", "-s", f"{job.engine.url.rstrip('/')}/chat/completions", "-H", "Content-Type: application/json"]
+    words = [
+        "curl",
+        "-s",
+        f"{vllm_options(job).url.rstrip('/')}/chat/completions",
+        "-H",
+        "Content-Type: application/json",
+    ]
     line = format_command(words)
     if (variable := api_key_variable(job)) is not None:
         # Double quotes, so the shell that runs it puts the key in; this text only ever holds its name.

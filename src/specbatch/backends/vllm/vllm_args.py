@@ -12,6 +12,7 @@ import enum
 import os
 from typing import Any
 
+from specbatch.backends.vllm import vllm_options
 from specbatch.common.machine import this_machine
 from specbatch.config import METHODS, ConfigError, JobConfig, SpecConfig
 from specbatch.config.errors import require
@@ -82,7 +83,7 @@ def llm_kwargs(job: JobConfig) -> dict[str, Any]:
         "max_model_len": model.max_model_len,
         "trust_remote_code": model.trust_remote_code,
         "tensor_parallel_size": model.tensor_parallel_size,
-        "enforce_eager": engine.enforce_eager,
+        "enforce_eager": vllm_options(job).enforce_eager,
         "seed": engine.seed,
         # Counters for the summary: vLLM only keeps them (and get_metrics only works) with stats on.
         "disable_log_stats": False,
@@ -92,8 +93,8 @@ def llm_kwargs(job: JobConfig) -> dict[str, Any]:
         kwargs["speculative_config"] = speculative
         # Per-row figures; vLLM refuses this option without a speculative_config.
         kwargs["per_request_spec_decode_metrics"] = "summary"
-    if engine.gpu_memory_utilization is not None:
-        kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
+    if vllm_options(job).gpu_memory_utilization is not None:
+        kwargs["gpu_memory_utilization"] = vllm_options(job).gpu_memory_utilization
     if engine.max_num_seqs is not None:
         kwargs["max_num_seqs"] = engine.max_num_seqs
     if seeded_prefills_must_stay_whole(job):
@@ -119,15 +120,15 @@ def vllm_environment(job: JobConfig) -> dict[str, str]:
     one) and what the method's registry entry asks for (specbatch.config.methods). The offline engine and the server
     jobs/serve.py starts both set them from here, so the two cannot drift; an explicit environment value wins."""
     env: dict[str, str] = {}
-    if job.engine.cpu_kvcache_space_gib is not None:
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(job.engine.cpu_kvcache_space_gib)
+    if vllm_options(job).cpu_kvcache_space_gib is not None:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(vllm_options(job).cpu_kvcache_space_gib)
     return env | METHODS[job.spec.method].environment
 
 
 def runs_in_process(job: JobConfig) -> bool:
     """Whether vLLM's engine core and worker run inside the job's process (engine.multiprocessing; null: on a machine
     without a GPU, with one worker)."""
-    choice = job.engine.multiprocessing
+    choice = vllm_options(job).multiprocessing
     if choice is None:
         return not this_machine().gpu_count and job.model.tensor_parallel_size == 1
     return not choice
@@ -154,7 +155,7 @@ def largest_batch(job: JobConfig) -> tuple[int, str]:
     engine = job.engine
     if engine.max_num_seqs is not None:
         return engine.max_num_seqs, f"engine.max_num_seqs={engine.max_num_seqs} lets the engine run that many"
-    if engine.gpu_memory_utilization is None:
+    if vllm_options(job).gpu_memory_utilization is None:
         workers = job.model.tensor_parallel_size
         return 256 * workers, (
             f"engine.max_num_seqs is null, so vLLM's CPU build runs up to {256 * workers} requests at once "
@@ -168,7 +169,7 @@ def check_vllm_rules(job: JobConfig) -> None:
     drafter placement; ConfigError naming the key to change."""
     spec, model = job.spec, job.model
     require(
-        job.engine.multiprocessing is not False or model.tensor_parallel_size == 1,
+        vllm_options(job).multiprocessing is not False or model.tensor_parallel_size == 1,
         f"engine.multiprocessing=false runs vLLM in the job's process, which holds one worker, but "
         f"model.tensor_parallel_size={model.tensor_parallel_size} needs one per GPU: set "
         "engine.multiprocessing=true (or null)",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from specbatch.assets.cache import EmbeddedAssetError
 from specbatch.assets.prepare import ensure_embedded
+from specbatch.backends.vllm import vllm_options
 from specbatch.backends.vllm.serve_commands import (
     VLLM_API_KEY,
     listen_address,
@@ -40,7 +41,7 @@ def server_process_environment(job: JobConfig, environ: Mapping[str, str] | None
     environ = os.environ if environ is None else environ
     env = {**vllm_environment(job), **environ}
     env.pop(VLLM_API_KEY, None)
-    key = environ.get(job.engine.api_key_env)
+    key = environ.get(vllm_options(job).api_key_env)
     if key:
         env[VLLM_API_KEY] = key
     elif environ.get(VLLM_API_KEY):
@@ -48,8 +49,8 @@ def server_process_environment(job: JobConfig, environ: Mapping[str, str] | None
             "%s is set but %s (engine.api_key_env) is not: the server starts without a key, since the job would "
             "send none; export %s to require one",
             VLLM_API_KEY,
-            job.engine.api_key_env,
-            job.engine.api_key_env,
+            vllm_options(job).api_key_env,
+            vllm_options(job).api_key_env,
         )
     return env
 
@@ -57,7 +58,7 @@ def server_process_environment(job: JobConfig, environ: Mapping[str, str] | None
 def check_port_free(job: JobConfig) -> None:
     """Refuse, naming engine.url, a port something already listens on or a host that is not this machine's."""
     host, port = listen_address(job)
-    url = job.engine.url
+    url = vllm_options(job).url
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         with socket.socket(family, kind, proto) as probe:
@@ -117,4 +118,4 @@ class VllmServer(ChildServer):
         env["TMPDIR"] = str(ipc_dir)
         if not ipc_path_chosen_by_user():
             env["VLLM_RPC_BASE_PATH"] = str(ipc_dir)
-        return cls.launch(argv, env, job.engine.url, log_path, timeout=timeout, ipc_dir=ipc_dir)
+        return cls.launch(argv, env, vllm_options(job).url, log_path, timeout=timeout, ipc_dir=ipc_dir)
