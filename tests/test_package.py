@@ -180,17 +180,19 @@ def test_tests_mirror_the_packages() -> None:
 # Comparisons with a backend's name that are about something else: a summary's counters_scope is "engine",
 # "server" (a server's counters, every client's) or "requests", whichever backend produced it.
 NOT_A_BACKEND = {("specbatch.run.summary", "summary.counters_scope")}
-# Backend knobs read outside the folders of the backends that declare them, each with its reason.
-KNOB_READERS = {
-    # SGLang is a serve-only target: it serves the job's vLLM set-up, so it reads vLLM's engine knobs (and listens
-    # where jobs/serve.py would, engine.url).
-    ("specbatch.backends.sglang.sglang_commands", "engine.enforce_eager"),
-    ("specbatch.backends.sglang.sglang_commands", "engine.gpu_memory_utilization"),
-    ("specbatch.backends.sglang.sglang_commands", "engine.served_model"),
-    # The server backend's engine and the dummy stand in for vLLM: its rules (batch, processes) are theirs, read
-    # through the vllm backend's own functions; these are the vLLM knobs those functions read for every job.
+# Modules outside backends/ that import a backend's folder, each with its reason (a backend's knobs are read through
+# its own Options, e.g. vllm_options(job), so an import is where another package could reach them).
+BACKEND_IMPORTERS = {
+    # jobs/serve.py is the vllm backend's serve step: it starts vLLM's server (VllmServer) and prints its commands.
+    ("jobs.serve", "vllm"),
+    # Benchmarks of vLLM itself: its engine processes, and its offline engine against its own server.
+    ("specbatch.bench.processes", "vllm"),
+    ("specbatch.bench.offline_vs_server", "vllm"),
 }
-# The backends' knobs by name (engine.url → url) and the folders allowed to read each; a backend's name.
+# Backend knobs read outside the folders of the backends that declare them as job.engine.<knob> (or
+# job.model.gguf), each with its reason; none today.
+KNOB_READERS: set[tuple[str, str]] = set()
+# engine.backend's values: the backends' folders.
 BACKEND_NAMES = backend_names()
 
 
@@ -249,6 +251,16 @@ def backend_specifics(package: Path = PACKAGE, jobs: Path | None = None) -> list
                     knob = (section, key.value) if isinstance(key, ast.Constant) else None
                     if knob in owners and folder not in owners[knob]:
                         found.append((name, ".".join(knob)))
+            if isinstance(node, ast.Import | ast.ImportFrom) and folder is None:
+                modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                for module in modules:
+                    parts = module.split(".")
+                    if (
+                        parts[:2] == ["specbatch", "backends"]
+                        and len(parts) > 2
+                        and (name, parts[2]) not in (BACKEND_IMPORTERS)
+                    ):
+                        found.append((name, f"import {module}"))
             if isinstance(node, ast.Attribute) and (knob := (_section_of(node.value), node.attr)) in owners:
                 if folder not in owners[knob] and (name, ".".join(knob)) not in KNOB_READERS:
                     found.append((name, ".".join(knob)))
@@ -266,6 +278,7 @@ def test_the_backend_test_sees_planted_names_and_knobs(tmp_path: Path, monkeypat
     (planted / "analysis" / "a.py").write_text(
         'def label(job, config):\n    if job.engine.backend == "llama_cpp":\n        return job.model.gguf\n'
         '    url = config["engine"]["url"]\n'
+        "    from specbatch.backends.server import server_options\n"
         '    return "x" if config["engine"]["backend"] in ("server", "other") else config.get("dummy")\n'
     )
     # In its own folder a backend reads its knobs and names itself; another backend's knob is still refused.
@@ -280,6 +293,7 @@ def test_the_backend_test_sees_planted_names_and_knobs(tmp_path: Path, monkeypat
             ("specbatch.analysis.a", "engine.url"),
             ("specbatch.analysis.a", "config['engine']['backend']"),
             ("specbatch.analysis.a", "config.get('dummy')"),
+            ("specbatch.analysis.a", "import specbatch.backends.server"),
             ("specbatch.backends.server.s", "engine.llama_server"),
         ]
     )
