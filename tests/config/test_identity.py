@@ -213,5 +213,5 @@ def test_engine_multiprocessing_counts_only_when_set_and_only_for_vllm() -> None
     recorded = to_plain_dict(dummy)
     recorded["engine"]["multiprocessing"] = True
     assert project(recorded, Identity.run_folder) == run_folder_config(dummy)
-    with pytest.raises(ConfigError, match="engine.multiprocessing=True is a knob of engine.backend=vllm"):
+    with pytest.raises(ConfigError, match="engine.multiprocessing=true is a knob of engine.backend=vllm"):
         compose_job(["engine.backend=dummy", "engine.multiprocessing=true"])

@@ -167,8 +167,10 @@ def check_backend_knobs(sections: dict[str, Any], backend: str) -> None:
         value = getattr(value, "value", value)
         if value != knob.default:
             owners = " or ".join(f"engine.backend={owner}" for owner in knob.owners)
+            # As users type it (engine.multiprocessing=true).
+            typed = str(value).lower() if isinstance(value, bool) else value
             raise ConfigError(
-                f"{key}={value} is a knob of {owners}, not of engine.backend={backend}: drop {key}, or run on {owners}"
+                f"{key}={typed} is a knob of {owners}, not of engine.backend={backend}: drop {key}, or run on {owners}"
             )
 
 
