@@ -20,6 +20,7 @@ from specbatch.common.environment import PROJECT_ROOT
 from specbatch.config import ConfigError, JobConfig
 from specbatch.config.methods import CHECKPOINT_METHODS, SpecMethod
 from specbatch.config.overrides import hydra_override
+from specbatch.config.schema import composed_section
 from specbatch.config.spec import AUTO_DEFAULT_CANDIDATES, SpecConfig
 from specbatch.engine import backend_class, validate_job
 
@@ -103,7 +104,8 @@ def _candidate(label: str, checkpoints: dict[str, Any]) -> Candidate:
     if k is not None:
         knobs["num_speculative_tokens"] = k
     try:
-        spec = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SpecConfig), knobs))
+        # The spec section as jobs compose it (the backends' spec knobs, e.g. spec.draft_gguf, included).
+        spec = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(composed_section("spec")), knobs))
     except (ConfigError, OmegaConfBaseException) as exc:
         cause = exc if isinstance(exc, ConfigError) else (exc.__cause__ or exc)
         raise ConfigError(f"spec.auto.candidates: {label}: {cause}") from None

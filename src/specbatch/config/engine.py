@@ -175,9 +175,11 @@ def check_backend_knobs(sections: dict[str, Any], backend: str) -> None:
 
 
 def backend_options(job: Any, options: type[_Options]) -> _Options:
-    """A backend's ``Options`` with the job's values (each knob from its section), checked by its __post_init__."""
+    """A backend's ``Options`` with the job's values (each knob from its section), checked by its __post_init__. A
+    section built in code without the backends' knobs (a plain SpecConfig) gives their defaults."""
     values = {}
     for f in dataclasses.fields(options):  # type: ignore[arg-type]
         section = getattr(job, options.SECTIONS.get(f.name, "engine"))  # type: ignore[attr-defined]
-        values[f.name] = getattr(section, f.name)
+        if hasattr(section, f.name):
+            values[f.name] = getattr(section, f.name)
     return options(**values)
