@@ -15,12 +15,12 @@ from mlflow.tracking import MlflowClient
 from conftest import fake_engine
 from specbatch.analysis.compare import compare, settings_notes
 from specbatch.analysis.run_data import load_run
+from specbatch.backends.vllm.vllm_settings import resolved_settings
 from specbatch.engine.acceptance_settings import (
     SETTINGS,
     as_params,
     differences,
     merged_settings,
-    resolved_settings,
 )
 from specbatch.pipeline import run_job
 from specbatch.run.folder import RunFolder

@@ -1,4 +1,6 @@
-"""The engine settings that change acceptance without anyone asking, as vLLM resolved them for a run.
+"""The engine settings that change acceptance without anyone asking, as the engine resolved them for a run: which
+they are, how several launches' merge, their MLflow params and their differences between runs. The vllm backend
+reads them from its started engine (specbatch.backends.vllm.vllm_settings).
 
 vLLM's issue tracker shows acceptance moving with settings that no run config names: the draft's own
 ``max_model_len`` (past it vLLM stops drafting for a request: acceptance falls towards 0, vllm#58080), prefix caching
@@ -7,18 +9,14 @@ model runner and attention backend vLLM picks. Each run records them in its shar
 and its MLflow params (``acceptance_settings.<key>``), and jobs/compare.py warns when set-ups it puts side by side
 differ in any of them.
 
-What this module knows: vLLM 0.32's resolved ``VllmConfig`` (read in the job's process) and its workers' attention
-groups (asked through ``LLM.collective_rpc``, so it works with the engine in this process or in its own). What it
-does not know: a server's settings (a server backend records none) and anything vLLM decides per request.
+What this module does not know: a server's settings (a server backend records none) and anything an engine decides
+per request.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 # The recorded settings, in the order tables show them.
 SETTINGS = (
@@ -30,48 +28,6 @@ SETTINGS = (
     "model_runner",
     "attention_backend",
 )
-# The job never asks vLLM for structured output (no sampling option sets it), so every request decodes freely.
-NO_STRUCTURED_OUTPUT = "off"
-
-
-def _attention_backends(worker: Any) -> list[str]:
-    """Run inside each vLLM worker (LLM.collective_rpc): the attention backends of its model runner's attention
-    groups, the target's and the drafter's (V2 keeps the speculator's apart)."""
-    runner = getattr(worker, "model_runner", None)
-    groups = list(getattr(runner, "attn_groups", None) or [])
-    groups += list(getattr(getattr(runner, "speculator", None), "attn_groups", None) or [])
-    names = {group.backend.get_name() for per_kv_group in groups for group in per_kv_group}
-    return sorted(names)
-
-
-def _flag(value: Any) -> bool | None:
-    return None if value is None else bool(value)
-
-
-def resolved_settings(llm: Any) -> dict[str, Any]:
-    """The settings of a started ``vllm.LLM`` (see the module docstring); a value vLLM does not expose is None."""
-    config = llm.llm_engine.vllm_config
-    speculative = config.speculative_config
-    draft = getattr(speculative, "draft_model_config", None) if speculative is not None else None
-    cache, scheduler = config.cache_config, config.scheduler_config
-    try:
-        per_worker = llm.collective_rpc(_attention_backends)
-        backends = ",".join(sorted({name for names in per_worker for name in names})) or None
-    except Exception as exc:  # a runner without attention groups: the rest is still worth recording
-        log.warning("could not read the attention backend from vLLM's workers (%s); recorded as unknown", exc)
-        backends = None
-    return {
-        # The draft's context, capped at the target's by vLLM (SpeculativeConfig._maybe_override_draft_max_model_len);
-        # null without a separate draft model config (n-gram, suffix, none).
-        "draft_max_model_len": getattr(draft, "max_model_len", None),
-        "prefix_caching": _flag(cache.enable_prefix_caching),
-        "chunked_prefill": _flag(scheduler.enable_chunked_prefill),
-        # vLLM decides it at config time (None: left undecided, recorded as unknown rather than as off).
-        "async_scheduling": _flag(scheduler.async_scheduling),
-        "structured_outputs": NO_STRUCTURED_OUTPUT,
-        "model_runner": "v2" if config.use_v2_model_runner else "v1",
-        "attention_backend": backends,
-    }
 
 
 def merged_settings(each: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:

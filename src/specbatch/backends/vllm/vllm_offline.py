@@ -33,8 +33,8 @@ from specbatch.backends.vllm.vllm_args import (
 )
 from specbatch.backends.vllm.vllm_cpu_fixes import correct_cpu_kernels
 from specbatch.backends.vllm.vllm_family import VllmFamily
+from specbatch.backends.vllm.vllm_settings import resolved_settings
 from specbatch.config import JobConfig, SamplingConfig
-from specbatch.engine.acceptance_settings import resolved_settings
 from specbatch.engine.base import Completion, Request, RequestRefused, Sample
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
 from specbatch.serving.reaper import Reaper, abandon_start, make_ipc_dir, remove_ipc_dir
