@@ -1,7 +1,7 @@
 """The server's life: refused before launch when engine.url cannot be served, healthy or failing fast with its log,
 its whole process group ended on stop (SIGKILL if it ignores SIGTERM) or when its parent is killed. The real thing,
 jobs/serve.py serving SmolLM2 + n-gram, answering Dynamo's chat request and stopped by SIGTERM, is checked in
-tests/engine/test_server_backend_cpu.py, on the vLLM server that module starts again through jobs/serve.py."""
+tests/backends/server/test_server_backend_cpu.py, on the vLLM server that module starts again through jobs/serve.py."""
 
 from __future__ import annotations
 
