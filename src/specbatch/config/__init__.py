@@ -2,8 +2,10 @@
 
 ``specbatch.config`` is the import every other package uses; the modules behind it are an implementation detail:
 ``errors`` (ConfigError), ``methods`` (the speculative-method registry and its labels), ``spec`` (the spec section),
-``schema`` (the other sections, the job, and the identities its fields declare), ``compose`` (Hydra registration
-and the key check), ``serialise`` (plain data and YAML) and ``identity`` (run folder, engine and workload digests).
+``schema`` (the other sections, the job, and the identities its fields declare), ``engine`` (the neutral engine
+section, and how each backend's own knobs, declared in its folder, join the sections), ``compose`` (Hydra
+registration, the key check and the refusal of another backend's knob), ``serialise`` (plain data and YAML) and
+``identity`` (run folder, engine and workload digests).
 """
 
 from specbatch.config.compose import (
