@@ -64,7 +64,8 @@ def _sglang_engine_flags(job: JobConfig) -> list[str]:
     if spec.method not in _SGLANG_ALGORITHMS:
         raise ConfigError(
             f"{where}: SGLang's speculative decoding docs name no such algorithm (its DFLASH runs DFlash drafts, "
-            "not DSpark's), so it cannot be served the same way there; serve it with vLLM"
+            "not DSpark's), so it cannot be served the same way there; serve it with vLLM (SGLang serves "
+            f"spec={', '.join(m.value for m in _SGLANG_ALGORITHMS)})"
         )
     if spec.draft_sample_method is not None and spec.draft_sample_method.value != "greedy":
         raise ConfigError(
