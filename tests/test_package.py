@@ -171,9 +171,9 @@ def test_tests_mirror_the_packages() -> None:
     packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
     test_dirs = {p.name for p in (PROJECT_ROOT / "tests").iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
     assert test_dirs <= packages
-    # Only tests of the whole product (the GPU install, README commands, this file) stay at the top.
+    # Only tests of the whole product (the GPU install, README commands, the docs site, this file) stay at the top.
     top = sorted(p.name for p in (PROJECT_ROOT / "tests").glob("test_*.py"))
-    assert top == ["test_gpu_install.py", "test_package.py", "test_readme.py"]
+    assert top == ["test_docs.py", "test_gpu_install.py", "test_package.py", "test_readme.py"]
 
 
 # Comparisons with a backend's name that are about something else: a summary's counters_scope is "engine",
