@@ -23,8 +23,12 @@ MAX_JOB_LINES = 100
 LAYERS = [
     "common",
     "assets",
+    "methods",
     "config",
     "data",
+    # Until backends51 moves engine/ and serving/ into it, only backends/vllm/methods.py (vLLM's table of methods,
+    # read by serving and engine) is there; its place follows that move.
+    "backends",
     "serving",
     "engine",
     "run",

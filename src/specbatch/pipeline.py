@@ -13,8 +13,8 @@ from pathlib import Path
 from specbatch.common.interrupts import StopRequested, signal_name, stop_received
 from specbatch.config import JobConfig
 from specbatch.config.dtype import log_dtype_choice
-from specbatch.config.methods import SpecMethod
 from specbatch.engine import Engine
+from specbatch.methods import SpecMethod
 from specbatch.run.executor import JobResult, ShardExecutor
 from specbatch.run.generate import ShardGeneration
 from specbatch.run.multirun import SweepJob

@@ -7,6 +7,7 @@ import dataclasses
 import re
 
 from conftest import CONF_DIR, PROJECT_ROOT
+from specbatch.backends.vllm.methods import TABLE as VLLM_TABLE
 from specbatch.config import (
     CHECKPOINT_KIND,
     CHECKPOINT_METHODS,
@@ -16,9 +17,8 @@ from specbatch.config import (
     spec_caption,
     spec_label,
 )
-from specbatch.config.methods import methods_owning
-from specbatch.config.preflight import HOOKS
 from specbatch.config.spec import knob_owners
+from specbatch.methods import ROLES, methods_owning
 
 
 def test_every_method_has_an_entry_and_a_preset() -> None:
@@ -61,10 +61,11 @@ def test_knob_applies_follows_the_registry() -> None:
 
 
 def test_every_named_preflight_check_exists() -> None:
-    named = {hook for entry in METHODS.values() for hook in entry.preflight}
-    assert named == set(HOOKS), "a check no method names never runs; a name without a check fails at preflight"
-    assert METHODS[SpecMethod.suffix].environment == {"ARCTIC_INFERENCE_ENABLED": "0"}
-    assert [m for m, entry in METHODS.items() if entry.environment] == [SpecMethod.suffix]
+    # The checks are the functions themselves now (a method module lists them; vLLM's table lists its own).
+    assert all(callable(check) for entry in METHODS.values() for check in entry.checks)
+    assert all(callable(check) for row in VLLM_TABLE.values() for check in row.checks)
+    assert VLLM_TABLE[SpecMethod.suffix.value].environment == {"ARCTIC_INFERENCE_ENABLED": "0"}
+    assert [m for m in METHODS if m not in ROLES and VLLM_TABLE[m.value].environment] == [SpecMethod.suffix]
 
 
 def test_labels() -> None:
