@@ -242,3 +242,55 @@ def test_a_module_name_means_one_thing_across_the_package() -> None:
         if path.name != "__init__.py":
             stems.setdefault(path.stem, []).append(module_name(path))
     assert {stem: names for stem, names in stems.items() if len(names) > 1} == {}
+
+
+# Where a drafting method's name may be written, besides its own module (specbatch/methods/<name>.py) and the
+# backends' tables (specbatch/backends/<backend>/): each other file that names one, and why. ``none`` (the baseline)
+# and ``auto`` (the chooser) are roles, not methods: every part of the job may test for them.
+METHOD_NAMES_ALLOWED = {
+    # Backend translators not yet moved under backends/ (backends51 moves serving/ and engine/ there).
+    "serving/command_lines.py": "SGLang's table of methods (--speculative-algorithm), a backend's table",
+    "serving/llama_server.py": "llama.cpp's table of methods (--spec-type ngram-simple, -md), a backend's table",
+    "engine/llama_cpp.py": "llama.cpp's refusal of a draft_model job without its GGUF draft, a backend's rule",
+    # assets sits below methods: the stand-ins are built there, and their method modules name them (stand_in).
+    "assets/cache.py": "the tiny family's member folders, which are the stand-ins' names",
+    "assets/tiny.py": "the builders of the stand-in checkpoints, one per member folder",
+    # Benchmarks choose the set-ups they measure; their names are recorded beside the measured numbers.
+    "bench/full_engine.py": "the measured set-ups of the full-engine benchmark",
+    "bench/prediction_bench.py": "the measured set-ups and per-method goals of the prediction benchmark",
+    "bench/sampling_bench.py": "the measured set-ups of the sampling benchmark",
+    "bench/schedule_sweep.py": "the method whose k schedule is swept",
+    "bench/speedup.py": "the measured set-ups of the speedup benchmark",
+}
+
+
+def method_name_uses(names: set[str]) -> dict[str, list[str]]:
+    """Files of the package (relative to it) and the method names they write as a string or SpecMethod.<name>."""
+    uses: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith("backends/"):
+            continue
+        # A method module may name itself, and only itself; the package's helpers none.
+        own = path.stem if rel.startswith("methods/") else None
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                name = node.value
+            elif isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == "SpecMethod":
+                name = node.attr
+            else:
+                continue
+            if name in names and name != own:
+                uses.setdefault(rel, []).append(name)
+    return uses
+
+
+def test_a_method_is_named_only_in_its_module_and_the_backends_tables() -> None:
+    from specbatch.methods import METHODS, ROLES
+
+    names = {m.value for m in METHODS if m not in ROLES}
+    assert {"ngram", "eagle3", "dflash"} <= names, "the methods were discovered"
+    uses = method_name_uses(names)
+    assert {rel: sorted(set(found)) for rel, found in uses.items() if rel not in METHOD_NAMES_ALLOWED} == {}
+    # An exception that no longer names a method is stale: drop it.
+    assert sorted(set(METHOD_NAMES_ALLOWED) - set(uses)) == []
