@@ -42,6 +42,7 @@ def test_every_knob_is_a_field_and_every_field_belongs_to_a_method() -> None:
         SpecMethod.eagle3: "an EAGLE3 head",
         SpecMethod.dflash: "a DFlash draft",
         SpecMethod.dspark: "a DSpark draft",
+        SpecMethod.medusa: "a Medusa head",
     }
 
 

@@ -70,6 +70,7 @@ TABLE: dict[str, VllmMethod] = {
     "mtp": VllmMethod("mtp"),
     "dflash": VllmMethod("dflash"),
     "dspark": VllmMethod("dspark", checks=(check_dspark_runner,)),
+    "medusa": VllmMethod("medusa"),
 }
 
 
