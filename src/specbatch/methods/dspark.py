@@ -1,5 +1,5 @@
 """DSpark: a block draft with a Markov head over the block (Qwen3, Gemma4, DeepSeek-V4 drafts), fed by the target's
-hidden states; it needs a GPU (vLLM 0.32 runs it only on its Triton model runner)."""
+hidden states. (That vLLM 0.32 runs it only on a GPU is vLLM's fact: specbatch.backends.vllm.methods.)"""
 
 from __future__ import annotations
 
@@ -87,5 +87,4 @@ METHOD = Method(
     # embeddings, e.g. for its noise token: vLLM's qwen3_dspark.py), so the exact-match check does not apply.
     checks=(check_draft_source, check_block_draft, warn_draft_context),
     foreign_knob_hints=ALWAYS_PARALLEL,
-    needs_gpu="vLLM 0.32 runs DSpark only on its newer (V2) model runner, which needs Triton on a GPU",
 )

@@ -63,16 +63,12 @@ class Method:
     # Why a k per batch size (spec.k_schedule) is not followed for it; None: it is. Refused when the config is
     # built, before any backend is chosen (and a sweep drops the knob for it), so it is the method's fact.
     k_schedule_refusal: str | None = None
-    # It runs only with a GPU whatever the backend (None: CPU too); the text says why.
-    needs_gpu: str | None = None
     # The tiny random checkpoint its CPU tests use (a member of specbatch.assets.tiny's family), when it has one.
     stand_in: str | None = None
     # "module:Class" of the set-up prediction replays it with (specbatch.prediction); None: replay cannot predict it.
     replay: str | None = None
     # The k spec=auto tries it at by default (none of them: it is not a default candidate).
     auto_default_ks: tuple[int, ...] = ()
-    # Everything else a module wants to say about itself (its conf/spec preset's defaults, ...).
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # The draft checkpoint and its hub revision (methods with a separate checkpoint).
