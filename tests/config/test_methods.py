@@ -4,14 +4,20 @@ belongs to a method, every named preflight check exists; the labels are made in 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
 
+import pytest
+
 from conftest import CONF_DIR, PROJECT_ROOT
+from specbatch.assets import tiny
 from specbatch.backends.vllm.methods import TABLE as VLLM_TABLE
+from specbatch.backends.vllm.methods import vllm_method
 from specbatch.config import (
     CHECKPOINT_KIND,
     CHECKPOINT_METHODS,
     METHODS,
+    ConfigError,
     SpecConfig,
     SpecMethod,
     spec_caption,
@@ -86,3 +92,28 @@ def test_readme_table_lists_every_method() -> None:
     section = readme.split("# Speculative methods", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `(\w+)` \|", section, re.M)
     assert rows == [m.value for m in SpecMethod]
+
+
+def test_each_method_module_names_what_exists() -> None:
+    # A stand-in is a member the tiny family builds (or adds to an older build); a replay set-up imports, and
+    # replays the method that names it.
+    buildable = set(tiny.MEMBERS) | set(tiny._ADDABLE)
+    for method, entry in METHODS.items():
+        assert entry.stand_in is None or entry.stand_in in buildable, method
+        if entry.replay is not None:
+            module, _, name = entry.replay.partition(":")
+            assert getattr(importlib.import_module(module), name).method == method.value
+    # Every drafting method has a stand-in, except those the tests run on the embedded model (no checkpoint) and
+    # DSpark, which vLLM's CPU build cannot run.
+    without = {m.value for m, e in METHODS.items() if m not in ROLES and e.stand_in is None}
+    assert without == {"ngram", "suffix", "dspark"}
+
+
+def test_a_method_not_in_a_backends_table_is_refused_naming_what_it_offers(monkeypatch) -> None:
+    monkeypatch.delitem(VLLM_TABLE, "medusa")
+    with pytest.raises(ConfigError) as err:
+        vllm_method(SpecMethod.medusa)
+    assert str(err.value) == (
+        "spec.method=medusa is not available with vLLM 0.32: it runs "
+        "none, ngram, suffix, draft_model, eagle, eagle3, mtp, dflash, dspark"
+    )

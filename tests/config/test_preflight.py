@@ -183,3 +183,16 @@ def test_a_hub_id_the_hub_cannot_give_is_one_line_within_seconds_before_the_run_
     monkeypatch.setattr(checkpoints, "_hub_found", None)
     with pytest.raises(ConfigError, match="spec.model=someorg/some-draft .* not available offline"):
         check_model_source("spec.model", "someorg/some-draft")
+
+
+def test_medusa_heads_that_do_not_fit_are_refused_before_loading(job_factory, tmp_path: Path) -> None:
+    target = fake_checkpoint(tmp_path / "target", vocab_size=1000, hidden_size=64)
+    base = [f"model.path={target}", "model.embedded=null", "spec=medusa"]
+    # FasterDecoding's older config.json: heads counted by medusa_num_heads, no vocab_size (vLLM takes the target's).
+    old = fake_checkpoint(tmp_path / "old", medusa_num_heads=5, medusa_num_layers=1, hidden_size=64)
+    preflight(job_factory(*base, f"spec.model={old}", "spec.num_speculative_tokens=5"))
+    with pytest.raises(ConfigError, match=r"spec.num_speculative_tokens=6 but .* has 5 Medusa heads .*=5 or less"):
+        preflight(job_factory(*base, f"spec.model={old}", "spec.num_speculative_tokens=6"))
+    wide = fake_checkpoint(tmp_path / "wide", num_heads=3, hidden_size=128, vocab_size=1000)
+    with pytest.raises(ConfigError, match="has hidden_size=128 but model.path=.* has hidden_size=64: the head was"):
+        preflight(job_factory(*base, f"spec.model={wide}"))
