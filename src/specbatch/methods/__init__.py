@@ -37,7 +37,8 @@ def _discover() -> list[Method]:
 _FOUND = _discover()
 
 if TYPE_CHECKING:
-
+    # Its members are known only once the modules are found: type checkers see an enum whose attributes
+    # (SpecMethod.ngram, ...) are members of it.
     class SpecMethod(enum.StrEnum):
         """Speculative decoding methods; ``none`` is the baseline every speedup is measured against."""
 
