@@ -20,8 +20,8 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from specbatch.assets.cache import register_resolvers as register_asset_resolvers
 from specbatch.common.environment import PROJECT_ROOT
+from specbatch.common.errors import ConfigError
 from specbatch.config.engine import backend_options, backend_package, check_backend_knobs
-from specbatch.config.errors import ConfigError
 from specbatch.config.schema import SECTION_BASES, JobConfig, composed_hints, composed_section, groups
 
 

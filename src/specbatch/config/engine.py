@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 
 from omegaconf import MISSING
 
+from specbatch.common.errors import ConfigError, require
 from specbatch.config.declarations import EVERY_BACKEND, OLD_RUNS_DEFAULT, ONLY_BACKENDS, Identity, identities
-from specbatch.config.errors import ConfigError, require
 
 _FOLDER, _ENGINE = Identity.run_folder, Identity.engine
 # The package whose sub-packages are the backends, one each.

@@ -15,7 +15,6 @@ from typing import Any
 from specbatch.common.interrupts import raise_if_stopped
 from specbatch.config import ConfigError, JobConfig
 from specbatch.config.engine import backend_package
-from specbatch.config.methods import SpecMethod
 from specbatch.engine.base import (
     Completion,
     Engine,
@@ -24,6 +23,7 @@ from specbatch.engine.base import (
     RequestRefused,
     Sample,
 )
+from specbatch.methods import SpecMethod
 
 
 def backend_class(name: str) -> type[Engine]:

@@ -35,9 +35,9 @@ from specbatch.backends.llama_cpp.llama_server import (
 from specbatch.backends.server.server import ServerEngine
 from specbatch.backends.server.server_check import check_server
 from specbatch.config import JobConfig
-from specbatch.config.methods import SpecMethod
 from specbatch.engine.base import require_checkpoint
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures
+from specbatch.methods import SpecMethod
 
 log = logging.getLogger(__name__)
 

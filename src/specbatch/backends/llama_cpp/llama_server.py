@@ -29,7 +29,7 @@ from specbatch.backends.llama_cpp import Options
 from specbatch.common.environment import PROJECT_ROOT
 from specbatch.config import ConfigError, JobConfig, compose_job
 from specbatch.config.engine import backend_options
-from specbatch.config.methods import SpecMethod
+from specbatch.methods import SpecMethod
 from specbatch.serving.child_server import ChildServer, ServerStartError
 
 log = logging.getLogger(__name__)

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from specbatch.common.errors import require
 from specbatch.common.masking import SECRET_NAME, mask_uri
 from specbatch.config.declarations import Identity, identities
 from specbatch.config.engine import backend_options
-from specbatch.config.errors import require
 
 ENGINE = "specbatch.backends.server.server:ServerEngine"
 _FOLDER, _ENGINE, _WORKLOAD = Identity.run_folder, Identity.engine, Identity.workload

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from specbatch.backends.server import DEFAULT_URL, check_endpoint
+from specbatch.common.errors import require
 from specbatch.config.declarations import Identity, absent_when_null, every_backend, identities
 from specbatch.config.engine import backend_options
-from specbatch.config.errors import require
 
 ENGINE = "specbatch.backends.vllm.vllm_offline:VllmEngine"
 _FOLDER, _ENGINE = Identity.run_folder, Identity.engine

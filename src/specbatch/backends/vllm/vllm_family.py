@@ -5,6 +5,7 @@ Dynamo-on-vLLM) server that ``jobs/serve.py`` starts from the same config, and t
 
 from __future__ import annotations
 
+from specbatch.backends.vllm.methods import check_method
 from specbatch.backends.vllm.serve_commands import vllm_console_script_broken, vllm_serve_command
 from specbatch.backends.vllm.vllm_args import check_vllm_rules, largest_batch, seeded_prefills_must_stay_whole
 from specbatch.config import JobConfig, engine_identity
@@ -25,6 +26,10 @@ class VllmFamily(Engine):
         # sampling, yet changes how the engine is built.
         whole = "+whole-prefills" if seeded_prefills_must_stay_whole(job) else ""
         return engine_identity(job) + whole
+
+    @classmethod
+    def check_method(cls, job: JobConfig) -> None:
+        check_method(job)
 
     @classmethod
     def batch(cls, job: JobConfig) -> int | None:

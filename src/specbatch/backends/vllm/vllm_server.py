@@ -19,6 +19,7 @@ from pathlib import Path
 from specbatch.assets.cache import EmbeddedAssetError
 from specbatch.assets.prepare import ensure_embedded
 from specbatch.backends.vllm import vllm_options
+from specbatch.backends.vllm.methods import check_method
 from specbatch.backends.vllm.serve_commands import (
     VLLM_API_KEY,
     listen_address,
@@ -87,6 +88,7 @@ def prepare_model(job: JobConfig) -> None:
         except EmbeddedAssetError as exc:
             raise ConfigError(str(exc)) from None
     preflight(job)
+    check_method(job)
 
 
 class VllmServer(ChildServer):
