@@ -19,7 +19,9 @@ from specbatch.config import ConfigError
 from specbatch.config.identity import workload_digest
 from specbatch.pipeline import merge_run, run_job
 from specbatch.run.folder import RunFolder, read_run
-from specbatch.run.formats import DECISION_FORMAT, RUN_FORMAT, RecordError
+from specbatch.run.records.decision_file import DECISION_FORMAT
+from specbatch.run.records.record_files import RecordError
+from specbatch.run.records.run_json import RUN_FORMAT
 from specbatch.run.status_merge import run_status
 
 
