@@ -18,8 +18,9 @@ NOTE_FORMAT = 1
 def read_note(path: Path) -> dict[str, Any] | None:
     """The note at ``path``, or None when there is none; RecordError when a newer version wrote it."""
     note = read_json_if_present(path)
-    if note is not None:
-        refuse_newer(note, path, NOTE_FORMAT, "tracking note")
+    if note is None:
+        return None
+    refuse_newer(note, path, NOTE_FORMAT, "tracking note")
     return unstamped(note)
 
 
