@@ -1,4 +1,4 @@
-"""Run folders written by older versions (run/formats.py): a folder of each older run format, built here from a run
+"""Run folders written by older versions (run/records): a folder of each older run format, built here from a run
 of today's job rewritten as that version wrote it, is found again by its job, read by status, merge and compare as
 today's, and keeps its digests. A record from a newer version, or a damaged one, is refused in one line naming the
 file and what to do."""
