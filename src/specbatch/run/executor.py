@@ -123,19 +123,19 @@ class ShardExecutor:
                 log.info("shard %s was finished by another process meanwhile; nothing to do: %s", shard, folder.root)
                 return _finished_result(again)
             self.observer.on_locked(folder)
-            todo = resume.settle(folder, plan.chunks, self.steps.chunk_digests(), _source_name(self.job))
+            settled = resume.settle(folder, plan.chunks, self.steps.chunk_digests(), _source_name(self.job))
             log.info(
                 "shard %s: rows %d..%d in %d chunks, %d to generate",
                 shard,
                 plan.span.start,
                 plan.span.stop,
                 plan.chunks,
-                len(todo.todo),
+                len(settled.todo),
             )
-            summary = self._generate(start, todo)
+            summary = self._generate(start, settled)
         log.info("summary of %s (shard %s)\n%s", folder.root, shard, format_table(summary))
         log.info("shard %s: %d rows (%d error rows) in %s", shard, summary.rows, summary.error_rows, folder.data_dir)
-        return JobResult(folder, summary, todo.parts, generated=bool(todo.todo))
+        return JobResult(folder, summary, settled.parts, generated=bool(settled.todo))
 
     def _rebuild_summary(self, plan: ResumePlan, shard: Shard) -> JobResult:
         """A finished shard whose summary file is missing or half-written: its parts are whole, so the summary is
