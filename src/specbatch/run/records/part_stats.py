@@ -3,9 +3,9 @@ engine concurrency), when in that launch's loop it finished, and the part's own 
 before its part (the part's rename is the commit), so a part never exists without them.
 
 Version (``format``): 1; a file without the key is format 1 too. Keys were added within format 1, and a read gives
-them the value they had in the stats written without them: ``launch`` none (one generate call per chunk, before the
-engine was streamed: the chunk's own ``seconds`` then timed it), ``part`` none (no checksum: only the part's Parquet
-footer can be checked), ``concurrency`` none (unknown).
+them the value they had in the stats written without them: ``launch`` and ``elapsed`` none (one generate call per
+chunk, before the engine was streamed: the chunk's own ``seconds`` then timed it), ``part`` none (no checksum: only
+the part's Parquet footer can be checked), ``concurrency`` none (unknown).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from specbatch.run.records.record_files import refuse_newer, unstamped, write_st
 
 PART_STATS_FORMAT = 1
 # Keys added since the first stats, with their value in stats written without them.
-_ADDED = {"launch": None, "part": None, "concurrency": None}
+_ADDED = {"launch": None, "elapsed": None, "part": None, "concurrency": None}
 
 
 def upgrade_part_stats(stats: dict[str, Any]) -> dict[str, Any]:
