@@ -10,7 +10,9 @@ a method are calls, builtins are not):
   ``specbatch/run/executor.py`` (the executor walking the folder itself), each call counted;
 - ``into_executor``: calls of a function of ``specbatch/run/executor.py``, from anywhere (the executor's own helpers
   and comprehensions, and the pipeline's call of it);
-- ``*_functions``: the distinct functions among them (e.g. 16 and 10 on 5dfb33a).
+- ``*_functions``: the distinct functions among them (e.g. 16 and 10 on 5dfb33a);
+- ``folder_total``: calls of a function of ``specbatch/run/folder.py`` from anywhere (the steps' writes, the
+  integrity checks, the resume plan): what the run asks of the folder in all, beside the executor's own walk.
 
 The run: spec=none, engine.backend=dummy, tracking=off, 4 rows of a local JSONL file in chunks of 2, one shard,
 written into a new temporary folder. ``--checkout`` counts another checkout's code (e.g. a worktree of main) in a
@@ -41,7 +43,7 @@ class CallCounter:
     """A profile function counting the calls described in the module's docstring."""
 
     def __init__(self) -> None:
-        self.into_folder = self.into_executor = 0
+        self.into_folder = self.into_executor = self.folder_total = 0
         self.folder_functions: set[str] = set()
         self.executor_functions: set[str] = set()
 
@@ -50,6 +52,7 @@ class CallCounter:
             return
         callee = frame.f_code.co_filename.replace(os.sep, "/")
         caller = frame.f_back.f_code.co_filename.replace(os.sep, "/") if frame.f_back else ""
+        self.folder_total += callee.endswith(FOLDER)
         if callee.endswith(FOLDER) and caller.endswith(EXECUTOR):
             self.into_folder += 1
             self.folder_functions.add(frame.f_code.co_name)
@@ -63,6 +66,7 @@ class CallCounter:
             "into_folder_functions": sorted(self.folder_functions),
             "into_executor": self.into_executor,
             "into_executor_functions": sorted(self.executor_functions),
+            "folder_total": self.folder_total,
         }
 
 
