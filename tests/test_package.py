@@ -23,8 +23,12 @@ MAX_JOB_LINES = 100
 LAYERS = [
     "common",
     "assets",
+    "methods",
     "config",
     "data",
+    # Until backends51 moves engine/ and serving/ into it, only backends/vllm/methods.py (vLLM's table of methods,
+    # read by serving and engine) is there; its place follows that move.
+    "backends",
     "serving",
     "engine",
     "run",
@@ -171,9 +175,9 @@ def test_tests_mirror_the_packages() -> None:
     packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
     test_dirs = {p.name for p in (PROJECT_ROOT / "tests").iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
     assert test_dirs <= packages
-    # Only tests of the whole product (the GPU install, README commands, this file) stay at the top.
+    # Only tests of the whole product (the GPU install, README commands, the docs site, this file) stay at the top.
     top = sorted(p.name for p in (PROJECT_ROOT / "tests").glob("test_*.py"))
-    assert top == ["test_gpu_install.py", "test_package.py", "test_readme.py"]
+    assert top == ["test_docs.py", "test_gpu_install.py", "test_package.py", "test_readme.py"]
 
 
 # Comparisons with a backend's name that are about something else: a summary's counters_scope is "engine",
@@ -307,3 +311,55 @@ def test_the_older_format_rule_sees_a_planted_branch(tmp_path: Path, monkeypatch
         ("specbatch.analysis.a", "written before"),
         ("specbatch.analysis.c", "seed_before_schema_5"),
     ]
+
+
+# Where a drafting method's name may be written, besides its own module (specbatch/methods/<name>.py) and the
+# backends' tables (specbatch/backends/<backend>/): each other file that names one, and why. ``none`` (the baseline)
+# and ``auto`` (the chooser) are roles, not methods: every part of the job may test for them.
+METHOD_NAMES_ALLOWED = {
+    # Backend translators not yet moved under backends/ (backends51 moves serving/ and engine/ there).
+    "serving/command_lines.py": "SGLang's table of methods (--speculative-algorithm), a backend's table",
+    "serving/llama_server.py": "llama.cpp's table of methods (--spec-type ngram-simple, -md), a backend's table",
+    "engine/llama_cpp.py": "llama.cpp's refusal of a draft_model job without its GGUF draft, a backend's rule",
+    # assets sits below methods: the stand-ins are built there, and their method modules name them (stand_in).
+    "assets/cache.py": "the tiny family's member folders, which are the stand-ins' names",
+    "assets/tiny.py": "the builders of the stand-in checkpoints, one per member folder",
+    # Benchmarks choose the set-ups they measure; their names are recorded beside the measured numbers.
+    "bench/full_engine.py": "the measured set-ups of the full-engine benchmark",
+    "bench/prediction_bench.py": "the measured set-ups and per-method goals of the prediction benchmark",
+    "bench/sampling_bench.py": "the measured set-ups of the sampling benchmark",
+    "bench/schedule_sweep.py": "the method whose k schedule is swept",
+    "bench/speedup.py": "the measured set-ups of the speedup benchmark",
+}
+
+
+def method_name_uses(names: set[str]) -> dict[str, list[str]]:
+    """Files of the package (relative to it) and the method names they write as a string or SpecMethod.<name>."""
+    uses: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith("backends/"):
+            continue
+        # A method module may name itself, and only itself; the package's helpers none.
+        own = path.stem if rel.startswith("methods/") else None
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                name = node.value
+            elif isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == "SpecMethod":
+                name = node.attr
+            else:
+                continue
+            if name in names and name != own:
+                uses.setdefault(rel, []).append(name)
+    return uses
+
+
+def test_a_method_is_named_only_in_its_module_and_the_backends_tables() -> None:
+    from specbatch.methods import METHODS, ROLES
+
+    names = {m.value for m in METHODS if m not in ROLES}
+    assert {"ngram", "eagle3", "dflash"} <= names, "the methods were discovered"
+    uses = method_name_uses(names)
+    assert {rel: sorted(set(found)) for rel, found in uses.items() if rel not in METHOD_NAMES_ALLOWED} == {}
+    # An exception that no longer names a method is stale: drop it.
+    assert sorted(set(METHOD_NAMES_ALLOWED) - set(uses)) == []

@@ -1,4 +1,5 @@
-"""Every command in README.md runs as written — dry: nothing starts an engine, Slurm or the set-up.
+"""Every command in README.md and in the documentation pages (docs/*.md) runs as written — dry: nothing starts an
+engine, Slurm or the set-up.
 
 Commands come from the fenced ``bash`` blocks (backslash continuations joined, comments dropped) and from the code
 in table rows. Through the real shell (and make), so quoting is checked as users type it:
@@ -6,7 +7,8 @@ in table rows. Through the real shell (and make), so quoting is checked as users
   which Hydra will not combine with ``--cfg``) has its arguments taken from bash and every job of it composed;
 - ``make run ARGS="..."`` is expanded by ``make -n`` and the generate command make would run is checked as above;
 - any other ``make <target>`` must exist (``make -n``), any other ``jobs/*`` script must exist, and the flags shown
-  for a Python job or for ``mlflow`` must be in its ``--help``.
+  for a Python job, for ``mlflow`` or for ``mkdocs`` must be in its ``--help``.
+A command written on several pages is checked once, under the first page that shows it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from conftest import CONF_DIR, PROJECT_ROOT
 from specbatch.config.overrides import parse_overrides
 
 README = PROJECT_ROOT / "README.md"
+# The README, then every page of the documentation site, in a fixed order (the test ids name the page).
+PAGES = [README, *sorted((PROJECT_ROOT / "docs").glob("*.md"))]
 VENV_BIN = Path(sys.executable).parent
 # Programs a README command may start with, beyond make, python and sbatch: nothing of theirs is checked.
 UNCHECKED_PROGRAMS = {"mkdir"}
@@ -64,7 +68,17 @@ def readme_commands(text: str) -> list[str]:
     return commands
 
 
-COMMANDS = readme_commands(README.read_text())
+def page_commands(pages: list[Path]) -> list[tuple[str, str]]:
+    """(page, command) for every command of ``pages``, each command once: under the first page that shows it."""
+    seen: dict[str, str] = {}
+    for page in pages:
+        for command in readme_commands(page.read_text()):
+            seen.setdefault(command, page.relative_to(PROJECT_ROOT).as_posix())
+    return [(page, command) for command, page in seen.items()]
+
+
+PAGE_COMMANDS = page_commands(PAGES)
+COMMANDS = [command for _, command in PAGE_COMMANDS]
 
 
 def bash(command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -129,8 +143,8 @@ def check_script(command: str) -> None:
             assert flag in help_text, f"{command!r}: {script} --help does not list {flag}"
 
 
-@pytest.mark.parametrize("command", COMMANDS)
-def test_readme_command_runs_as_written(command: str) -> None:
+@pytest.mark.parametrize(("page", "command"), PAGE_COMMANDS, ids=[f"{p}: {c}" for p, c in PAGE_COMMANDS])
+def test_readme_command_runs_as_written(page: str, command: str) -> None:
     program, *rest = words(command)
     if program == "make":
         check_make(command)
@@ -143,18 +157,29 @@ def test_readme_command_runs_as_written(command: str) -> None:
         check_script(command)
         script = next(w for w in words(command) if w.startswith("jobs/"))
         check_generate(f"python jobs/generate.py {command.partition(script)[2]}")
-    elif program.endswith("mlflow"):
+    elif program.endswith(("mlflow", "mkdocs")):
         help_text = bash(f"{program} {rest[0]} --help").stdout
         for flag in re.findall(r"(?<!\S)(--[a-z][a-z0-9-]*)", command):
-            assert flag in help_text, f"{command!r}: mlflow {rest[0]} --help does not list {flag}"
+            assert flag in help_text, f"{command!r} ({page}): {program} {rest[0]} --help does not list {flag}"
     else:
-        assert program in UNCHECKED_PROGRAMS, f"README command {command!r} is not checked by this test"
+        assert program in UNCHECKED_PROGRAMS, f"{page}: command {command!r} is not checked by this test"
 
 
 def test_readme_commands_are_found() -> None:
-    """The extraction itself: the examples this test exists for are among the commands."""
+    """The extraction itself: the examples this test exists for are among the commands (README and pages)."""
     assert sum(c.startswith("make run ARGS=") for c in COMMANDS) >= 5
     assert any("dataset.template=" in c for c in COMMANDS)
     assert any(c.startswith("python jobs/generate.py model=") for c in COMMANDS)  # the method table
     assert any(" -m " in c and "jobs/generate.py" in c for c in COMMANDS)
     assert strip_comment("make run ARGS=\"a='#x'\"  # comment") == "make run ARGS=\"a='#x'\""
+    assert "docs/methods.md" in {page for page, _ in PAGE_COMMANDS}  # the pages are read, not only the README
+
+
+def test_readme_shows_one_example_per_use() -> None:
+    """The README is the map: the two commands, a Hydra run, a sweep, Slurm and the MLflow UI, each as a command."""
+    readme = readme_commands(README.read_text())
+    assert readme[:2] == ["make run", "make test"]  # .ci/run calls make test
+    assert any(c.startswith(".venv/bin/python jobs/generate.py") and " -m " not in c for c in readme)
+    assert any(" -m " in c and "jobs/generate.py" in c for c in readme)
+    assert any("hydra/launcher=slurm" in c for c in readme) and any(c.startswith("sbatch ") for c in readme)
+    assert "make ui" in readme

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specbatch.auto.generation import AutoShardGeneration
 from specbatch.common.interrupts import StopRequested, signal_name, stop_received
 from specbatch.config import JobConfig
 from specbatch.config.dtype import log_dtype_choice
-from specbatch.config.methods import SpecMethod
 from specbatch.engine import Engine
+from specbatch.methods import SpecMethod
 from specbatch.run.executor import JobResult, ShardExecutor
 from specbatch.run.generate import ShardGeneration
 from specbatch.run.multirun import SweepJob
@@ -35,9 +34,17 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
     at most the chunks that were in flight. The done marker is written last.
     """
     log_dtype_choice(job.model.dtype_choice)
-    steps = AutoShardGeneration(job) if job.spec.method is SpecMethod.auto else ShardGeneration(job, engine)
-    if engine is not None and job.spec.method is SpecMethod.auto:
-        raise ValueError("spec=auto starts an engine per set-up it measures: do not pass one in")
+    steps: ShardGeneration
+    if job.spec.method is SpecMethod.auto:
+        if engine is not None:
+            raise ValueError("spec=auto starts an engine per set-up it measures: do not pass one in")
+        # Imported here: spec=auto brings the decision, the replay (prediction) and the analysis it reads; a job of
+        # one set-up needs none of them (tests/run/test_start_imports.py).
+        from specbatch.auto.generation import AutoShardGeneration
+
+        steps = AutoShardGeneration(job)
+    else:
+        steps = ShardGeneration(job, engine)
     return ShardExecutor(job, steps, TrackingObserver(job, sweep)).run()
 
 

@@ -16,7 +16,8 @@ from specbatch.assets.prepare import ensure_embedded
 def test_config_imports_no_asset_builder() -> None:
     code = "import sys, specbatch.config\nprint(sorted(m for m in sys.modules if m.startswith('specbatch.assets.')))\n"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "['specbatch.assets.cache']"
+    # The checkpoint reader (config.json, hub look-up) moved here from specbatch.config: it builds nothing.
+    assert result.stdout.strip() == "['specbatch.assets.cache', 'specbatch.assets.checkpoints']"
 
 
 def test_resolvers_point_into_the_cache(tmp_path: Path, monkeypatch) -> None:

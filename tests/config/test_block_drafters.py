@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from conftest import compose_job
+from specbatch.backends.vllm import methods as vllm_methods
 from specbatch.common.machine import this_machine
 from specbatch.config import ConfigError
-from specbatch.config import preflight as preflight_module
 from specbatch.config.preflight import preflight
 from specbatch.serving.vllm_args import llm_kwargs
 
@@ -46,7 +46,7 @@ def job_with(tmp_path: Path, method: str, draft: dict[str, Any], *extra: str, ta
 def on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """This machine as preflight sees it, with one GPU (DSpark's runner check)."""
     machine = this_machine()
-    monkeypatch.setattr(preflight_module, "this_machine", lambda: dataclasses.replace(machine, gpu_count=1))
+    monkeypatch.setattr(vllm_methods, "this_machine", lambda: dataclasses.replace(machine, gpu_count=1))
     monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
 
 
@@ -193,15 +193,16 @@ def test_dspark_is_refused_where_vllm_has_no_model_runner_for_it(
 ) -> None:
     machine = this_machine()
     cpu_only = dataclasses.replace(machine, gpu_count=0)
-    monkeypatch.setattr(preflight_module, "this_machine", lambda: cpu_only)
+    monkeypatch.setattr(vllm_methods, "this_machine", lambda: cpu_only)
     job = job_with(tmp_path, "dspark", DSPARK)
+    # A vLLM 0.32 rule: vLLM's table of methods checks it.
     with pytest.raises(ConfigError, match=r"spec=dspark: .* this machine has no GPU .*choose spec=dflash"):
-        preflight(job)
+        vllm_methods.check_method(job)
     gpu = dataclasses.replace(machine, gpu_count=1)
-    monkeypatch.setattr(preflight_module, "this_machine", lambda: gpu)
+    monkeypatch.setattr(vllm_methods, "this_machine", lambda: gpu)
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
     with pytest.raises(ConfigError, match="VLLM_USE_V2_MODEL_RUNNER=0 forces the older one"):
-        preflight(job)
+        vllm_methods.check_method(job)
 
 
 @pytest.mark.parametrize(

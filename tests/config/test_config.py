@@ -291,9 +291,10 @@ def _chain(exc: BaseException | None) -> str:
         # Choices: every valid value is listed.
         (["model.dtype=float8"], "Invalid value 'float8', expected one of [auto, bfloat16, float16, float32]"),
         (
-            ["spec.method=medusa"],
-            "Invalid value 'medusa', expected one of "
-            "[none, ngram, suffix, draft_model, eagle, eagle3, mtp, dflash, dspark, auto]",
+            # (medusa, the example before, is a method now: the list is the methods' modules, discovered.)
+            ["spec.method=lookahead"],
+            "Invalid value 'lookahead', expected one of "
+            "[none, ngram, suffix, draft_model, eagle, eagle3, mtp, dflash, dspark, medusa, auto]",
         ),
         (["spec=eagle3", "spec.draft_sample_method=best"], "expected one of [greedy, probabilistic]"),
         # Unknown preset: Hydra lists the available ones.

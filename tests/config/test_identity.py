@@ -168,7 +168,7 @@ def test_section_fields_only_narrow_their_section() -> None:
 
 
 def test_readme_says_exactly_what_the_run_folder_digest_covers() -> None:
-    readme = (PROJECT_ROOT / "README.md").read_text()
+    readme = (PROJECT_ROOT / "docs" / "outputs.md").read_text()
     match = re.search(r"`<hash>`\s+covers\s+((?:`\w+`(?:,\s+|\s+and\s+)?)+)", readme)
     assert match, "README: the sentence '`<hash>` covers `a`, `b` and `c`' is gone"
     assert re.findall(r"`(\w+)`", match.group(1)) == identity_fields(Identity.run_folder)

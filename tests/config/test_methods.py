@@ -4,21 +4,27 @@ belongs to a method, every named preflight check exists; the labels are made in 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
 
+import pytest
+
 from conftest import CONF_DIR, PROJECT_ROOT
+from specbatch.assets import tiny
+from specbatch.backends.vllm.methods import TABLE as VLLM_TABLE
+from specbatch.backends.vllm.methods import vllm_method
 from specbatch.config import (
     CHECKPOINT_KIND,
     CHECKPOINT_METHODS,
     METHODS,
+    ConfigError,
     SpecConfig,
     SpecMethod,
     spec_caption,
     spec_label,
 )
-from specbatch.config.methods import methods_owning
-from specbatch.config.preflight import HOOKS
 from specbatch.config.spec import knob_owners
+from specbatch.methods import ROLES, methods_owning
 
 
 def test_every_method_has_an_entry_and_a_preset() -> None:
@@ -42,6 +48,7 @@ def test_every_knob_is_a_field_and_every_field_belongs_to_a_method() -> None:
         SpecMethod.eagle3: "an EAGLE3 head",
         SpecMethod.dflash: "a DFlash draft",
         SpecMethod.dspark: "a DSpark draft",
+        SpecMethod.medusa: "a Medusa head",
     }
 
 
@@ -61,10 +68,11 @@ def test_knob_applies_follows_the_registry() -> None:
 
 
 def test_every_named_preflight_check_exists() -> None:
-    named = {hook for entry in METHODS.values() for hook in entry.preflight}
-    assert named == set(HOOKS), "a check no method names never runs; a name without a check fails at preflight"
-    assert METHODS[SpecMethod.suffix].environment == {"ARCTIC_INFERENCE_ENABLED": "0"}
-    assert [m for m, entry in METHODS.items() if entry.environment] == [SpecMethod.suffix]
+    # The checks are the functions themselves now (a method module lists them; vLLM's table lists its own).
+    assert all(callable(check) for entry in METHODS.values() for check in entry.checks)
+    assert all(callable(check) for row in VLLM_TABLE.values() for check in row.checks)
+    assert VLLM_TABLE[SpecMethod.suffix.value].environment == {"ARCTIC_INFERENCE_ENABLED": "0"}
+    assert [m for m in METHODS if m not in ROLES and VLLM_TABLE[m.value].environment] == [SpecMethod.suffix]
 
 
 def test_labels() -> None:
@@ -80,7 +88,32 @@ def test_labels() -> None:
 
 
 def test_readme_table_lists_every_method() -> None:
-    readme = (PROJECT_ROOT / "README.md").read_text()
-    section = readme.split("## Speculative methods", 1)[1].split("\n## ", 1)[0]
+    readme = (PROJECT_ROOT / "docs" / "methods.md").read_text()
+    section = readme.split("# Speculative methods", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `(\w+)` \|", section, re.M)
     assert rows == [m.value for m in SpecMethod]
+
+
+def test_each_method_module_names_what_exists() -> None:
+    # A stand-in is a member the tiny family builds (or adds to an older build); a replay set-up imports, and
+    # replays the method that names it.
+    buildable = set(tiny.MEMBERS) | set(tiny._ADDABLE)
+    for method, entry in METHODS.items():
+        assert entry.stand_in is None or entry.stand_in in buildable, method
+        if entry.replay is not None:
+            module, _, name = entry.replay.partition(":")
+            assert getattr(importlib.import_module(module), name).method == method.value
+    # Every drafting method has a stand-in, except those the tests run on the embedded model (no checkpoint) and
+    # DSpark, which vLLM's CPU build cannot run.
+    without = {m.value for m, e in METHODS.items() if m not in ROLES and e.stand_in is None}
+    assert without == {"ngram", "suffix", "dspark"}
+
+
+def test_a_method_not_in_a_backends_table_is_refused_naming_what_it_offers(monkeypatch) -> None:
+    monkeypatch.delitem(VLLM_TABLE, "medusa")
+    with pytest.raises(ConfigError) as err:
+        vllm_method(SpecMethod.medusa)
+    assert str(err.value) == (
+        "spec.method=medusa is not available with vLLM 0.32: it runs "
+        "none, ngram, suffix, draft_model, eagle, eagle3, mtp, dflash, dspark"
+    )

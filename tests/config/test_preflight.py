@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from conftest import run_generate
-from specbatch.config import ConfigError, checkpoints
-from specbatch.config import preflight as preflight_module
-from specbatch.config.checkpoints import check_model_source, read_model_config
-from specbatch.config.preflight import mtp_layer_count, preflight
+from specbatch.assets import checkpoints
+from specbatch.assets.checkpoints import check_model_source, read_model_config
+from specbatch.backends.vllm import methods as vllm_methods
+from specbatch.config import ConfigError
+from specbatch.config.preflight import preflight
 from specbatch.data.prompts import load_tokenizer
+from specbatch.methods.mtp import mtp_layer_count
 from specbatch.pipeline import run_job
 
 
@@ -28,15 +30,17 @@ def fake_checkpoint(folder: Path, **config) -> str:
 def test_suffix_without_arctic_inference_says_how_to_install(job_factory, monkeypatch) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        preflight_module.importlib.util, "find_spec", lambda name: None if name == "arctic_inference" else real(name)
+        vllm_methods.importlib.util, "find_spec", lambda name: None if name == "arctic_inference" else real(name)
     )
+    # The package is vLLM's need (its suffix proposer imports it): vLLM's table of methods checks it.
     with pytest.raises(ConfigError) as err:
-        preflight(job_factory("spec=suffix"))
+        vllm_methods.check_method(job_factory("spec=suffix"))
     assert "spec=suffix needs the arctic-inference package" in str(err.value)
     assert "run `make setup`, which builds arctic-inference 0.1.1 once per machine on CPUs and GPUs" in str(err.value)
 
 
 def test_suffix_with_arctic_inference_passes(job_factory) -> None:
+    vllm_methods.check_method(job_factory("spec=suffix"))
     preflight(job_factory("spec=suffix"))
 
 
@@ -179,3 +183,16 @@ def test_a_hub_id_the_hub_cannot_give_is_one_line_within_seconds_before_the_run_
     monkeypatch.setattr(checkpoints, "_hub_found", None)
     with pytest.raises(ConfigError, match="spec.model=someorg/some-draft .* not available offline"):
         check_model_source("spec.model", "someorg/some-draft")
+
+
+def test_medusa_heads_that_do_not_fit_are_refused_before_loading(job_factory, tmp_path: Path) -> None:
+    target = fake_checkpoint(tmp_path / "target", vocab_size=1000, hidden_size=64)
+    base = [f"model.path={target}", "model.embedded=null", "spec=medusa"]
+    # FasterDecoding's older config.json: heads counted by medusa_num_heads, no vocab_size (vLLM takes the target's).
+    old = fake_checkpoint(tmp_path / "old", medusa_num_heads=5, medusa_num_layers=1, hidden_size=64)
+    preflight(job_factory(*base, f"spec.model={old}", "spec.num_speculative_tokens=5"))
+    with pytest.raises(ConfigError, match=r"spec.num_speculative_tokens=6 but .* has 5 Medusa heads .*=5 or less"):
+        preflight(job_factory(*base, f"spec.model={old}", "spec.num_speculative_tokens=6"))
+    wide = fake_checkpoint(tmp_path / "wide", num_heads=3, hidden_size=128, vocab_size=1000)
+    with pytest.raises(ConfigError, match="has hidden_size=128 but model.path=.* has hidden_size=64: the head was"):
+        preflight(job_factory(*base, f"spec.model={wide}"))

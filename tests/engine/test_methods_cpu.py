@@ -35,6 +35,7 @@ CASES = {
     "eagle": ("tiny_llama", "eagle"),
     "eagle3": ("tiny_llama", "eagle3"),
     "dflash": ("tiny_llama", "dflash"),
+    "medusa": ("tiny_llama", "medusa"),
     "mimo_none": ("tiny_mimo", "none"),
     "mtp": ("tiny_mimo", "mtp"),
 }
@@ -44,6 +45,7 @@ BASELINE = {
     "eagle": "none",
     "eagle3": "none",
     "dflash": "none",
+    "medusa": "none",
     "mtp": "mimo_none",
 }
 # spec=draft_copy: a preset of the test's own config folder (--config-dir, as users add theirs): draft_model with
@@ -80,7 +82,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
             f"max_samples={N_PROMPTS}",
             f"sampling.max_tokens={MAX_TOKENS}",
             "tracking=off",
-            # Nothing here reads a timing: no warm-up request per engine (8 engines).
+            # Nothing here reads a timing: no warm-up request per engine (9 engines).
             "engine.warmup=false",
         ]
     )
@@ -151,3 +153,5 @@ def test_each_run_records_the_settings_vllm_resolved_that_change_acceptance(runs
     assert settings["none"]["draft_max_model_len"] is None
     # DFlash's block: vLLM drafts the k=3 of the tiny draft's block of 4 in one pass per step.
     assert runs["dflash"]["summary"]["num_speculative_tokens"] == 3
+    # Medusa: one head per drafted token, the stand-in's 3 heads all drafting, each step.
+    assert runs["medusa"]["summary"]["num_speculative_tokens"] == 3

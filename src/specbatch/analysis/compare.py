@@ -26,8 +26,8 @@ from specbatch.analysis.k_schedules import KSchedule, build_schedules
 from specbatch.analysis.predicted import PredictedRow, predicted_rows
 from specbatch.analysis.recommend import MIN_REPEATS, REPEATS_OVERRIDE, Recommendation, recommend, speedup_stats
 from specbatch.analysis.run_data import RowKey, RunData
-from specbatch.config.methods import schedule_key
 from specbatch.engine.acceptance_settings import differences
+from specbatch.methods import schedule_key
 from specbatch.run.summary import merge_summaries
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,9 @@ One call builds a family that shares the embedded SmolLM2 tokenizer (a real toke
     <root>/eagle3/       an EAGLE3 head for the target                  (spec=eagle3)
     <root>/mtp_target/   a Qwen2-shaped MiMo target with one built-in MTP layer  (spec=mtp)
     <root>/dflash/       a DFlash block draft for the target            (spec=dflash)
+    <root>/medusa/       three Medusa heads for the target              (spec=medusa)
 
-A member added after a family was built (dflash) is added to it on the next call, so an existing cache keeps
+A member added after a family was built (dflash, medusa) is added to it on the next call, so an existing cache keeps
 working.
 
 The weights are random: the models say nothing sensible and the acceptance figures mean nothing. They exist to
@@ -54,6 +55,8 @@ EAGLE3_AUX_LAYERS = [1, 2, 3]
 # the same taps as EAGLE3's); it was "trained" on blocks of this size, and its slots hold the last token id.
 DFLASH_TARGET_LAYERS = [0, 1, 2]
 DFLASH_BLOCK = 4
+# Medusa heads (one per drafted token, so k=3 at most with this stand-in).
+MEDUSA_HEADS = 3
 # Peakier random logits: fewer near-ties, so float32 greedy stays identical across batch shapes.
 INIT_STD = 0.1
 
@@ -202,6 +205,7 @@ def _build(out: Path, tokenizer_dir: Path, seed: int) -> None:
     }
     _save_raw(out / "mtp_target", mtp_state, mtp_config, tokenizer)
     _build_dflash(out / "dflash", out / "target")
+    _build_medusa(out / "medusa", out / "target")
 
 
 def _build_dflash(folder: Path, target_dir: Path) -> None:
@@ -261,8 +265,32 @@ def _build_dflash(folder: Path, target_dir: Path) -> None:
     _save_raw(folder, state, config, tokenizer)
 
 
+def _build_medusa(folder: Path, target_dir: Path) -> None:
+    """Medusa heads (vLLM's Medusa model): per head one residual block (a linear layer, SiLU, added back) on the
+    target's last hidden state and an lm_head of its own, as vLLM names them."""
+    import torch
+    from transformers import AutoTokenizer
+
+    target = json.loads((target_dir / "config.json").read_text())
+    vocab = target["vocab_size"]
+    state = {}
+    for head in range(MEDUSA_HEADS):
+        state[f"blocks.{head}.layers.0.weight"] = torch.randn(HIDDEN, HIDDEN) * INIT_STD
+        state[f"lm_heads.{head}.weight"] = torch.randn(vocab, HIDDEN) * INIT_STD
+    config = {
+        "architectures": ["MedusaModel"],
+        "model_type": "medusa",
+        "hidden_size": HIDDEN,
+        "vocab_size": vocab,
+        "num_heads": MEDUSA_HEADS,
+        "num_hidden_layers": 1,
+        "torch_dtype": "float32",
+    }
+    _save_raw(folder, state, config, AutoTokenizer.from_pretrained(target_dir))
+
+
 # Members that can be added to a family built before they existed, from its target alone.
-_ADDABLE = {"dflash": _build_dflash}
+_ADDABLE = {"dflash": _build_dflash, "medusa": _build_medusa}
 
 
 def _add_missing_members(root: Path) -> None:

@@ -18,13 +18,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from specbatch.common.environment import PROJECT_ROOT
 from specbatch.config import ConfigError, JobConfig
-from specbatch.config.methods import CHECKPOINT_METHODS, SpecMethod
 from specbatch.config.overrides import hydra_override
-from specbatch.config.spec import AUTO_DEFAULT_CANDIDATES, SpecConfig
+from specbatch.config.spec import SpecConfig
 from specbatch.engine import backend_class, validate_job
+from specbatch.methods import AUTO_DEFAULT_CANDIDATES, CHECKPOINT_METHODS, PREDICTABLE, SpecMethod
 
-# The methods replay predicts (specbatch.prediction): the others are measured without a prediction.
-PREDICTABLE = frozenset({SpecMethod.ngram, SpecMethod.suffix})
 _LABEL = re.compile(r"^(?P<method>[a-z_0-9]+?)(?:-k(?P<k>\d+))?$")
 
 

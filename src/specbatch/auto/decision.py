@@ -24,9 +24,9 @@ from typing import Any
 
 from specbatch.analysis.recommend import Measured, pick, speedup_stats
 from specbatch.auto.candidates import Candidate
-from specbatch.config.methods import SpecMethod, spec_caption, spec_label
+from specbatch.methods import SpecMethod, spec_caption, spec_label
 from specbatch.prediction.replay import Drafting, replay
-from specbatch.prediction.setups import SUFFIX_DEFAULTS, NgramSetup, Setup, SuffixSetup
+from specbatch.prediction.setups import Setup, setup_of
 from specbatch.prediction.turns import ReplayTurn
 
 # What a speculative pass costs in plain decode steps, r = a + b * d, before any speculative set-up is measured here:
@@ -69,15 +69,10 @@ def replay_setup(candidate: Candidate) -> Setup:
     spec = candidate.spec
     k = spec.k
     assert k is not None and candidate.predictable
-    if spec.method is SpecMethod.ngram:
-        assert spec.prompt_lookup_min is not None and spec.prompt_lookup_max is not None
-        return NgramSetup(k, spec.prompt_lookup_min, spec.prompt_lookup_max)
-    knobs = {
-        name: getattr(spec, f"suffix_decoding_{name}")
-        for name in SUFFIX_DEFAULTS
-        if getattr(spec, f"suffix_decoding_{name}") is not None
-    }
-    return SuffixSetup(k, **knobs)
+    # The recorded config's reader, on the candidate's spec: one place turns a spec into its replay.
+    setup = setup_of({"spec": vars(spec)})
+    assert setup is not None
+    return setup
 
 
 def predict(

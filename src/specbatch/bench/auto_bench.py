@@ -22,7 +22,7 @@ from pathlib import Path
 from specbatch.bench import machine_header
 from specbatch.bench.full_engine import Throughput
 from specbatch.bench.processes import PROJECT
-from specbatch.config.spec import AUTO_DEFAULT_CANDIDATES
+from specbatch.methods import AUTO_DEFAULT_CANDIDATES
 from specbatch.run.folder import RunFolder, run_folders_below, shard_folders
 
 log = logging.getLogger(__name__)

@@ -1,11 +1,13 @@
 """The job's configuration: typed schemas checked at compose time, and the Hydra groups that fill them.
 
 ``specbatch.config`` is the import every other package uses; the modules behind it are an implementation detail:
-``errors`` (ConfigError), ``methods`` (the speculative-method registry and its labels), ``spec`` (the spec section),
-``schema`` (the other sections, the job, and the identities its fields declare), ``compose`` (Hydra registration
-and the key check), ``serialise`` (plain data and YAML) and ``identity`` (run folder, engine and workload digests).
+ConfigError (from specbatch.common.errors), the speculative methods and their labels (from specbatch.methods),
+``spec`` (the spec section), ``schema`` (the other sections, the job, and the identities its fields declare),
+``compose`` (Hydra registration and the key check), ``serialise`` (plain data and YAML) and ``identity`` (run
+folder, engine and workload digests).
 """
 
+from specbatch.common.errors import ConfigError
 from specbatch.config.compose import (
     check_known_keys,
     compose_job,
@@ -16,7 +18,6 @@ from specbatch.config.compose import (
 )
 from specbatch.config.declarations import Identity
 from specbatch.config.engine import BACKENDS, SERVER_APIS, EngineConfig
-from specbatch.config.errors import ConfigError
 from specbatch.config.identity import (
     engine_identity,
     identity_fields,
@@ -24,15 +25,6 @@ from specbatch.config.identity import (
     run_folder_digest,
     workload_config,
     workload_digest,
-)
-from specbatch.config.methods import (
-    CHECKPOINT_KIND,
-    CHECKPOINT_METHODS,
-    METHODS,
-    Method,
-    SpecMethod,
-    spec_caption,
-    spec_label,
 )
 from specbatch.config.schema import (
     GROUPS,
@@ -48,6 +40,15 @@ from specbatch.config.schema import (
 )
 from specbatch.config.serialise import public_config, to_plain_dict, to_yaml
 from specbatch.config.spec import SpecConfig
+from specbatch.methods import (
+    CHECKPOINT_KIND,
+    CHECKPOINT_METHODS,
+    METHODS,
+    Method,
+    SpecMethod,
+    spec_caption,
+    spec_label,
+)
 
 __all__ = [
     "BACKENDS",

@@ -20,7 +20,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from specbatch.assets.cache import register_resolvers as register_asset_resolvers
 from specbatch.common.environment import PROJECT_ROOT
-from specbatch.config.errors import ConfigError
+from specbatch.common.errors import ConfigError
 from specbatch.config.schema import GROUPS, JobConfig
 
 

@@ -20,8 +20,8 @@ import enum
 import logging
 from dataclasses import dataclass
 
+from specbatch.assets.checkpoints import read_model_config
 from specbatch.common.machine import Machine, this_machine
-from specbatch.config.checkpoints import read_model_config
 
 log = logging.getLogger(__name__)
 

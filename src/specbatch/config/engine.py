@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
+from specbatch.common.errors import require
 from specbatch.common.masking import SECRET_NAME, mask_uri
 from specbatch.config.declarations import (
     OLD_RUNS_DEFAULT,
@@ -15,7 +16,6 @@ from specbatch.config.declarations import (
     server_only,
     vllm_only,
 )
-from specbatch.config.errors import require
 
 _FOLDER, _ENGINE, _WORKLOAD = Identity.run_folder, Identity.engine, Identity.workload
 

@@ -19,14 +19,14 @@ from pathlib import Path
 from omegaconf import MISSING
 
 from specbatch.assets.cache import embedded_locations
+from specbatch.common.errors import ConfigError, require
 from specbatch.common.masking import mask_uri
 from specbatch.common.name_lengths import describe_name, overlong_name
 from specbatch.config.declarations import ABSENT_WHEN_NULL, OLD_RUNS_DEFAULT, Identity, identities
 from specbatch.config.dtype import Dtype, DtypeChoice, choose_dtype
 from specbatch.config.engine import EngineConfig
-from specbatch.config.errors import ConfigError, require
-from specbatch.config.methods import READABLE_NAME_BYTES
 from specbatch.config.spec import SpecConfig
+from specbatch.methods import READABLE_NAME_BYTES
 
 _FOLDER, _ENGINE, _WORKLOAD = Identity.run_folder, Identity.engine, Identity.workload
 # A run folder's name is run_name (or the spec label in its place), its digest and -rep<n>; file systems take 255

@@ -1,8 +1,8 @@
 """The ``spec`` section: which speculative method runs, with its k and its own knobs (group ``spec/``).
 
-Which knob belongs to which method, and the method-specific rules, come from the registry in
-:mod:`specbatch.config.methods`; this module checks the values. ``specbatch.serving.vllm_args`` turns them into
-vLLM's ``speculative_config``.
+Which knob belongs to which method, and each method's rules about its own knobs, come from its module in
+:mod:`specbatch.methods`; this module checks the values. Each backend's method table turns them into its flags
+(vLLM's ``speculative_config``: ``specbatch.serving.vllm_args``).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from specbatch.common.errors import ConfigError, require
 from specbatch.config.declarations import ABSENT_WHEN_NULL, OLD_RUNS_DEFAULT
-from specbatch.config.errors import ConfigError, require
-from specbatch.config.methods import METHODS, SpecMethod, methods_owning, spec_caption, spec_label
+from specbatch.methods import AUTO_DEFAULT_CANDIDATES, METHODS, SpecMethod, methods_owning, spec_caption, spec_label
 
 
 class DraftSampleMethod(enum.StrEnum):
@@ -32,10 +32,8 @@ _SHARED_FIELDS = ("method", "num_speculative_tokens", "k_schedule")
 # How a k schedule is written, for messages.
 SCHEDULE_EXAMPLE = "spec.k_schedule=[[1,4,5],[5,16,3],[17,256,0]]"
 
-
-# spec=auto's default candidates besides the checkpoint methods of spec.auto.checkpoints: the baseline, n-gram at
-# the k that batch-size sweeps found best somewhere (8 at batch 1 down to 1 at batch 64), suffix at its preset's k.
-AUTO_DEFAULT_CANDIDATES = ("none", "ngram-k1", "ngram-k2", "ngram-k3", "ngram-k5", "ngram-k8", "suffix-k5")
+# spec=auto's default candidates (the methods' modules name their k): re-exported for the callers of this module.
+__all__ = ["AUTO_DEFAULT_CANDIDATES", "AutoConfig", "DraftSampleMethod", "SpecConfig"]
 
 
 @dataclass
@@ -101,7 +99,7 @@ class SpecConfig:
     method: SpecMethod = SpecMethod.none
     # Tokens proposed per step (k); null only for method=none.
     num_speculative_tokens: int | None = None
-    # draft_model / eagle / eagle3 / dflash / dspark: the draft checkpoint or head (local folder or hub id).
+    # Checkpoint methods (specbatch.methods.CHECKPOINT_KIND): the draft checkpoint or head (local folder or hub id).
     model: str | None = None
     # Hub revision of spec.model.
     revision: str | None = None
@@ -159,40 +157,15 @@ class SpecConfig:
                 f"use an integer from 1 to {MAX_SPECULATIVE_TOKENS}, e.g. spec.num_speculative_tokens=3",
             )
         self._check_own_knobs()
-        if self.method is SpecMethod.ngram:
-            lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
-            require(
-                lo is not None and hi is not None,
-                "spec=ngram needs spec.prompt_lookup_min and spec.prompt_lookup_max, e.g. 2 and 4",
-            )
-            require(lo >= 1, f"spec.prompt_lookup_min={lo} must be 1 or more, e.g. spec.prompt_lookup_min=2")
-            require(
-                hi >= lo,
-                f"spec.prompt_lookup_max={hi} is below spec.prompt_lookup_min={lo}: "
-                f"set spec.prompt_lookup_max to {lo} or more",
-            )
-        for key in ("suffix_decoding_max_tree_depth", "draft_tensor_parallel_size", "dspark_draft_topk"):
-            value = getattr(self, key)
-            require(value is None or value >= 1, f"spec.{key}={value} must be 1 or more (or null for vLLM's default)")
-        # vLLM 0.32's ranges (SpecConfig._verify_suffix_args): 0 cached requests turns the global tree off (the
-        # prompt's tree still drafts), and a spec factor of 0 is accepted.
-        cached, factor = self.suffix_decoding_max_cached_requests, self.suffix_decoding_max_spec_factor
+        for check in METHODS[self.method].knob_checks:
+            check(self)
+        tp = self.draft_tensor_parallel_size
         require(
-            cached is None or cached >= 0,
-            f"spec.suffix_decoding_max_cached_requests={cached} must be 0 or more (0 turns the global tree off)",
+            tp is None or tp >= 1,
+            f"spec.draft_tensor_parallel_size={tp} must be 1 or more (or null for vLLM's default)",
         )
-        prob = self.suffix_decoding_min_token_prob
-        require(factor is None or factor >= 0, f"spec.suffix_decoding_max_spec_factor={factor} must be 0 or more")
-        require(prob is None or 0 <= prob <= 1, f"spec.suffix_decoding_min_token_prob={prob} must be in [0, 1]")
         if self.model is not None:
             require(bool(self.model.strip()), "spec.model is empty: set it to a folder or hub id, or to null")
-        # vLLM 0.32's dspark_draft_topk field: "Requires draft tensor parallel size 1" (config/speculative.py).
-        require(
-            self.dspark_draft_topk is None or self.draft_tensor_parallel_size in (None, 1),
-            f"spec.dspark_draft_topk={self.dspark_draft_topk} needs the draft on one GPU, but "
-            f"spec.draft_tensor_parallel_size={self.draft_tensor_parallel_size}: set "
-            "spec.draft_tensor_parallel_size=1 or drop spec.dspark_draft_topk",
-        )
 
     def _take_k_from_schedule(self) -> None:
         """Check spec.k_schedule on its own (coverage of engine.max_num_seqs is JobConfig's) and derive k from it."""

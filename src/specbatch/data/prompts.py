@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from specbatch.assets.checkpoints import check_model_source
 from specbatch.config import ConfigError, DatasetConfig, ModelConfig
-from specbatch.config.checkpoints import check_model_source
 from specbatch.data.rows import SourceRow
 
 

@@ -13,7 +13,6 @@ from typing import Any
 
 from specbatch.common.interrupts import raise_if_stopped
 from specbatch.config import BACKENDS, ConfigError, JobConfig
-from specbatch.config.methods import SpecMethod
 from specbatch.engine.base import (
     Completion,
     Engine,
@@ -23,6 +22,7 @@ from specbatch.engine.base import (
     Sample,
     engine_fingerprint,
 )
+from specbatch.methods import SpecMethod
 
 
 def backend_class(name: str) -> type[Engine]:

@@ -190,6 +190,13 @@ class Engine(ABC):
         return str(config["model"]["dtype"])
 
     @classmethod
+    def check_method(cls, job: JobConfig) -> None:  # noqa: B027 (most backends need nothing more)
+        """What this backend needs on this machine for the job's method (packages, model runners), checked beside
+        the method's own checks before the engine loads; ConfigError naming the fix. Nothing, unless a backend says
+        otherwise."""
+        return None
+
+    @classmethod
     def check(cls, job: JobConfig) -> None:  # noqa: B027 (most backends have nothing to check)
         """What can be checked about the backend before anything is written or loaded (e.g. a server answers);
         raises ConfigError naming the key to change. Nothing, unless a backend says otherwise."""

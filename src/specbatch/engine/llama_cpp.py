@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any, Self
 
 from specbatch.config import JobConfig
-from specbatch.config.methods import SpecMethod
 from specbatch.engine.base import require_checkpoint
 from specbatch.engine.server import ServerEngine
 from specbatch.engine.server_check import check_server
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures
+from specbatch.methods import SpecMethod
 from specbatch.serving.llama_server import LlamaServer, llama_server_command, server_files, slots, spec_flags
 
 log = logging.getLogger(__name__)

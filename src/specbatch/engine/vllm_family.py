@@ -5,6 +5,7 @@ Dynamo-on-vLLM) server that ``jobs/serve.py`` starts from the same config, and t
 
 from __future__ import annotations
 
+from specbatch.backends.vllm.methods import check_method
 from specbatch.config import JobConfig
 from specbatch.engine.base import Engine
 from specbatch.serving.command_lines import vllm_console_script_broken, vllm_serve_command
@@ -18,6 +19,10 @@ class VllmFamily(Engine):
     def validate(cls, job: JobConfig) -> None:
         super().validate(job)
         check_vllm_rules(job)
+
+    @classmethod
+    def check_method(cls, job: JobConfig) -> None:
+        check_method(job)
 
     @classmethod
     def batch(cls, job: JobConfig) -> int | None:

@@ -1,5 +1,6 @@
 """The set-ups a prediction replays: n-gram and suffix decoding with their knobs, the defaults taken from the run,
-and the parsing of jobs/predict.py's arguments (each refusal names its flag)."""
+and the parsing of jobs/predict.py's arguments (each refusal names its flag). The methods' own facts (their
+default windows, k and knob defaults, which set-up replays them) are in their modules (specbatch.methods)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,13 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-# n-gram's lookup window when the run did not use n-gram: conf/spec/ngram.yaml's.
-DEFAULT_NGRAM_WINDOW = (2, 4)
-DEFAULT_NGRAM_KS = tuple(range(1, 9))
-# conf/spec/suffix.yaml's k.
-DEFAULT_SUFFIX_KS = (5,)
-# The methods replay can predict: those that draft without a checkpoint.
-METHODS = ("ngram", "suffix")
+from specbatch.methods import METHODS as ALL_METHODS
+from specbatch.methods import ngram, suffix
 
-# vLLM 0.32's suffix defaults (config/speculative.py), for runs whose config leaves them unset.
-SUFFIX_DEFAULTS = {"max_tree_depth": 24, "max_cached_requests": 10000, "max_spec_factor": 1.0, "min_token_prob": 0.1}
+DEFAULT_NGRAM_WINDOW = ngram.DEFAULT_WINDOW
+DEFAULT_NGRAM_KS = ngram.DEFAULT_PREDICTED_KS
+DEFAULT_SUFFIX_KS = suffix.DEFAULT_PREDICTED_KS
+SUFFIX_DEFAULTS = suffix.DEFAULTS
 
 
 @dataclass(frozen=True)
@@ -29,9 +27,9 @@ class NgramSetup:
 
     @property
     def label(self) -> str:
-        return f"ngram-k{self.k}-n{self.min_n}-{self.max_n}"
+        return f"{self.method}-k{self.k}-n{self.min_n}-{self.max_n}"
 
-    method = "ngram"
+    method = ngram.METHOD.name
 
 
 @dataclass(frozen=True)
@@ -46,12 +44,14 @@ class SuffixSetup:
 
     @property
     def label(self) -> str:
-        return f"suffix-k{self.k}-d{self.max_tree_depth}-f{self.max_spec_factor:g}"
+        return f"{self.method}-k{self.k}-d{self.max_tree_depth}-f{self.max_spec_factor:g}"
 
-    method = "suffix"
+    method = suffix.METHOD.name
 
 
 Setup = NgramSetup | SuffixSetup
+# The methods replay can predict (those whose module names a replay set-up: they draft without a checkpoint).
+METHODS = tuple(m.value for m, entry in ALL_METHODS.items() if entry.replay)
 
 
 def default_setups(
@@ -65,9 +65,9 @@ def default_setups(
     spec = config["spec"]
     if not windows:
         own = (spec.get("prompt_lookup_min"), spec.get("prompt_lookup_max"))
-        windows = (own,) if spec["method"] == "ngram" and None not in own else (DEFAULT_NGRAM_WINDOW,)
+        windows = (own,) if spec["method"] == NgramSetup.method and None not in own else (DEFAULT_NGRAM_WINDOW,)
     setups: list[Setup] = [NgramSetup(k, lo, hi) for lo, hi in windows for k in ngram_ks]
-    knobs = _suffix_knobs(spec) if spec["method"] == "suffix" else {}
+    knobs = _suffix_knobs(spec) if spec["method"] == SuffixSetup.method else {}
     setups += [SuffixSetup(k, **knobs) for k in suffix_ks]
     return setups
 
@@ -87,9 +87,9 @@ def setup_of(config: dict[str, Any]) -> Setup | None:
     k = spec.get("num_speculative_tokens")
     if not k or spec.get("k_schedule"):
         return None
-    if spec["method"] == "ngram":
+    if spec["method"] == NgramSetup.method:
         return NgramSetup(k, spec["prompt_lookup_min"], spec["prompt_lookup_max"])
-    if spec["method"] == "suffix":
+    if spec["method"] == SuffixSetup.method:
         return SuffixSetup(k, **_suffix_knobs(spec))
     return None
 

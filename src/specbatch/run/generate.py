@@ -26,6 +26,7 @@ from specbatch.data.prompts import check_chat_template, load_tokenizer
 from specbatch.data.rows import RowSource, SourceRow, open_rows
 from specbatch.engine import (
     Engine,
+    backend_class,
     check_engine,
     engine_fingerprint,
     import_engine_library,
@@ -70,8 +71,10 @@ class ShardGeneration:
         return [self.job]
 
     def preflight(self, job: JobConfig) -> None:
-        """The method's checks against this machine (checkpoints, packages) for one of engine_jobs()."""
+        """The method's checks against this machine (checkpoints, packages) for one of engine_jobs(), and what the
+        backend needs for it here."""
         preflight(job)
+        backend_class(job.engine.backend).check_method(job)
 
     def cut(self, span: range) -> list[range]:
         """The shard's rows cut into chunks (each one Parquet part)."""

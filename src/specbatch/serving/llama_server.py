@@ -26,7 +26,7 @@ from specbatch.assets.cache import package_file
 from specbatch.assets.embedded import SMOLLM2_GGUF, SMOLLM2_PACKAGE
 from specbatch.common.environment import PROJECT_ROOT
 from specbatch.config import ConfigError, JobConfig, compose_job
-from specbatch.config.methods import SpecMethod
+from specbatch.methods import SpecMethod
 from specbatch.serving.child_server import ChildServer, ServerStartError
 
 log = logging.getLogger(__name__)

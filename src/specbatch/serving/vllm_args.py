@@ -13,15 +13,12 @@ import enum
 import os
 from typing import Any
 
+from specbatch.backends.vllm.methods import environment, vllm_method
+from specbatch.common.errors import require
 from specbatch.common.machine import this_machine
-from specbatch.config import METHODS, ConfigError, JobConfig, SpecConfig
-from specbatch.config.errors import require
-from specbatch.config.methods import SpecMethod
+from specbatch.config import ConfigError, JobConfig, SpecConfig
 from specbatch.config.spec import knob_owners, schedule_must_cover
-
-# Knobs of another engine's (llama.cpp's GGUF draft): never in vLLM's speculative_config.
-_NOT_VLLM = ("draft_gguf",)
-
+from specbatch.methods import SpecMethod
 
 # What set_engine_environment set in os.environ for an earlier offline engine of this process, so a later engine of
 # another kind undoes it, and a server tells it from what the user exported.
@@ -65,10 +62,12 @@ def speculative_config(spec: SpecConfig) -> dict[str, Any] | None:
             "spec=auto ...), then serve what its decision.json names under overrides, e.g. python jobs/serve.py "
             "spec=ngram spec.num_speculative_tokens=3"
         )
-    out: dict[str, Any] = {"method": spec.method.value, "num_speculative_tokens": spec.k}
+    row = vllm_method(spec.method)
+    assert row is not None  # the roles returned above
+    out: dict[str, Any] = {"method": row.name, "num_speculative_tokens": spec.k}
     for knob, owners in knob_owners().items():
         value = getattr(spec, knob)
-        if spec.method in owners and value is not None and knob not in _NOT_VLLM:
+        if spec.method in owners and value is not None and knob not in row.not_passed:
             out[knob] = value.value if isinstance(value, enum.Enum) else value
     if spec.k_schedule is not None:
         # vLLM's scheduler looks the k up by the number of requests in each step (dynamic speculative decoding).
@@ -121,12 +120,12 @@ def seeded_prefills_must_stay_whole(job: JobConfig) -> bool:
 
 def vllm_environment(job: JobConfig) -> dict[str, str]:
     """Environment variables vLLM needs for this job: the CPU KV cache (the CPU worker refuses to start without
-    one) and what the method's registry entry asks for (specbatch.config.methods). The offline engine and the server
+    one) and what vLLM's table of methods asks for (specbatch.backends.vllm.methods). The offline engine and the server
     jobs/serve.py starts both set them from here, so the two cannot drift; an explicit environment value wins."""
     env: dict[str, str] = {}
     if job.engine.cpu_kvcache_space_gib is not None:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(job.engine.cpu_kvcache_space_gib)
-    return env | METHODS[job.spec.method].environment
+    return env | environment(job.spec.method)
 
 
 def runs_in_process(job: JobConfig) -> bool:
@@ -172,6 +171,7 @@ def check_vllm_rules(job: JobConfig) -> None:
     """What vLLM 0.32 refuses, or runs differently from what the config says, about this job's processes, batch and
     drafter placement; ConfigError naming the key to change."""
     spec, model = job.spec, job.model
+    vllm_method(spec.method)  # one vLLM runs, or one line naming those it does
     require(
         job.engine.multiprocessing is not False or model.tensor_parallel_size == 1,
         f"engine.multiprocessing=false runs vLLM in the job's process, which holds one worker, but "
@@ -192,7 +192,9 @@ def check_vllm_rules(job: JobConfig) -> None:
             f"{target_tp} or drop it"
         )
     if draft_tp is not None:
-        allowed = [target_tp] if METHODS[spec.method].draft_tp_follows_target else sorted({1, target_tp})
+        row = vllm_method(spec.method)
+        follows = row is not None and row.draft_tp_follows_target
+        allowed = [target_tp] if follows else sorted({1, target_tp})
         require(
             draft_tp in allowed,
             f"spec.draft_tensor_parallel_size={draft_tp} with model.tensor_parallel_size={target_tp}: "

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from specbatch.assets.cache import EmbeddedAssetError
 from specbatch.assets.prepare import ensure_embedded
+from specbatch.backends.vllm.methods import check_method
 from specbatch.config import ConfigError, JobConfig
 from specbatch.config.preflight import preflight
 from specbatch.serving.child_server import ChildServer
@@ -81,6 +82,7 @@ def prepare_model(job: JobConfig) -> None:
         except EmbeddedAssetError as exc:
             raise ConfigError(str(exc)) from None
     preflight(job)
+    check_method(job)
 
 
 class VllmServer(ChildServer):

@@ -6,7 +6,7 @@ quickly, so that a machine without the hub hears so in one line, before the run 
 minutes of retries inside a loader: offline (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE) only the Hugging Face cache is
 consulted; online the hub is asked once, for a few seconds, without a retry loop.
 
-config.json is read here for every check of :mod:`specbatch.config.preflight` and for the dtype choice, and its
+config.json is read here for every check of the methods' checks (specbatch.methods) and for the dtype choice, and its
 shape is checked once: a file that is not JSON, not an object, or has a section or value of another kind than
 Hugging Face configs have is one ConfigError naming the file and the fix, not a traceback from whichever check read
 it first. A checkpoint whose config.json cannot be fetched (a hub id offline and not cached) reads as None: the
@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from specbatch.config.errors import ConfigError
+from specbatch.common.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

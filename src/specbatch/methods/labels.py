@@ -1,0 +1,53 @@
+"""How a method and its k (or k schedule) are written: run folder labels, MLflow run names, captions in figures and
+tables. Labels name existing run folders and seed their samples, so a label that fits is never changed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+# A k per batch size: [[first batch size, last batch size, k], ...] (spec.k_schedule), as plain lists or tuples.
+Schedule = Sequence[Sequence[int]]
+
+# Ranges beyond which a folder name would get unwieldy; the digest beside it keeps longer schedules apart anyway.
+_LABELLED_RANGES = 6
+# The longest readable part of a run folder's name (run_name, or the label in its place), in bytes: with the digest
+# and the repeat suffix it stays within the 255 a folder name may have on common file systems.
+READABLE_NAME_BYTES = 200
+# Digits of a schedule's number beyond which a label too long for a folder name writes it short (10**250 - 1 as
+# 9e249): such a schedule's digest keeps it apart, and a label any run folder had keeps its numbers whole.
+_WHOLE_DIGITS = 6
+
+
+def spec_label(method: str, k: int | None, schedule: Schedule | None = None) -> str:
+    """Readable method label, e.g. ``ngram-k3``, ``none`` or, for a k schedule, ``ngram-sched-1to4k5-5to256k0``:
+    run folders, MLflow run names, comparison metrics (filesystem-safe: letters, digits, ``-``)."""
+    if schedule:
+        label = _schedule_label(method, schedule, str)
+        # Labels that fit are never changed: they name existing run folders and seed their samples.
+        return label if len(label) <= READABLE_NAME_BYTES else _schedule_label(method, schedule, _short_number)
+    return method if k is None else f"{method}-k{k}"
+
+
+def _schedule_label(method: str, schedule: Schedule, number: Callable[[int], str]) -> str:
+    parts = [f"{number(first)}to{number(last)}k{number(kk)}" for first, last, kk in schedule]
+    if len(parts) > _LABELLED_RANGES:
+        parts = [*parts[: _LABELLED_RANGES - 1], f"{len(parts) - _LABELLED_RANGES + 1}more"]
+    return f"{method}-sched-" + "-".join(parts)
+
+
+def _short_number(value: int) -> str:
+    digits = str(value)
+    return digits if len(digits) <= _WHOLE_DIGITS else f"{digits[0]}e{len(digits) - 1}"
+
+
+def spec_caption(method: str, k: int | None, schedule: Schedule | None = None) -> str:
+    """The method as figures, tables and recommendations write it, e.g. ``ngram k=3``, ``none`` or, for a k
+    schedule, ``ngram k schedule 1-4:5 5-256:0`` (batch sizes first-last: k)."""
+    if schedule:
+        return f"{method} k schedule " + " ".join(f"{first}-{last}:{kk}" for first, last, kk in schedule)
+    return method if k is None else f"{method} k={k}"
+
+
+def schedule_key(schedule: Schedule | None) -> tuple[tuple[int, int, int], ...] | None:
+    """A schedule as a hashable, comparable value (for grouping runs); None for a fixed k."""
+    return tuple((int(a), int(b), int(c)) for a, b, c in schedule) if schedule else None
