@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from specbatch.pipeline import merge_run
-from specbatch.run.formats import RecordError
+from specbatch.run.records.record_files import RecordError
 from specbatch.run.status_merge import RunIncompleteError
 
 log = logging.getLogger("specbatch.merge")

@@ -27,7 +27,7 @@ from specbatch.prediction.setups import (
 )
 from specbatch.prediction.turns import NoTokenIds
 from specbatch.run.folder import read_run
-from specbatch.run.formats import RecordError
+from specbatch.run.records.record_files import RecordError
 from specbatch.run.status_merge import RunIncompleteError
 from specbatch.tracking.store import TrackingUnreachable
 

@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from specbatch.run.formats import RecordError
+from specbatch.run.records.record_files import RecordError
 from specbatch.run.status_merge import format_status, run_status
 
 log = logging.getLogger("specbatch.status")

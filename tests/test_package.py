@@ -320,6 +320,75 @@ def test_a_module_name_means_one_thing_across_the_package() -> None:
     assert {stem: names for stem, names in stems.items() if len(names) > 1} == {}
 
 
+# What records of older versions lack and what it meant lives with each record's owner (specbatch.run.records): its
+# version, read, write and upgrade. Elsewhere no version constant or upgrade helper is named, and no module says
+# "written before", except the config's fields, each declaring the value runs written before it had (OLD_RUNS_DEFAULT,
+# which run.records.run_json applies), and these, which say it of something else:
+WRITTEN_BEFORE_ELSEWHERE = {
+    # Chunks written before a stop signal are kept: a stop, not a format.
+    "specbatch.common.interrupts",
+    # A setting older runs did not record is no difference (issue 51: the engine's owner words this docstring).
+    "specbatch.engine.acceptance_settings",
+}
+RECORD_OWNERS = "specbatch.run.records"
+# Names of versions and of upgrades from them: RUN_FORMAT, SCHEMA_VERSION, upgrade_run_record, seed_before_schema_5.
+VERSION_NAME = re.compile(r"^[A-Z_]*_FORMAT$|^SCHEMA_VERSION(_KEY)?$|^upgrade_|_before_schema_")
+
+
+def older_format_knowledge(package: Path = PACKAGE) -> list[tuple[str, str]]:
+    """(module, what) for each module outside the records' owners that knows an older format: a version constant or
+    upgrade helper it names (in an import or in its code), or the words "written before"."""
+    found = []
+    for path in package.rglob("*.py"):
+        name = module_name(path)
+        if name.startswith(RECORD_OWNERS):
+            continue
+        text = path.read_text()
+        if (
+            "written before" in text
+            and name not in WRITTEN_BEFORE_ELSEWHERE
+            and not name.startswith("specbatch.config")
+        ):
+            found.append((name, "written before"))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Name):
+                names = [node.id]
+            elif isinstance(node, ast.Attribute):
+                names = [node.attr]
+            elif isinstance(node, ast.ImportFrom):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            found += [(name, n) for n in names if VERSION_NAME.search(n)]
+    return sorted(set(found))
+
+
+def test_older_formats_are_known_only_to_the_records_owners() -> None:
+    assert (PACKAGE / "run" / "records" / "run_json.py").is_file(), "the owners are where the rule looks"
+    assert older_format_knowledge() == []
+
+
+def test_the_older_format_rule_sees_a_planted_branch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    planted = tmp_path / "src" / "specbatch"
+    (planted / "analysis").mkdir(parents=True)
+    (planted / "run" / "records").mkdir(parents=True)
+    (planted / "analysis" / "a.py").write_text(
+        "from specbatch.run.records.run_json import RUN_FORMAT\n"
+        "def read(record):\n"
+        "    # Runs written before the key existed lack it.\n"
+        "    return record.get('k', 0) if record['format'] < RUN_FORMAT else record['k']\n"
+    )
+    (planted / "analysis" / "b.py").write_text("from specbatch.run.records import output_parts\n")
+    (planted / "analysis" / "c.py").write_text("def f(row):\n    return output_parts.seed_before_schema_5({}, row)\n")
+    (planted / "run" / "records" / "run_json.py").write_text("RUN_FORMAT = 2  # written before: format 1\n")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path / "src")
+    assert older_format_knowledge(planted) == [
+        ("specbatch.analysis.a", "RUN_FORMAT"),
+        ("specbatch.analysis.a", "written before"),
+        ("specbatch.analysis.c", "seed_before_schema_5"),
+    ]
+
+
 # Where a drafting method's name may be written, besides its own module (specbatch/methods/<name>.py) and the
 # backends' tables (specbatch/backends/<backend>/): each other file that names one, and why. ``none`` (the baseline)
 # and ``auto`` (the chooser) are roles, not methods: every part of the job may test for them.

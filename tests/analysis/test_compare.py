@@ -24,9 +24,9 @@ from specbatch.config import ConfigError, to_plain_dict
 from specbatch.config.overrides import override_values
 from specbatch.engine.spec_metrics import Counters
 from specbatch.run.folder import RunFolder
-from specbatch.run.formats import RUN_FORMAT
 from specbatch.run.multirun import JOB_FILE, SWEEP_FILE
-from specbatch.run.output_rows import SCHEMA, write_parquet
+from specbatch.run.records.output_parts import SCHEMA, write_parquet
+from specbatch.run.records.run_json import RUN_FORMAT
 from specbatch.run.status_merge import RunIncompleteError
 from specbatch.run.summary import RowTotals, summarize
 

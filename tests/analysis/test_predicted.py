@@ -20,8 +20,8 @@ from specbatch.prediction.replay import Drafting, replay
 from specbatch.prediction.setups import NgramSetup
 from specbatch.prediction.turns import read_turns
 from specbatch.run.folder import RunFolder
-from specbatch.run.formats import RUN_FORMAT
-from specbatch.run.output_rows import SCHEMA, write_parquet
+from specbatch.run.records.output_parts import SCHEMA, write_parquet
+from specbatch.run.records.run_json import RUN_FORMAT
 from specbatch.run.summary import RowTotals, summarize
 
 # Two rows whose answers repeat their prompts: n-gram drafts from them.

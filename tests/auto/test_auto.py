@@ -43,7 +43,7 @@ from specbatch.pipeline import run_job
 from specbatch.prediction.turns import ReplayTurn
 from specbatch.run.folder import RunFolder
 from specbatch.run.integrity import PartRecord
-from specbatch.run.output_rows import SCHEMA_VERSION_KEY
+from specbatch.run.records.output_parts import SCHEMA_VERSION_KEY
 from specbatch.run.streaming import ChunkStreamer
 
 CONF = Path(__file__).resolve().parents[2] / "conf"

@@ -26,8 +26,8 @@ from specbatch.prediction.replay import Drafting, replay
 from specbatch.prediction.setups import NgramSetup, SuffixSetup, default_setups
 from specbatch.prediction.turns import NoTokenIds, ReplayTurn, read_turns
 from specbatch.run.folder import RunFolder
-from specbatch.run.formats import RUN_FORMAT
-from specbatch.run.output_rows import SCHEMA, write_parquet
+from specbatch.run.records.output_parts import SCHEMA, write_parquet
+from specbatch.run.records.run_json import RUN_FORMAT
 from specbatch.run.summary import RowTotals, summarize
 
 

@@ -14,7 +14,7 @@ from specbatch.engine.spec_metrics import Counters
 from specbatch.run.events import RunStart
 from specbatch.run.executor import ShardExecutor, ShardPlan
 from specbatch.run.folder import RunFolder
-from specbatch.run.output_rows import write_parquet
+from specbatch.run.records.output_parts import write_parquet
 from specbatch.run.sharding import Shard
 from specbatch.run.summary import RowTotals, Summary, summarize
 

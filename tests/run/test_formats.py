@@ -1,4 +1,4 @@
-"""Run folders written by older versions (run/formats.py): a folder of each older run format, built here from a run
+"""Run folders written by older versions (run/records): a folder of each older run format, built here from a run
 of today's job rewritten as that version wrote it, is found again by its job, read by status, merge and compare as
 today's, and keeps its digests. A record from a newer version, or a damaged one, is refused in one line naming the
 file and what to do."""
@@ -19,7 +19,9 @@ from specbatch.config import ConfigError
 from specbatch.config.identity import workload_digest
 from specbatch.pipeline import merge_run, run_job
 from specbatch.run.folder import RunFolder, read_run
-from specbatch.run.formats import DECISION_FORMAT, RUN_FORMAT, RecordError
+from specbatch.run.records.decision_file import DECISION_FORMAT
+from specbatch.run.records.record_files import RecordError
+from specbatch.run.records.run_json import RUN_FORMAT
 from specbatch.run.status_merge import run_status
 
 

@@ -25,7 +25,7 @@ from specbatch.prediction.setups import NgramSetup, SuffixSetup
 from specbatch.prediction.turns import read_turns
 from specbatch.run.folder import RunFolder
 from specbatch.run.multirun import sweep_jobs
-from specbatch.run.output_rows import SCHEMA, read_config_metadata
+from specbatch.run.records.output_parts import SCHEMA, read_config_metadata
 from specbatch.tracking.comparison import folder_run_ids
 
 pytestmark = pytest.mark.slow

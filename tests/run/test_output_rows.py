@@ -13,7 +13,8 @@ import pytest
 from specbatch.backends.vllm.vllm_offline import row_figures
 from specbatch.data.prompts import Prompt
 from specbatch.engine import Sample
-from specbatch.run.output_rows import SCHEMA, build_output_rows, read_config_metadata, write_parquet
+from specbatch.run.output_rows import build_output_rows
+from specbatch.run.records.output_parts import SCHEMA, read_config_metadata, write_parquet
 
 
 class FakeMetrics:  # shaped like vLLM's per-request spec decode metrics

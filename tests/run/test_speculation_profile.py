@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specbatch.engine.spec_metrics import Counters
-from specbatch.run.output_rows import SCHEMA, write_parquet
+from specbatch.run.records.output_parts import SCHEMA, write_parquet
 from specbatch.run.speculation_profile import speculation_profile
 from specbatch.run.summary import RowTotals, Summary, summarize
 

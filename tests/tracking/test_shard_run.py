@@ -66,7 +66,7 @@ def test_a_failure_while_opening_the_run_stops_the_job_before_the_done_marker(jo
         raise OSError(28, "No space left on device", str(path))
 
     # Writing the run's id into the run folder is the worker's only write that can fail the job.
-    monkeypatch.setattr(shard_run, "atomic_write_json", disk_full)
+    monkeypatch.setattr(shard_run, "write_note", disk_full)
     with pytest.raises(OSError, match="No space left"):
         run_job(job, engine=DummyEngine(engine_fingerprint(job), k=job.spec.k))
     folder = RunFolder.for_job(job)

@@ -221,7 +221,7 @@ def shared_seeds_note(check: DistributionCheck) -> str:
     return (
         f"{check.run_folder}: {test.shared_seeds} of its first-turn samples were drawn with the seed of a sample of "
         f"its baseline ({check.baseline_folder}) for the same prompt, so they are not independent samples of the "
-        f"distribution (a spec=auto run written before auto drew seeds of its own repeats the baseline's in its "
+        f"distribution (a spec=auto run made before auto drew seeds of its own repeats the baseline's in its "
         f"spec=none rows): they are left out of the distribution check, and {left}"
     )
 

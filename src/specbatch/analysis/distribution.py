@@ -39,7 +39,7 @@ The figure reported is for the best-covered prefix that drafts can touch (m ≥ 
 
 Both runs must draw independent samples: the job's seeds depend on the run's set-up (specbatch.config.sample_seed),
 so a run and its baseline should never share one. The check tests that rather than trusting it: a run's sample whose
-seed is one of the baseline's for the same prompt (e.g. a spec=auto run written before auto drew seeds of its own:
+seed is one of the baseline's for the same prompt (e.g. a spec=auto run made before auto drew seeds of its own:
 its spec=none rows repeat the baseline's samples) is left out and counted (``shared_seeds``); when nothing is left,
 the verdict is ``NOT_INDEPENDENT``, never "consistent".
 """

@@ -9,15 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from specbatch.common.machine import machine_line
 from specbatch.config import workload_digest
 from specbatch.config.engine import backend_keys
 from specbatch.engine import recorded_backend
 from specbatch.run.folder import RunFolder, read_run, shard_folders
-from specbatch.run.formats import seed_before_schema_5
 from specbatch.run.output_rows import STATUS_OK
+from specbatch.run.records.output_parts import rows_with_seeds
+from specbatch.run.records.summary_file import batch_caps
 from specbatch.run.status_merge import finished_summary
 from specbatch.run.summary import Summary
 
@@ -70,16 +69,9 @@ class RunData:
     @property
     def batch_size(self) -> int:
         """Requests the engine ran at once: its concurrency (engine.max_num_seqs or the engine's default), or fewer
-        when the run had fewer prompts. Runs written before the engine was streamed ran one chunk per generate
-        call, so their batch was also capped by chunk_size."""
-        sizes = [self.prompts]
-        if self.summary.concurrency:
-            sizes.append(self.summary.concurrency)
-        else:
-            sizes.append(self.config["chunk_size"])
-            if self.config["engine"].get("max_num_seqs"):
-                sizes.append(self.config["engine"]["max_num_seqs"])
-        return max(1, min(sizes))
+        when the run had fewer prompts. A summary without concurrency is of a run whose batch was its chunk
+        (specbatch.run.records.summary_file.batch_caps)."""
+        return max(1, min([self.prompts, *batch_caps(self.summary, self.config)]))
 
     @property
     def engine(self) -> str:
@@ -94,7 +86,7 @@ class RunData:
     @property
     def machines(self) -> list[str]:
         """The line of each machine that generated the run (several when its shards ran on different ones); empty
-        for runs written before machines were recorded."""
+        when its summary recorded none."""
         machine = self.summary.machine
         if not machine:
             return []
@@ -135,15 +127,14 @@ def load_run(root: Path) -> RunData:
     columns = ["row_id", "turn", "sample_index", "status", "completion_token_ids", "method", "num_speculative_tokens"]
     for folder in shard_folders(root):
         for part in folder.parts():
-            recorded = "seed" in pq.read_schema(part).names
-            for row in pq.read_table(part, columns=columns + ["seed"] * recorded).to_pylist():
+            for row in rows_with_seeds(part, columns, config):
                 if row["turn"] == 1:
                     # Each sample is a request of its own: n samples of one row fill n places in the batch.
                     first_turn_rows.add((row["row_id"], row["sample_index"]))
                 if row["status"] == STATUS_OK:
                     key = (row["row_id"], row["turn"], row["sample_index"])
                     tokens[key] = row["completion_token_ids"]
-                    seeds[key] = row["seed"] if recorded else seed_before_schema_5(config, row)
+                    seeds[key] = row["seed"]
     prompts, decision = len(first_turn_rows), RunFolder(root).read_decision()
     return RunData(
         root, config, summary, tokens, prompts, measurement=_measurement(root), seeds=seeds, decision=decision

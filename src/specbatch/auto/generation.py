@@ -46,14 +46,13 @@ from specbatch.auto.decision import (
     unmeasured_winner,
 )
 from specbatch.auto.slices import no_tokens, silent_pilot, slice_rates
-from specbatch.common.atomic_files import create_json_once
 from specbatch.common.interrupts import raise_if_stopped
 from specbatch.config import ConfigError, JobConfig
 from specbatch.engine import Engine, backend_class, start_engine
 from specbatch.prediction.turns import RunTurns, read_parts
 from specbatch.run.folder import RunFolder
-from specbatch.run.formats import DECISION_FORMAT
 from specbatch.run.generate import ShardGeneration
+from specbatch.run.records.decision_file import create_decision, create_plan
 from specbatch.run.shard_summary import summarize_shard
 from specbatch.run.sharding import chunk_ranges
 from specbatch.run.summary import Summary
@@ -297,7 +296,6 @@ class AutoShardGeneration(ShardGeneration):
                 len(measure), startup, pilot_seconds, pilot_rows, len(self._span), self.auto.budget
             )
         plan = {
-            "format": DECISION_FORMAT,
             "shard": folder.shard_tag,
             "predicted": [p.to_dict() for p in predicted],
             "measure": measure if pays else [],
@@ -308,7 +306,7 @@ class AutoShardGeneration(ShardGeneration):
             "engine_startup_seconds": startup,
         }
         log.info("spec=auto: %s", why)
-        create_json_once(folder.auto_plan_path, plan)
+        create_plan(folder.auto_plan_path, plan)
         return folder.read_auto_plan() or plan
 
     def _concurrency(self) -> int | None:
@@ -360,7 +358,6 @@ class AutoShardGeneration(ShardGeneration):
                 }
             )
         decision = {
-            "format": DECISION_FORMAT,
             "winner": winner,
             "winner_caption": self._candidate(winner).caption,
             # What runs the winner elsewhere, e.g. python jobs/serve.py --print <overrides>.
@@ -370,7 +367,7 @@ class AutoShardGeneration(ShardGeneration):
             "decided_by": folder.shard_tag,
             "candidates": rows,
         }
-        if create_json_once(folder.decision_path, decision):
+        if create_decision(folder.decision_path, decision):
             log.info("spec=auto decided: %s (%s); written to %s", winner, why, folder.decision_path)
         else:
             theirs = folder.read_decision() or decision
@@ -378,7 +375,7 @@ class AutoShardGeneration(ShardGeneration):
                 "spec=auto: another shard decided first (%s, by %s); this shard's own figures say %s. The run's "
                 "decision is kept: %s",
                 theirs["winner"],
-                theirs.get("decided_by"),
+                theirs["decided_by"],
                 winner,
                 folder.decision_path,
             )

@@ -24,7 +24,8 @@ def slice_rates(folder: RunFolder, numbers: list[int], label: str) -> list[tuple
         if not folder.part_stats_path(number).exists():
             continue
         stats = folder.read_part_stats(number)
-        if stats.get("setup", label) != label or not stats.get("elapsed"):
+        # A part without a set-up of its own is the run's; one without an elapsed time timed nothing of its own.
+        if stats.get("setup", label) != label or not stats["elapsed"]:
             continue
         out.append((int(stats["counters"]["generation_tokens"]), float(stats["elapsed"])))
     return out

@@ -15,7 +15,7 @@ from specbatch.backends.vllm.vllm_server import VllmServer
 from specbatch.bench import machine_header
 from specbatch.config import compose_job
 from specbatch.pipeline import run_job
-from specbatch.run.output_rows import read_rows
+from specbatch.run.records.output_parts import read_rows
 from specbatch.run.summary import Summary
 
 METHODS = (["spec=none"], ["spec=ngram"])

@@ -11,7 +11,7 @@ from pathlib import Path
 from specbatch.bench.processes import PROJECT, first_turn_prompts, run_bare
 from specbatch.config import compose_job
 from specbatch.pipeline import run_job
-from specbatch.run.output_rows import read_rows
+from specbatch.run.records.output_parts import read_rows
 
 OVERHEAD_GOAL = 1.03
 

@@ -83,7 +83,7 @@ class Machine:
 
 
 def machine_line(record: dict[str, Any] | None) -> str | None:
-    """The line of a recorded machine (a summary's ``machine``), or None for runs written before it was recorded."""
+    """The line of a recorded machine (a summary's ``machine``), or None when none was recorded."""
     if not record:
         return None
     return Machine(

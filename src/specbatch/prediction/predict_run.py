@@ -8,17 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from specbatch.common.atomic_files import atomic_write, atomic_write_json
 from specbatch.prediction.figures import OVERALL, predicted_rows
 from specbatch.prediction.replay import replay
 from specbatch.prediction.setups import Setup
 from specbatch.prediction.turns import RunTurns, read_turns
+from specbatch.run.records.prediction_file import PREDICTION_DIR, write_prediction_files
 from specbatch.run.status_merge import finished_summary
-
-PREDICTION_DIR = "prediction"
 
 
 @dataclass
@@ -68,19 +63,14 @@ def profiles(prediction: Prediction) -> list[dict[str, Any]]:
 def write_prediction(prediction: Prediction) -> Path:
     """prediction/predicted.json and predicted.parquet in the run folder; the folder."""
     out = prediction.run.root / PREDICTION_DIR
-    out.mkdir(exist_ok=True)
     skipped = prediction.run.skipped
-    atomic_write_json(
-        out / "predicted.json",
-        {
-            "run": str(prediction.run.root),
-            "completions": len(prediction.run.turns),
-            "skipped": [{"row_id": r, "turn": t, "why": why} for r, t, why in skipped],
-            "setups": profiles(prediction),
-        },
-    )
-    table = pa.Table.from_pylist(prediction.rows)
-    atomic_write(out / "predicted.parquet", lambda tmp: pq.write_table(table, tmp))
+    record = {
+        "run": str(prediction.run.root),
+        "completions": len(prediction.run.turns),
+        "skipped": [{"row_id": r, "turn": t, "why": why} for r, t, why in skipped],
+        "setups": profiles(prediction),
+    }
+    write_prediction_files(out, record, prediction.rows)
     return out
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from specbatch.run.folder import read_run, shard_folders
 from specbatch.run.output_rows import STATUS_OK
+from specbatch.run.records.output_parts import NO_PROMPT_TOKEN_IDS, read_columns
 
 _COLUMNS = [
     "row_id",
@@ -60,14 +60,15 @@ class RunTurns:
     root: Path
     config: dict[str, Any]
     turns: list[ReplayTurn] = field(default_factory=list)
-    # (row_id, turn, why) of each row that is not replayed: error rows, rows written without token ids.
+    # (row_id, turn, why) of each row that is not replayed: error rows, rows without token ids.
     skipped: list[tuple[str, int, str]] = field(default_factory=list)
     # Requests each shard's engine ran at once (its summary's concurrency; None where unknown).
     concurrency: dict[int, int | None] = field(default_factory=dict)
 
 
 class NoTokenIds(ValueError):
-    """The run kept no token ids to replay (written before schema 4, or by an engine that returns none)."""
+    """The run kept no token ids to replay (parts of an older output schema, specbatch.run.records.output_parts, or
+    an engine that returns none)."""
 
 
 def read_turns(root: Path) -> RunTurns:
@@ -86,9 +87,7 @@ def read_turns(root: Path) -> RunTurns:
 def read_parts(parts: list[Path], run: RunTurns, shard_number: int = 0) -> None:
     """The answered turns of ``parts`` (one shard's, in chunk order) into ``run``, the others into its skipped."""
     for part_number, part in enumerate(parts):
-        present = set(pq.read_schema(part).names)
-        table = pq.read_table(part, columns=[c for c in _COLUMNS if c in present]).to_pylist()
-        for place, row in enumerate(table):
+        for place, row in enumerate(read_columns(part, _COLUMNS)):
             why = _not_replayable(row)
             if why:
                 run.skipped.append((row["row_id"], row["turn"], why))
@@ -98,12 +97,12 @@ def read_parts(parts: list[Path], run: RunTurns, shard_number: int = 0) -> None:
                     row_id=row["row_id"],
                     turn=row["turn"],
                     sample_index=row["sample_index"],
-                    category=row.get("category"),
+                    category=row["category"],
                     prompt=np.asarray(row["prompt_token_ids"], dtype=np.int32),
                     completion=np.asarray(row["completion_token_ids"], dtype=np.int32),
                     position=(shard_number, part_number, place),
-                    answered=(shard_number, part_number, row.get("answer_order") or 0),
-                    finish_reason=row.get("finish_reason"),
+                    answered=(shard_number, part_number, row["answer_order"] or 0),
+                    finish_reason=row["finish_reason"],
                 )
             )
 
@@ -111,8 +110,8 @@ def read_parts(parts: list[Path], run: RunTurns, shard_number: int = 0) -> None:
 def _not_replayable(row: dict[str, Any]) -> str | None:
     if row["status"] != STATUS_OK:
         return "error row"
-    if row.get("prompt_token_ids") is None:
-        return "no prompt token ids (written before output schema 4: generate the run again to replay it)"
-    if not row.get("completion_token_ids"):
+    if row["prompt_token_ids"] is None:
+        return NO_PROMPT_TOKEN_IDS
+    if not row["completion_token_ids"]:
         return "no completion token ids (the engine returned none)"
     return None

@@ -14,11 +14,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from specbatch.common.atomic_files import atomic_write, atomic_write_json
+from specbatch.common.atomic_files import atomic_write
 from specbatch.common.machine import this_machine
 from specbatch.run.folder import RunFolder
 from specbatch.run.integrity import PartRecord
-from specbatch.run.output_rows import write_parquet_file
+from specbatch.run.records.launch_record import write_launch_record
+from specbatch.run.records.output_parts import write_parquet_file
 from specbatch.run.streaming import ChunkResult, StreamResult
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class ChunkWriter:
             }
             if self.setup is not None:
                 stats["setup"] = self.setup
-            atomic_write_json(self.folder.part_stats_path(chunk.number), stats)
+            self.folder.write_part_stats(chunk.number, stats)
 
         atomic_write(self.folder.part_path(chunk.number), write_part)
         self.written.append(chunk.number)
@@ -76,4 +77,4 @@ class ChunkWriter:
             "machine": this_machine().line(),
             "acceptance_settings": acceptance_settings,
         }
-        atomic_write_json(self.folder.launch_record_path(self.launch), record)
+        write_launch_record(self.folder.launch_record_path(self.launch), record)

@@ -15,16 +15,16 @@ different set-ups never share one. Inside it (``<shard>`` is ``shard-<index>-of-
 - ``merged/``: the manifest and summary of the merged run;
 - ``decision.json`` and ``stats/<shard>/auto-plan.json``: spec=auto's choice (one per run) and each shard's plan.
 
-The records that readers other than the MLflow observer rely on (run.json, a shard's source record and launch records,
-the decision, the plan) are checked as they are read: one that is cut short, is not a JSON object, lacks a key its
-readers index, or comes from a newer version raises RecordError, whose one line names the file, what is wrong and what
-to do, so that no reader of a run ends in a traceback over it.
+Each record is read and written through its owner in :mod:`specbatch.run.records` (its version, and what older
+versions wrote); this class only knows where each one is. The records that readers other than the MLflow observer rely
+on (run.json, a shard's source record and launch records, the decision, the plan) are checked as they are read: one
+that is cut short, is not a JSON object, lacks a key its readers index, or comes from a newer version raises
+RecordError, whose one line names the file, what is wrong and what to do.
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import re
@@ -33,54 +33,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specbatch.common.atomic_files import atomic_write_json, atomic_write_text, create_json_once, temporaries_in
+from specbatch.common.atomic_files import atomic_write_text, temporaries_in
 from specbatch.common.name_lengths import describe_name, overlong_name
 from specbatch.config import JobConfig, run_folder_digest
-from specbatch.run.formats import (
-    DECISION_FORMAT,
-    RUN_FORMAT,
-    RecordError,
-    refuse_newer,
-    upgrade_launch_record,
-    upgrade_part_stats,
-    upgrade_run_record,
-)
+from specbatch.run.records import decision_file, part_stats, run_json, source_record, summary_file, tracking_notes
+from specbatch.run.records.launch_record import read_launch_record
+from specbatch.run.records.profile_file import PROFILE_FILE
 from specbatch.run.summary import Summary
 
 log = logging.getLogger(__name__)
 
 # The run record: a folder holding it is a run folder.
-RUN_RECORD = "run.json"
-# A speculation profile (specbatch.run.speculation_profile), a shard's and the merged run's.
-PROFILE_FILE = "speculation_profile.json"
-
-# What each record must hold for its readers (the keys they index; every version so far wrote them), and what to do
-# when one is damaged. The run record: nothing of the run can be read without it.
-_RUN_KEYS = ("config", "shard_count")
-_RUN_FIX = "restore it from a copy of the run folder, or generate the run again in a new folder (run_name=<new>)"
-# spec=auto's decision: resume (specbatch.auto.generation), compare (analysis.run_data) and tracking read these.
-# Without it the run has no decision yet, which its shards know how to handle.
-_DECISION_KEYS = ("winner", "winner_caption", "why", "measured", "candidates")
-_DECISION_FIX = (
-    "restore it, or remove it so that the next shard to finish its measurements decides again (the rows already "
-    "generated keep the set-up that generated them)"
-)
-# The digests of a shard's source rows (resume and status read them); recorded again by the next launch when missing.
-_SOURCE_KEYS = ("chunks",)
-_SOURCE_FIX = (
-    "remove it: the shard's next launch records its source rows again as they are then (whether they changed before "
-    "that can then no longer be told)"
-)
-# A launch's record of its loop (the shard summary reads it); without it the launch's parts count as a killed one's.
-_LAUNCH_KEYS = ("parts", "seconds", "counters")
-_LAUNCH_FIX = "remove it: the shard summary then counts the launch's parts by their own figures, as a killed launch's"
-# A shard's spec=auto plan: read by the shard itself until its decision is made; made again from the pilot's parts
-# when it is missing.
-_PLAN_KEYS = ("predicted", "measure", "measuring", "why")
-_PLAN_FIX = (
-    "remove it and rerun the shard, which makes its plan again from its pilot's rows (a finished shard needs only "
-    "the removal)"
-)
+RUN_RECORD = run_json.RUN_RECORD
 
 
 def _safe(part: str) -> str:
@@ -145,18 +109,21 @@ class RunFolder:
         return self.config_yaml.read_text()
 
     def read_run_record(self) -> dict[str, Any]:
-        """The run record in today's shape, whichever version wrote it (run/formats.py)."""
-        record = _read_record(self.run_json, _RUN_KEYS, RUN_FORMAT, "run", _RUN_FIX)
+        """The run record in today's shape, whichever version wrote it (specbatch.run.records.run_json)."""
+        record = run_json.read_run_record(self.run_json)
         if record is None:
             raise FileNotFoundError(
                 f"{self.root} is not a run folder (no run.json): pass outputs/runs/<dataset>/<model>/<run>"
             )
-        return upgrade_run_record(record, self.run_json)
+        return record
 
     def claim_run_record(self, record: dict[str, Any]) -> bool:
         """Create run.json, stamped with the format this version writes, unless it exists (atomically: of two racing
         launches one wins); True for the winner."""
-        return create_json_once(self.run_json, {"format": RUN_FORMAT, **record})
+        return run_json.claim_run_record(self.run_json, record)
+
+    def write_config_yaml(self, config: dict[str, Any]) -> None:
+        run_json.write_config_yaml(self.config_yaml, config)
 
     @property
     def decision_path(self) -> Path:
@@ -165,7 +132,7 @@ class RunFolder:
 
     def read_decision(self) -> dict[str, Any] | None:
         """The run's spec=auto decision; None until a shard has written it; RecordError when it is damaged."""
-        return _read_record(self.decision_path, _DECISION_KEYS, DECISION_FORMAT, "decision", _DECISION_FIX)
+        return decision_file.read_decision(self.decision_path)
 
     @property
     def manifest_path(self) -> Path:
@@ -210,19 +177,21 @@ class RunFolder:
         return self.stats_dir / f"part-{part:05d}.json"
 
     def read_part_stats(self, part: int) -> dict[str, Any]:
-        return upgrade_part_stats(json.loads(self.part_stats_path(part).read_text()))
+        return part_stats.read_part_stats(self.part_stats_path(part))
+
+    def write_part_stats(self, part: int, stats: dict[str, Any]) -> None:
+        part_stats.write_part_stats(self.part_stats_path(part), stats)
 
     def launch_record_path(self, launch: str) -> Path:
         """One launch's streaming loop: the parts it wrote, its wall time and engine counter differences."""
         return self.stats_dir / f"launch-{launch}.json"
 
     def read_launch_record(self, launch: str | None) -> dict[str, Any] | None:
-        """A launch's record of its loop; None for a killed launch, or parts written before launches were recorded
-        (their stats name no launch)."""
+        """A launch's record of its loop; None for a killed launch, or for parts whose stats name no launch
+        (specbatch.run.records.part_stats)."""
         if not launch:
             return None
-        record = _read_record(self.launch_record_path(launch), _LAUNCH_KEYS, None, "launch", _LAUNCH_FIX)
-        return upgrade_launch_record(record) if record is not None else None
+        return read_launch_record(self.launch_record_path(launch))
 
     @property
     def source_record_path(self) -> Path:
@@ -230,7 +199,10 @@ class RunFolder:
         return self.stats_dir / "source.json"
 
     def read_source_record(self) -> dict[str, Any] | None:
-        return _read_record(self.source_record_path, _SOURCE_KEYS, None, "source", _SOURCE_FIX)
+        return source_record.read_source_record(self.source_record_path)
+
+    def write_source_record(self, digests: list[str]) -> None:
+        source_record.write_source_record(self.source_record_path, digests)
 
     @property
     def auto_plan_path(self) -> Path:
@@ -239,7 +211,7 @@ class RunFolder:
 
     def read_auto_plan(self) -> dict[str, Any] | None:
         """The shard's spec=auto plan; None until its pilot is in; RecordError when it is damaged."""
-        return _read_record(self.auto_plan_path, _PLAN_KEYS, DECISION_FORMAT, "plan", _PLAN_FIX)
+        return decision_file.read_plan(self.auto_plan_path)
 
     def check_records(self) -> None:
         """Read the records a resumed shard reads before it generates, besides its parts and their stats: the digests
@@ -263,21 +235,14 @@ class RunFolder:
         return self.root / "merged" / PROFILE_FILE
 
     def write_summary(self, summary: Summary) -> None:
-        atomic_write_json(self.stats_path, summary.to_dict())
+        summary_file.write_summary(self.stats_path, summary)
 
     def read_summary(self) -> Summary:
-        return Summary(**json.loads(self.stats_path.read_text()))
+        return summary_file.read_summary(self.stats_path)
 
     def summary_problem(self) -> str | None:
         """What is wrong with the shard summary file (missing, half-written, not a summary), or None."""
-        where = self.stats_path.relative_to(self.root)
-        try:
-            self.read_summary()
-        except FileNotFoundError:
-            return f"{where} is missing"
-        except (ValueError, TypeError) as exc:  # not JSON, or JSON that is no summary
-            return f"{where} is damaged ({type(exc).__name__})"
-        return None
+        return summary_file.summary_problem(self.stats_path, self.root)
 
     def remove_stale_temporaries(self) -> None:
         """Temporary files of a killed writer: never data (readers only take part-*.parquet); call under the lock."""
@@ -312,7 +277,7 @@ class RunFolder:
         return self.root / "mlflow_active" / f"{self.shard_tag}.json"
 
     def read_active_run(self) -> dict[str, Any] | None:
-        return _read_json_if_present(self.mlflow_active_path)
+        return tracking_notes.read_note(self.mlflow_active_path)
 
     @property
     def mlflow_pending_path(self) -> Path:
@@ -320,33 +285,7 @@ class RunFolder:
         return self.root / "mlflow_pending" / f"{self.shard_tag}.json"
 
     def read_pending_note(self) -> dict[str, Any] | None:
-        return _read_json_if_present(self.mlflow_pending_path)
-
-
-def _read_json_if_present(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-
-
-def _read_record(path: Path, keys: tuple[str, ...], newest: int | None, name: str, fix: str) -> dict[str, Any] | None:
-    """The JSON object at ``path`` (None when there is none) holding ``keys``, in a format up to ``newest`` of
-    ``name`` (None: the record has no format); RecordError naming the file, what is wrong and ``fix`` otherwise."""
-    try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except ValueError as exc:  # cut short or overwritten: not JSON (or not even text)
-        raise RecordError(f"{path} is damaged (not JSON: {exc})", fix) from None
-    if not isinstance(record, dict):
-        raise RecordError(f"{path} is damaged (not a JSON object)", fix)
-    if newest is not None:
-        refuse_newer(record, path, newest, name)
-    missing = [key for key in keys if key not in record]
-    if missing:
-        raise RecordError(f"{path} is damaged (it lacks {', '.join(missing)})", fix)
-    return record
+        return tracking_notes.read_note(self.mlflow_pending_path)
 
 
 def is_run_folder(path: Path) -> bool:

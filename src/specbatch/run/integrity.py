@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from specbatch.data.rows import SourceRow
 from specbatch.run.folder import RunFolder
+from specbatch.run.records.part_stats import recorded_part
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +58,12 @@ def part_problem(folder: RunFolder, number: int) -> str | None:
     if not part.is_file():
         return "it is missing"
     try:
-        recorded = folder.read_part_stats(number)["part"]
-    except FileNotFoundError:
-        recorded = None  # parts written by hand, or before stats existed
+        recorded = recorded_part(stats_path)
     except (OSError, ValueError) as exc:
         return f"its stats file {stats_path.name} cannot be read ({type(exc).__name__})"
     if recorded is None:
-        # No checksum recorded (run/formats.py): the Parquet footer must at least parse (catches truncation).
+        # No checksum recorded (specbatch.run.records.part_stats): the Parquet footer must at least parse (catches
+        # truncation).
         try:
             pq.read_metadata(part)
         except Exception as exc:  # noqa: BLE001 - Arrow reports damage with several exception types
@@ -107,11 +107,3 @@ def rows_digest(rows: list[SourceRow]) -> str:
         digest.update(json.dumps(dataclasses.asdict(row), sort_keys=True, ensure_ascii=False).encode())
         digest.update(b"\n")
     return digest.hexdigest()[:32]
-
-
-def changed_chunks(recorded: dict[str, Any], digests: list[str]) -> list[int]:
-    """Chunks whose source rows differ from the record (a chunk the record lacks, or lacks now, counts as changed)."""
-    old = recorded["chunks"]
-    return [
-        n for n in range(max(len(old), len(digests))) if n >= len(old) or n >= len(digests) or old[n] != digests[n]
-    ]

@@ -14,6 +14,7 @@ from specbatch.engine import figures_from_a_server
 from specbatch.engine.acceptance_settings import merged_settings
 from specbatch.engine.spec_metrics import Counters
 from specbatch.run.folder import RunFolder
+from specbatch.run.records.part_stats import seconds_of_unlaunched
 from specbatch.run.summary import RowTotals, Summary, summarize
 
 # Row columns the summary needs (read back from every part).
@@ -59,8 +60,8 @@ def summarize_shard(
         if own:
             seconds += record["seconds"]
             settings.append(record["acceptance_settings"])
-        elif launch is None:  # one generate call per chunk (before streaming): each chunk's own time
-            seconds += sum(s["seconds"] for s in stats)
+        elif launch is None:  # parts whose stats name no launch: each chunk's own time (part_stats)
+            seconds += seconds_of_unlaunched(stats)
         else:
             seconds += max(s["elapsed"] for s in stats)
     return summarize(

@@ -19,8 +19,8 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from specbatch.engine.spec_metrics import acceptance_profile, accepted_per_position_from_histogram
-from specbatch.run.folder import PROFILE_FILE
 from specbatch.run.output_rows import STATUS_OK
+from specbatch.run.records.profile_file import PROFILE_FILE
 from specbatch.run.summary import Summary
 
 log = logging.getLogger(__name__)

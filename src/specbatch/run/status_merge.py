@@ -14,11 +14,13 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from specbatch.common.atomic_files import atomic_write_json
 from specbatch.run.folder import RunFolder, read_run, shard_folders
-from specbatch.run.formats import RecordError
 from specbatch.run.integrity import damaged_parts, describe_damage
 from specbatch.run.locks import is_locked
+from specbatch.run.records.manifest_file import write_manifest
+from specbatch.run.records.profile_file import write_profile
+from specbatch.run.records.record_files import RecordError
+from specbatch.run.records.summary_file import write_summary
 from specbatch.run.speculation_profile import speculation_profile
 from specbatch.run.summary import Summary, format_table, merge_summaries
 
@@ -128,17 +130,12 @@ def merge_shards(root: Path) -> MergeResult:
     merged = finished_summary(root)
     shards = shard_folders(root)
     parts = [part for folder in shards for part in folder.parts()]
-    manifest, summary_path = RunFolder(root).manifest_path, RunFolder(root).merged_summary_path
-    atomic_write_json(
-        manifest,
-        {"shard_count": len(shards), "rows": merged.rows, "parts": [str(p.relative_to(root)) for p in parts]},
-    )
-    atomic_write_json(summary_path, merged.to_dict())
-    profile = speculation_profile(parts, read_run(root)["config"], merged)
-    if profile is not None:
-        atomic_write_json(RunFolder(root).merged_profile_path, profile)
-    else:  # one an earlier merge wrote stands for no figures of this one
-        RunFolder(root).merged_profile_path.unlink(missing_ok=True)
+    run = RunFolder(root)
+    manifest, summary_path = run.manifest_path, run.merged_summary_path
+    write_manifest(manifest, root, len(shards), merged.rows, parts)
+    write_summary(summary_path, merged)
+    # None removes one an earlier merge wrote, which stands for no figures of this one.
+    write_profile(run.merged_profile_path, speculation_profile(parts, read_run(root)["config"], merged))
     log.info("merged %d shards of %s: %d rows in %d parts", len(shards), root, merged.rows, len(parts))
     log.info("merged summary\n%s", format_table(merged))
     return MergeResult(merged, manifest, summary_path, parts)

@@ -28,7 +28,7 @@ class RowTotals:
 
     rows: int = 0
     error_rows: int = 0
-    # Prompts asked (row turns: the rows of sample 0); None when a part of a summary written before it was counted.
+    # Prompts asked (row turns: the rows of sample 0); None when a summary added in did not count them.
     prompts: int | None = 0
     # category -> raw sums.
     categories: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -98,26 +98,25 @@ class Summary:
     accepted_per_position: list[int] | None = None
     # With dataset.category_column: per category, sums over its rows and the figures derived from them.
     per_category: dict[str, dict[str, Any]] | None = None
-    # The batch: requests the engine ran at once (engine.max_num_seqs or its default). Null for runs written
-    # before the engine was streamed, when the batch was a chunk (min of chunk_size and max_num_seqs).
+    # The batch: requests the engine ran at once (engine.max_num_seqs or its default). Null when not recorded: the
+    # batch was then a chunk (specbatch.run.records.summary_file.batch_caps).
     concurrency: int | None = None
     # Where the counts come from: "engine" (the job's own engine), "server" (a server's /metrics: server-wide, valid
     # when the job was its only client), "requests" (the completions' own figures), or several joined by "+".
-    # Null for runs written before it existed (their engine's).
+    # Null when not recorded (then: their engine's).
     counters_scope: str | None = None
     # The machine that generated it (specbatch.common.machine.Machine.to_dict); several shards or repeats on
-    # different machines: {"mixed": [their lines]}. Null for runs written before it was recorded.
+    # different machines: {"mixed": [their lines]}. Null when not recorded.
     machine: dict[str, Any] | None = None
     # What its engine resolved of the settings that change acceptance silently (draft max_model_len, prefix caching,
     # chunked prefill, async scheduling, structured output, model runner, attention backend:
-    # specbatch.engine.acceptance_settings). Null where the backend cannot tell and for runs written before.
+    # specbatch.engine.acceptance_settings). Null where the backend cannot tell, and when not recorded.
     acceptance_settings: dict[str, Any] | None = None
-    # Prompts asked (row turns); ``rows`` counts their samples (sampling.n each). Null for runs written before it
-    # was counted.
+    # Prompts asked (row turns); ``rows`` counts their samples (sampling.n each). Null when not counted.
     prompts: int | None = None
     # Why the acceptance figures (drafts, draft and accepted tokens, AL, rates) are null in a speculative run: a
-    # server's figures that could not be believed. Null when they were; for runs written before it was said, the
-    # null draft tokens still tell (``refused_acceptance``).
+    # server's figures that could not be believed. Null when they were; where the reason was not recorded, the null
+    # draft tokens still tell (``refused_acceptance``).
     acceptance_doubt: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -374,7 +373,7 @@ def format_table(summary: Summary) -> str:
 def describe_machine(machine: dict[str, Any] | None) -> str:
     """A recorded machine as one line ("mixed: a | b" when shards or repeats ran on several)."""
     if not machine:
-        return "not recorded (written before runs recorded their machine)"
+        return "not recorded (the version that wrote the run did not record it)"
     if machine.get("mixed"):
         return "mixed: " + " | ".join(machine["mixed"])
     return machine_line(machine) or "unknown"

@@ -23,12 +23,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from specbatch.common.atomic_files import atomic_write_json
 from specbatch.common.masking import mask_uri
 from specbatch.config import JobConfig
 from specbatch.run.events import RunStart
 from specbatch.run.folder import RunFolder
 from specbatch.run.multirun import SweepJob
+from specbatch.run.records.tracking_notes import write_note
 from specbatch.run.summary import Summary
 from specbatch.tracking.logger import RunLogger, mark_run_killed, mlflow_run
 from specbatch.tracking.run_contents import RunIdentity, log_params, log_shard_results, run_identity
@@ -124,7 +124,7 @@ class TrackingObserver:
         )
         if run and run.run_id:
             # Left behind only if this process is killed: the next launch of the shard ends the run KILLED.
-            atomic_write_json(folder.mlflow_active_path, {"run_id": run.run_id, "uri": mask_uri(run.uri)})
+            write_note(folder.mlflow_active_path, {"run_id": run.run_id, "uri": mask_uri(run.uri)})
             self._recorded_run = True
         if run:
             log_params(run, start.config)
@@ -158,7 +158,7 @@ class TrackingObserver:
             pending.unlink(missing_ok=True)
             return
         assert self._identity is not None
-        atomic_write_json(
+        write_note(
             pending,
             {
                 "run_id": run.run_id,

@@ -1,0 +1,51 @@
+"""spec=auto's records: the run's decision, ``decision.json`` (one per run, the first shard's wins), and each shard's
+plan, ``stats/<shard>/auto-plan.json`` (its prediction and which set-up measures which slice). What they say is
+:mod:`specbatch.auto`'s; their files are this module's.
+
+Version (``format``): 1 for both (a file without the key is format 1 too); a newer one is refused. A key added within
+format 1 is read with what it meant in the files written without it: a decision's ``decided_by`` (unknown: null).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from specbatch.run.records.record_files import create_stamped_once, read_checked
+
+DECISION_FORMAT = 1
+# Resume (specbatch.auto.generation), compare (analysis.run_data) and tracking read these. Without it the run has no
+# decision yet, which its shards know how to handle.
+_DECISION_KEYS = ("winner", "winner_caption", "why", "measured", "candidates")
+_DECISION_FIX = (
+    "restore it, or remove it so that the next shard to finish its measurements decides again (the rows already "
+    "generated keep the set-up that generated them)"
+)
+_DECISION_ADDED: dict[str, Any] = {"decided_by": None}
+# Read by the shard itself until its decision is made; made again from the pilot's parts when it is missing.
+_PLAN_KEYS = ("predicted", "measure", "measuring", "why")
+_PLAN_FIX = (
+    "remove it and rerun the shard, which makes its plan again from its pilot's rows (a finished shard needs only "
+    "the removal)"
+)
+
+
+def read_decision(path: Path) -> dict[str, Any] | None:
+    """The run's decision; None until a shard has written it; RecordError when it is damaged or newer."""
+    record = read_checked(path, _DECISION_KEYS, DECISION_FORMAT, "decision", _DECISION_FIX)
+    return None if record is None else {**_DECISION_ADDED, **record}
+
+
+def create_decision(path: Path, decision: dict[str, Any]) -> bool:
+    """Write the run's decision unless a shard wrote one first; True when this one is the run's."""
+    return create_stamped_once(path, decision, DECISION_FORMAT)
+
+
+def read_plan(path: Path) -> dict[str, Any] | None:
+    """A shard's plan; None until its pilot is in; RecordError when it is damaged or newer."""
+    return read_checked(path, _PLAN_KEYS, DECISION_FORMAT, "plan", _PLAN_FIX)
+
+
+def create_plan(path: Path, plan: dict[str, Any]) -> bool:
+    """Write the shard's plan unless it has one; True when this one is it."""
+    return create_stamped_once(path, plan, DECISION_FORMAT)
