@@ -23,7 +23,7 @@ class Options(ClientOptions):
     # The llama-server to start; null: the one `bash jobs/llama_cpp.sh install` built (make test builds it).
     llama_server: str | None = field(default=None, metadata=identities())
     # model.gguf: the target as one GGUF file; null: the embedded model's own GGUF (smollm2 ships as one). Left out
-    # of the digests while null, so runs written before it keep their folders.
+    # of the digests while null, so the runs that never set it keep their folders.
     gguf: str | None = field(default=None, metadata=absent_when_null())
     # spec.draft_gguf: for spec=draft_model, the draft as one GGUF file (llama-server's -md). Left out of the
     # digests while null.
