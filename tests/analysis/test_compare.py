@@ -278,6 +278,26 @@ def test_a_sweep_crossing_the_baseline_with_k_drops_k_for_the_baseline(tmp_path:
     assert job.spec.k == 5 and job.spec.prompt_lookup_max == 4
 
 
+def test_a_sweep_crossing_backends_drops_a_backend_knob_for_the_others(tmp_path: Path) -> None:
+    from specbatch.config import ConfigError, to_job_config
+    from specbatch.run.multirun import SweepJob
+
+    # -m engine.backend=vllm,server engine.max_concurrency=4: the vllm job drops the server's knob.
+    choices = {"engine.backend": "vllm", "engine.max_concurrency": "4"}
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"{k}={v}" for k, v in choices.items()])
+    with pytest.raises(ConfigError, match="engine.max_concurrency=4 is a knob of engine.backend=server"):
+        to_job_config(cfg.copy())  # a single run with it is a mistake
+    job = to_job_config(SweepJob(tmp_path, None, choices).drop_foreign_knobs(cfg))
+    assert job.engine.backend == "vllm"
+    # The server's job keeps it.
+    choices = {"engine.backend": "server", "engine.max_concurrency": "4"}
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"{k}={v}" for k, v in choices.items()])
+    job = to_job_config(SweepJob(tmp_path, None, choices).drop_foreign_knobs(cfg))
+    assert job.engine.max_concurrency == 4
+
+
 def sweep_of_two_runs(job_factory, tmp_path: Path, tracking_uri: str) -> Path:
     """A sweep folder over a baseline and an ngram run (twice as fast), whose parent run is "abc" at tracking_uri."""
     runs = [write_run(job_factory, SAME, 10.0, "spec=none"), write_run(job_factory, SAME, 20.0, "spec=ngram")]

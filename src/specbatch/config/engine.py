@@ -96,6 +96,10 @@ class Knob:
     def key(self) -> str:
         return f"{self.section}.{self.field.name}"
 
+    def foreign_to(self, backend: str) -> bool:
+        """Whether a job on ``backend`` has no use for this knob (the engine presets' knobs are every backend's)."""
+        return backend not in self.owners and not self.field.metadata.get(EVERY_BACKEND)
+
     @property
     def default(self) -> Any:
         f = self.field
@@ -159,7 +163,7 @@ def check_backend_knobs(sections: dict[str, Any], backend: str) -> None:
     """Refuse a knob of another backend set to anything but its default: one line naming the backend that has it.
     ``sections`` maps a section name to the composed section (an object or a dict)."""
     for key, knob in knobs().items():
-        if backend in knob.owners or knob.field.metadata.get(EVERY_BACKEND):
+        if not knob.foreign_to(backend):
             continue
         section = sections.get(knob.section)
         name = knob.field.name

@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from specbatch.common.atomic_files import atomic_write_json
 from specbatch.config import SpecConfig, SpecMethod
+from specbatch.config.engine import knobs as backend_knobs
 from specbatch.config.overrides import override_values
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,8 @@ class SweepJob:
         return {"sweep_dir": str(self.sweep_dir), **{f"override.{k}": v for k, v in self.choices.items()}}
 
     def drop_foreign_knobs(self, cfg: DictConfig) -> DictConfig:
-        """Swept spec knobs that mean nothing to this job's method are dropped, not refused.
+        """Swept spec knobs that mean nothing to this job's method, and backend knobs that mean nothing to its
+        backend, are dropped, not refused.
 
         ``-m spec=none,ngram,suffix spec.num_speculative_tokens=1,2`` crosses the baseline with every k; a single
         run with ``spec=none spec.num_speculative_tokens=2`` is a mistake and is refused, but here it is just the
@@ -52,6 +54,17 @@ class SweepJob:
             if key.startswith("spec.") and not SpecConfig.knob_applies(method, knob):
                 log.info("sweep: spec=%s ignores %s=%s (swept for the other methods)", method.value, key, value)
                 cfg.spec[knob] = None
+        # The same for a backend's knob on a job of another backend: -m engine.backend=vllm,server
+        # engine.max_concurrency=4 crosses the backends with the server's knob (refused in a single vllm run).
+        for key, knob in backend_knobs().items():
+            if key in self.choices and knob.foreign_to(cfg.engine.backend):
+                log.info(
+                    "sweep: engine.backend=%s ignores %s=%s (swept for the other backends)",
+                    cfg.engine.backend,
+                    key,
+                    self.choices[key],
+                )
+                cfg[knob.section][knob.field.name] = knob.default
         return cfg
 
 
