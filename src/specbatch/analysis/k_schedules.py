@@ -5,7 +5,7 @@ where speculation should stop. Its authors give no default because the best one 
 which is what a sweep measured. For each method, the k at a measured batch size is that method's pick against the
 baseline (:mod:`specbatch.analysis.recommend`: median, the smaller k within noise, 0 where ``spec=none`` wins).
 
-Ranges between measured batch sizes (documented in the README):
+Ranges between measured batch sizes (documented in docs/comparing.md):
 - measured size b_i covers b_i .. b_{i+1} − 1 (a size between two measurements takes the k of the smaller one:
   the best k falls as the batch grows, so this errs towards the k that was right for fewer requests);
 - the smallest measured size also covers 1 .. b_1 − 1 (when batch size 1 was not measured);

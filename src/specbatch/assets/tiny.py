@@ -16,7 +16,7 @@ working.
 
 The weights are random: the models say nothing sensible and the acceptance figures mean nothing. They exist to
 exercise the mechanics (engine start-up, lossless greedy verification, metrics) in seconds. Shapes follow what
-vLLM 0.32 loads on CPU (README "Trying every method on a laptop"). Build by hand with
+vLLM 0.32 loads on CPU (docs/methods.md, "Trying every method on a laptop"). Build by hand with
 ``python -m specbatch.assets.tiny [root]``.
 """
 

@@ -1,4 +1,4 @@
-"""spec=auto: the job chooses its speculative set-up on its own rows (README "Let the job choose").
+"""spec=auto: the job chooses its speculative set-up on its own rows (docs/auto.md).
 
 Data flow: ``candidates`` turns spec.auto into fixed set-ups (the presets ``spec=<method>`` composes) and the job
 each phase runs; ``generation`` cuts a shard into the pilot (spec=none), the measurements and the rest, and runs

@@ -99,7 +99,7 @@ CPU_CASES = (
     Case("tiny-mimo none", (TINY_MIMO, "spec=none", "dataset=humaneval")),
     Case("tiny-mimo mtp k1", (TINY_MIMO, "spec=mtp", "dataset=humaneval"), "tiny-mimo none"),
     Case("tiny dflash k3", (TINY, "spec=dflash", "dataset=humaneval"), "tiny none"),
-    # No DSpark stand-in exists and vLLM's CPU build cannot run DSpark (README "Block drafters"): the job refuses it
+    # No DSpark stand-in exists and vLLM's CPU build cannot run DSpark (docs/methods.md, "Block drafters"): the job refuses it
     # before loading, whatever the draft (the tiny DFlash one here), and the row shows that refusal.
     Case(
         "tiny dspark k3",

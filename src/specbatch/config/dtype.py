@@ -26,7 +26,7 @@ from specbatch.common.machine import Machine, this_machine
 log = logging.getLogger(__name__)
 
 # bfloat16 over float32 throughput on a CPU that emulates bf16: SmolLM2-135M default job, AVX2-only AMD EPYC,
-# 10.0 against 35.3 output tok/s back to back (README "Fast on the CPU you have", issue 25).
+# 10.0 against 35.3 output tok/s back to back (docs/cpu.md, issue 25).
 EMULATED_BF16_SLOWDOWN = 3.5
 
 

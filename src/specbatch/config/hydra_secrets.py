@@ -1,4 +1,4 @@
-"""Keeping secrets out of the files Hydra itself writes (README "Secrets").
+"""Keeping secrets out of the files Hydra itself writes (docs/troubleshooting.md, "Secrets").
 
 Before a job runs, Hydra saves the composed config, its own config and the overrides as typed to
 ``<job dir>/.hydra/{config,hydra,overrides}.yaml`` (per job folder in a sweep), and a sweep's config to

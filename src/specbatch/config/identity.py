@@ -75,7 +75,7 @@ def field_identities() -> dict[str, FieldIdentity]:
 
 
 def identity_fields(identity: Identity) -> list[str]:
-    """The top-level fields that belong to ``identity``, in schema order (e.g. for the README's description)."""
+    """The top-level fields that belong to ``identity``, in schema order (e.g. for the docs' description)."""
     return [key for key, f in field_identities().items() if "." not in key and identity in f.identities]
 
 

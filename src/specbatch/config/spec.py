@@ -39,7 +39,7 @@ __all__ = ["AUTO_DEFAULT_CANDIDATES", "AutoConfig", "DraftSampleMethod", "SpecCo
 @dataclass
 class AutoConfig:
     """spec=auto: which set-ups the job may choose from, and how much of the job the choosing may cost
-    (specbatch.auto; README "Let the job choose")."""
+    (specbatch.auto; docs/auto.md)."""
 
     # Set-ups as run folders name them: none, <method>-k<k> (ngram-k3, suffix-k5, eagle3-k3); a checkpoint method
     # needs its entry in spec.auto.checkpoints. null: AUTO_DEFAULT_CANDIDATES and every method of checkpoints at its

@@ -237,7 +237,7 @@ def _refuse_placeholder(row: SourceRow, prefix: str | None) -> None:
     if any(text.startswith(prefix) for text in texts):
         raise _BadRow(
             f"the prompt is a placeholder ({prefix[:60]!r}...): the data set leaves this row to be filled in from "
-            "its source. Prepare the data set with its own script and run that file (README, SPEED-Bench)"
+            "its source. Prepare the data set with its own script and run that file (docs/datasets.md, SPEED-Bench)"
         )
 
 

@@ -140,7 +140,7 @@ def load_table(cfg: DatasetConfig) -> Table:
             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}. If this machine is offline the "
             "data set is not available here: save it where there is network, e.g. "
             f"datasets.load_dataset({cfg.hub_id!r}, {cfg.hub_config!r}, split={cfg.split!r}).to_json('data.jsonl'), "
-            "and run with dataset=local dataset.path=data.jsonl (plus the columns, see README)."
+            "and run with dataset=local dataset.path=data.jsonl (plus the columns, see docs/datasets.md)."
         ) from exc
     if len(ds) == 0:
         raise ConfigError(f"dataset.hub_id={cfg.hub_id} split {cfg.split} holds no rows: choose another dataset.split")

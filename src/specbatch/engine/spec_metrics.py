@@ -1,4 +1,4 @@
-"""Acceptance figures, with vLLM's own definitions (README "Outputs"), in engine-neutral records.
+"""Acceptance figures, with vLLM's own definitions (docs/outputs.md), in engine-neutral records.
 
 Two sources: an engine's cumulative counters (vLLM's ``LLM.get_metrics()``), of which only *differences* mean
 anything, and the per-request figures an engine attaches to each completion (vLLM's

@@ -1,4 +1,4 @@
-"""The run folder: every path of a run and of its shards, and every read of them (README "Outputs").
+"""The run folder: every path of a run and of its shards, and every read of them (docs/outputs.md).
 
 The run folder is deterministic: ``<output_root>/runs/<dataset>/<model>/<spec>[-k<k>]-<hash>/``, where the hash
 covers everything that changes outputs or timings, so a rerun of the same set-up finds its own folder and two

@@ -31,7 +31,7 @@ class Options:
     gpu_memory_utilization: float | None = field(default=None, metadata=every_backend())
     # Run vLLM's engine core and worker in processes of their own (vLLM's default). null: not on a machine without
     # a GPU, where one process measured 4x faster to start and 1.6x the throughput on 2 cores (same tokens; see
-    # README "Fast on the CPU you have"), and vLLM's default on a GPU. Left out of the digests while null.
+    # docs/cpu.md), and vLLM's default on a GPU. Left out of the digests while null.
     multiprocessing: bool | None = field(default=None, metadata=absent_when_null(_FOLDER, _ENGINE))
     # Where jobs/serve.py listens (the server backend's engine.url, so the job it prints connects there), the API
     # key it serves with (the variable's name) and the name it serves the model under. In no identity.
