@@ -99,8 +99,8 @@ CPU_CASES = (
     Case("tiny-mimo none", (TINY_MIMO, "spec=none", "dataset=humaneval")),
     Case("tiny-mimo mtp k1", (TINY_MIMO, "spec=mtp", "dataset=humaneval"), "tiny-mimo none"),
     Case("tiny dflash k3", (TINY, "spec=dflash", "dataset=humaneval"), "tiny none"),
-    # No DSpark stand-in exists and vLLM's CPU build cannot run DSpark (docs/methods.md, "Block drafters"): the job refuses it
-    # before loading, whatever the draft (the tiny DFlash one here), and the row shows that refusal.
+    # No DSpark stand-in exists and vLLM's CPU build cannot run DSpark (docs/methods.md, "Block drafters"): the job
+    # refuses it before loading, whatever the draft (the tiny DFlash one here), and the row shows that refusal.
     Case(
         "tiny dspark k3",
         (TINY, "spec=dspark", "spec.model=${specbatch_cache:}/tiny/dflash", "spec.num_speculative_tokens=3")
