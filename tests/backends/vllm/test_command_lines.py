@@ -317,6 +317,10 @@ def test_dflash_is_sglangs_dflash_with_its_block_and_dspark_is_refused() -> None
     printed = serving_commands(job, module=False)
     assert "# not served the same way by SGLang: spec.method=dspark" in printed
     assert "dynamo.sglang" not in printed and "python -m dynamo.vllm " in printed
+    # Another method SGLang lacks is refused naming what SGLang serves, without DSpark's aside.
+    with pytest.raises(ConfigError, match=r"spec.method=medusa: .*no such algorithm, .*SGLang serves spec=eagle") as e:
+        sglang_argv(compose_job(["model=vicuna_7b_v13", "spec=medusa", "engine=gpu"]))
+    assert "DSpark" not in str(e.value)
 
 
 def test_dynamos_sglang_worker_is_launched_as_dynamos_example_with_sglangs_flags() -> None:

@@ -62,10 +62,11 @@ def _sglang_engine_flags(job: JobConfig) -> list[str]:
         return argv
     where = f"spec.method={spec.method.value}"
     if spec.method not in _SGLANG_ALGORITHMS:
+        # DSpark is the one people expect there: SGLang's DFLASH algorithm runs DFlash drafts, not DSpark's.
+        aside = " (its DFLASH runs DFlash drafts, not DSpark's)" if spec.method.value == "dspark" else ""
         raise ConfigError(
-            f"{where}: SGLang's speculative decoding docs name no such algorithm (its DFLASH runs DFlash drafts, "
-            "not DSpark's), so it cannot be served the same way there; serve it with vLLM (SGLang serves "
-            f"spec={', '.join(m.value for m in _SGLANG_ALGORITHMS)})"
+            f"{where}: SGLang's speculative decoding docs name no such algorithm{aside}, so it cannot be served the "
+            f"same way there; serve it with vLLM (SGLang serves spec={', '.join(m.value for m in _SGLANG_ALGORITHMS)})"
         )
     if spec.draft_sample_method is not None and spec.draft_sample_method.value != "greedy":
         raise ConfigError(
