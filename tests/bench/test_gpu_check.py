@@ -119,9 +119,10 @@ def test_a_failed_preset_keeps_the_line_that_says_why() -> None:
 def test_the_cpu_dspark_row_shows_the_refusal_before_loading() -> None:
     from conftest import compose_job
     from specbatch.config import ConfigError
-    from specbatch.config.preflight import preflight
+    from specbatch.run.generate import ShardGeneration
 
     case = next(c for c in CPU_CASES if "dspark" in c.label)
     job = compose_job([*case.overrides, *gpu_check.CPU_COMMON])
+    # The checks a shard runs before its engine loads: vLLM's rule for the machine before the draft's own checks.
     with pytest.raises(ConfigError, match="spec=dspark: vLLM 0.32 runs DSpark only on its newer"):
-        preflight(job)
+        ShardGeneration(job).preflight(job)

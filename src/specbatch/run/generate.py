@@ -71,10 +71,11 @@ class ShardGeneration:
         return [self.job]
 
     def preflight(self, job: JobConfig) -> None:
-        """The method's checks against this machine (checkpoints, packages) for one of engine_jobs(), and what the
-        backend needs for it here."""
-        preflight(job)
+        """What the backend needs for the method on this machine (a package, a GPU), then the method's checks of its
+        checkpoints, for one of engine_jobs(). The backend first: a method this machine cannot run at all (DSpark on
+        vLLM's CPU build) is refused for that, whatever its draft."""
         backend_class(job.engine.backend).check_method(job)
+        preflight(job)
 
     def cut(self, span: range) -> list[range]:
         """The shard's rows cut into chunks (each one Parquet part)."""

@@ -87,8 +87,8 @@ def prepare_model(job: JobConfig) -> None:
             ensure_embedded(job.model.embedded, job.model.path)
         except EmbeddedAssetError as exc:
             raise ConfigError(str(exc)) from None
-    preflight(job)
     check_method(job)
+    preflight(job)
 
 
 class VllmServer(ChildServer):
