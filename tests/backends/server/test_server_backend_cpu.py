@@ -148,10 +148,14 @@ def test_the_server_job_equals_the_offline_job_and_keeps_the_key_secret(
     code, output = server_job(server, out, f"max_samples={ROWS}")
     assert code == 0, output[-3000:]
     rows, summary = rows_by_id(out), summary_of(out)
-    # Same schema, and every column of every row equal: completions, token ids, and vLLM's per-row figures.
+    # Same schema, and every column of every row equal: completions, token ids, and vLLM's per-row figures. Except
+    # the order the engine answered them in: the server's requests reach its scheduler one by one, so which rows
+    # share a step (and so finish first) depends on when each arrived on a loaded machine, not on the job (seen in
+    # a fresh-clone suite: one row answered first by the server, fourth offline, every token the same).
     assert rows.keys() == offline["rows"].keys() and len(rows) == ROWS
+    assert sorted(row["answer_order"] for row in rows.values()) == list(range(ROWS))
     for row_id, row in rows.items():
-        assert row == offline["rows"][row_id], row_id
+        assert {**row, "answer_order": None} == {**offline["rows"][row_id], "answer_order": None}, row_id
     # The shard's acceptance from the server's /metrics equals the offline engine's counters.
     reference = offline["summary"]
     for key in ("drafts", "draft_tokens", "accepted_tokens", "mean_acceptance_length", "accepted_per_position"):
