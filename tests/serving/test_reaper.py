@@ -247,7 +247,11 @@ _LEAKER = textwrap.dedent(
             sys.exit(0)
         signal.signal(signal.SIGTERM, close)
         queue.put(segment.name)
-        signal.pause()
+        # Not signal.pause(): a SIGTERM that lands after the interpreter last checked for signals but before pause()
+        # blocks is never seen by it, and the maker waits forever (seen once in a loaded suite: 180 s timeout).
+        # A short sleep returns, and the handler runs, whenever the signal came.
+        while True:
+            time.sleep(0.05)
 
     if __name__ == "__main__":
         mode = sys.argv[1]
