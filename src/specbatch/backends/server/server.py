@@ -87,19 +87,20 @@ class ServerEngine(VllmFamily):
         return server_options(job).max_concurrency
 
     def __init__(self, job: JobConfig, target: ServerTarget) -> None:
-        super().__init__(type(self).fingerprint_of(job), concurrency=server_options(job).max_concurrency)
-        self.job, self.target = job, target
+        # Built (and checked) once: every read of a knob below is of this.
         self._options = server_options(job)
+        super().__init__(type(self).fingerprint_of(job), concurrency=self._options.max_concurrency)
+        self.job, self.target = job, target
         # With speculation the spec counters are the whole server's (every client's requests); without, the
         # counters are only the job's own token counts.
         self.counters_scope = "server" if job.spec.k is not None else "requests"
-        self.url = server_options(job).url
+        self.url = self._options.url
         self._root = server_root(self.url)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="specbatch-server-client", daemon=True)
         self._thread.start()
         self._client = self._call(self._make_client())
-        self._semaphore = asyncio.Semaphore(server_options(job).max_concurrency)
+        self._semaphore = asyncio.Semaphore(self._options.max_concurrency)
         self._pending: dict[int, concurrent.futures.Future[Completion]] = {}
         self._finished: queue.Queue[int] = queue.Queue()
         self._ids = 0
@@ -112,7 +113,7 @@ class ServerEngine(VllmFamily):
 
     async def _make_client(self) -> openai.AsyncOpenAI:
         # Made on the loop's thread: its connection pool belongs to that loop.
-        engine = server_options(self.job)
+        engine = self._options
         return openai.AsyncOpenAI(
             base_url=engine.url,
             api_key=api_key(self.job),

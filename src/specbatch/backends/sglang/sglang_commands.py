@@ -45,19 +45,19 @@ _SGLANG_SUFFIX_FLAGS = {
 def _sglang_engine_flags(job: JobConfig) -> list[str]:
     """SGLang's server flags for this job's model, engine and method (the mapping above), without the launcher,
     the model path or where it listens; ConfigError for what SGLang cannot express."""
-    model, engine, spec = job.model, job.engine, job.spec
+    model, engine, spec, options = job.model, job.engine, job.spec, vllm_options(job)
     optional = {"--tokenizer-path": model.tokenizer, "--revision": model.revision}
     argv = [part for flag, value in optional.items() if value is not None for part in (flag, value)]
     argv += ["--dtype", model.dtype.value, "--context-length", str(model.max_model_len)]
     argv += ["--tp-size", str(model.tensor_parallel_size), "--random-seed", str(engine.seed)]
     argv += ["--trust-remote-code"] if model.trust_remote_code else []
     # enforce_eager turns off CUDA graphs (SGLang does not torch.compile unless asked).
-    argv += ["--disable-cuda-graph"] if vllm_options(job).enforce_eager else []
+    argv += ["--disable-cuda-graph"] if options.enforce_eager else []
     if engine.max_num_seqs is not None:
         argv += ["--max-running-requests", str(engine.max_num_seqs)]
-    if vllm_options(job).gpu_memory_utilization is not None:
+    if options.gpu_memory_utilization is not None:
         # The nearest knob: SGLang's share is for weights and KV cache, vLLM's also covers activations.
-        argv += ["--mem-fraction-static", str(vllm_options(job).gpu_memory_utilization)]
+        argv += ["--mem-fraction-static", str(options.gpu_memory_utilization)]
     if spec.method is SpecMethod.none:
         return argv
     where = f"spec.method={spec.method.value}"

@@ -111,9 +111,10 @@ def vllm_serve_argv(job: JobConfig, *, module: bool) -> list[str]:
     else:
         argv = ["vllm", "serve", model]
     argv += ["--host", host, "--port", str(port)]
-    if vllm_options(job).served_model:
+    served_model = vllm_options(job).served_model
+    if served_model:
         # The job asks the server for engine.served_model: serve the model under that name.
-        argv += ["--served-model-name", vllm_options(job).served_model]
+        argv += ["--served-model-name", served_model]
     return argv + _engine_flags(job)
 
 
@@ -152,15 +153,16 @@ def vllm_serve_command(job: JobConfig, *, module: bool) -> str:
 
 def curl_example(job: JobConfig) -> str:
     """A ready chat request to the server at ``engine.url``: the Sakura poem of Dynamo's guide, 250 tokens."""
+    options = vllm_options(job)
     payload = {
-        "model": vllm_options(job).served_model or job.model.path,
+        "model": options.served_model or job.model.path,
         "messages": [{"role": "user", "content": SAKURA_PROMPT}],
         "max_tokens": SAKURA_MAX_TOKENS,
     }
     words = [
         "curl",
         "-s",
-        f"{vllm_options(job).url.rstrip('/')}/chat/completions",
+        f"{options.url.rstrip('/')}/chat/completions",
         "-H",
         "Content-Type: application/json",
     ]

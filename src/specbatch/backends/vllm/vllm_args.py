@@ -77,7 +77,7 @@ def speculative_config(spec: SpecConfig) -> dict[str, Any] | None:
 
 def llm_kwargs(job: JobConfig) -> dict[str, Any]:
     """Arguments of ``vllm.LLM`` for this job (pure: tests check GPU presets with it without loading anything)."""
-    model, engine = job.model, job.engine
+    model, engine, options = job.model, job.engine, vllm_options(job)
     kwargs: dict[str, Any] = {
         "model": model.path,
         "tokenizer": model.tokenizer,
@@ -86,7 +86,7 @@ def llm_kwargs(job: JobConfig) -> dict[str, Any]:
         "max_model_len": model.max_model_len,
         "trust_remote_code": model.trust_remote_code,
         "tensor_parallel_size": model.tensor_parallel_size,
-        "enforce_eager": vllm_options(job).enforce_eager,
+        "enforce_eager": options.enforce_eager,
         "seed": engine.seed,
         # Counters for the summary: vLLM only keeps them (and get_metrics only works) with stats on.
         "disable_log_stats": False,
@@ -96,8 +96,8 @@ def llm_kwargs(job: JobConfig) -> dict[str, Any]:
         kwargs["speculative_config"] = speculative
         # Per-row figures; vLLM refuses this option without a speculative_config.
         kwargs["per_request_spec_decode_metrics"] = "summary"
-    if vllm_options(job).gpu_memory_utilization is not None:
-        kwargs["gpu_memory_utilization"] = vllm_options(job).gpu_memory_utilization
+    if options.gpu_memory_utilization is not None:
+        kwargs["gpu_memory_utilization"] = options.gpu_memory_utilization
     if engine.max_num_seqs is not None:
         kwargs["max_num_seqs"] = engine.max_num_seqs
     if seeded_prefills_must_stay_whole(job):
@@ -123,8 +123,9 @@ def vllm_environment(job: JobConfig) -> dict[str, str]:
     one) and what vLLM's table of methods asks for (specbatch.backends.vllm.methods). The offline engine and the server
     jobs/serve.py starts both set them from here, so the two cannot drift; an explicit environment value wins."""
     env: dict[str, str] = {}
-    if vllm_options(job).cpu_kvcache_space_gib is not None:
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(vllm_options(job).cpu_kvcache_space_gib)
+    space = vllm_options(job).cpu_kvcache_space_gib
+    if space is not None:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(space)
     return env | environment(job.spec.method)
 
 

@@ -42,7 +42,8 @@ def server_process_environment(job: JobConfig, environ: Mapping[str, str] | None
     environ = os.environ if environ is None else environ
     env = {**vllm_environment(job), **environ}
     env.pop(VLLM_API_KEY, None)
-    key = environ.get(vllm_options(job).api_key_env)
+    key_env = vllm_options(job).api_key_env
+    key = environ.get(key_env)
     if key:
         env[VLLM_API_KEY] = key
     elif environ.get(VLLM_API_KEY):
@@ -50,8 +51,8 @@ def server_process_environment(job: JobConfig, environ: Mapping[str, str] | None
             "%s is set but %s (engine.api_key_env) is not: the server starts without a key, since the job would "
             "send none; export %s to require one",
             VLLM_API_KEY,
-            vllm_options(job).api_key_env,
-            vllm_options(job).api_key_env,
+            key_env,
+            key_env,
         )
     return env
 
