@@ -22,6 +22,7 @@ from specbatch.engine.base import (
     Request,
     RequestRefused,
     Sample,
+    StepLoad,
 )
 from specbatch.methods import SpecMethod
 
@@ -93,6 +94,7 @@ __all__ = [
     "Request",
     "RequestRefused",
     "Sample",
+    "StepLoad",
     "check_engine",
     "preflight_skipped",
     "engine_fingerprint",

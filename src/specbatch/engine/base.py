@@ -70,6 +70,21 @@ class Completion:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class StepLoad:
+    """What one engine step held, as the engine itself counted it (``Engine.last_step``): what the job's step
+    timing (specbatch.run.step_log) records beside the step's wall time, and spec=auto's cost model reads."""
+
+    # Requests the step ran (scheduled in it, prefilling or decoding): the batch occupancy.
+    requests: int
+    # Output tokens the step produced (with speculation: 1 + accepted per request that decoded).
+    tokens: int
+    # Prompt tokens the step prefilled.
+    prompt_tokens: int = 0
+    # Draft tokens the step verified; 0: no speculation in this step (spec=none, or k=0 at this batch size).
+    draft_tokens: int = 0
+
+
 def require_checkpoint(job: JobConfig) -> None:
     """A method that drafts with a trained checkpoint names one (spec.model); ConfigError saying how."""
     spec = job.spec
@@ -113,6 +128,10 @@ class Engine(ABC):
     # The settings that change acceptance silently, as the started engine resolved them
     # (specbatch.engine.acceptance_settings); None when the backend cannot tell (a server's, the dummy's).
     acceptance_settings: dict[str, Any] | None = None
+
+    # What the last ``step`` held, set by backends that count their steps (vLLM's scheduler, the dummy); None: this
+    # backend cannot tell (a server's requests are not its steps), and nothing is timed per step.
+    last_step: StepLoad | None = None
 
     def __init__(self, fingerprint: str, concurrency: int | None = None) -> None:
         self.fingerprint = fingerprint

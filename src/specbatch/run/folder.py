@@ -213,6 +213,11 @@ class RunFolder:
         """The shard's spec=auto plan; None until its pilot is in; RecordError when it is damaged."""
         return decision_file.read_plan(self.auto_plan_path)
 
+    @property
+    def steps_dir(self) -> Path:
+        """The shard's step timing, one file per stream (specbatch.run.step_log)."""
+        return self.stats_dir / "steps"
+
     def check_records(self) -> None:
         """Read the records a resumed shard reads before it generates, besides its parts and their stats: the digests
         of its source rows, spec=auto's decision and plan (absent for other runs). RecordError when one is damaged."""

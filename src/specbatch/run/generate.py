@@ -60,6 +60,8 @@ class ShardGeneration:
         self._tokenizer: Any = None
         # The engine's shutdown, left running by generate() while the summary is written and logged.
         self._closing: Future[None] | None = None
+        # The stream running (or last run): its step timing is what spec=auto's check reads while it runs.
+        self.streamer: ChunkStreamer | None = None
 
     def check(self) -> None:
         if self.engine is not None and self.engine.fingerprint != engine_fingerprint(self.job):
@@ -202,9 +204,12 @@ class ShardGeneration:
                 writer.launch,
             )
             # Seeds are the shard's own set-up's, also in spec=auto's phases (ChunkStreamer).
-            streamed = ChunkStreamer(engine, job, self._tokenizer, self.job.spec.label).run(
-                chunks, writer.write, stop_requested, until or (lambda: False)
-            )
+            self.streamer = ChunkStreamer(engine, job, self._tokenizer, self.job.spec.label)
+            try:
+                streamed = self.streamer.run(chunks, writer.write, stop_requested, until or (lambda: False))
+            finally:
+                # The timing of what ran, also for a stream a stop or an error ended (a kill loses it, never a row).
+                self.streamer.steps.write(folder.steps_dir)
             # A stop that came in the stream's last step is said now; what follows it begins nothing new.
             stop_requested()
         writer.write_launch_record(streamed, engine.acceptance_settings)

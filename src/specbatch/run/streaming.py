@@ -29,6 +29,7 @@ from specbatch.data.rows import SourceRow
 from specbatch.engine import Completion, Engine, Request, RequestRefused
 from specbatch.engine.spec_metrics import Counters
 from specbatch.run.output_rows import build_output_rows, error_output_row
+from specbatch.run.step_log import StepLog
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,8 @@ class ChunkStreamer:
         # "auto", so that its rows never repeat the samples of that candidate's own fixed run (its baseline's).
         self.setup = seed_setup or job.spec.label
         self.limit = 2 * max(1, engine.concurrency or 1)
+        # Every engine step timed, with what the engine says it held (specbatch.run.step_log).
+        self.steps = StepLog(job.spec.label, job.spec.k_schedule, engine.concurrency)
         self._ready: deque[Request] = deque()
         self._asked: dict[tuple[str, int, int], _Asked] = {}
         # Progress: requests answered and tokens generated so far, and when it was last logged.
@@ -162,7 +165,12 @@ class ChunkStreamer:
                     if not admitting:
                         break
                     continue
-                for completion in self.engine.step():
+                step_began = time.perf_counter()
+                completions = self.engine.step()
+                step_ended = time.perf_counter()
+                if self.engine.last_step is not None:
+                    self.steps.record(step_ended - began, step_ended - step_began, self.engine.last_step)
+                for completion in completions:
                     self._answered(completion, finish)
                 self._progress(time.perf_counter() - began, open_chunks)
         except BaseException as exc:

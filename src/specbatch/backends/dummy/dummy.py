@@ -16,6 +16,7 @@ completions have one distribution, as a lossless engine's do. ``_token`` is wher
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from typing import Self
 
 from specbatch.backends.vllm.vllm_family import VllmFamily
 from specbatch.config import JobConfig
-from specbatch.engine.base import Completion, Request, RequestRefused, Sample
+from specbatch.engine.base import Completion, Request, RequestRefused, Sample, StepLoad
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
 
 # vLLM's own default for max_num_seqs on CPU; the dummy runs as many at once when engine.max_num_seqs is null.
@@ -37,6 +38,21 @@ def _digest(*parts: object) -> int:
     return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "big")
 
 
+@dataclass(frozen=True)
+class StepCost:
+    """What a step of the dummy takes, so that tests control the machine spec=auto measures: ``base`` +
+    ``per_token`` x the tokens it processes (one per request decoding, its prompt's when prefilling, one per draft
+    token verified) + ``speculative`` when it verifies drafts."""
+
+    base: float
+    per_token: float = 0.0
+    speculative: float = 0.0
+
+    def seconds(self, load: StepLoad) -> float:
+        processed = load.requests + load.prompt_tokens + load.draft_tokens
+        return self.base + self.per_token * processed + (self.speculative if load.draft_tokens else 0.0)
+
+
 @dataclass
 class _Running:
     request: Request
@@ -44,6 +60,9 @@ class _Running:
     length: int
     tokens: list[int] = field(default_factory=list)
     steps: int = 0
+    # Steps that verified drafts, and the draft tokens they verified (a k schedule may run k=0 steps too).
+    spec_steps: int = 0
+    draft_tokens: int = 0
     histogram: list[int] = field(default_factory=list)
     # What its sampled tokens are drawn from (DummyEngine._draws).
     draws: object = 0
@@ -63,9 +82,15 @@ class DummyEngine(VllmFamily):
         die_after: int | None = None,
         length: int | Callable[[Request], int] | None = None,
         keep_requests: bool = False,
+        k_schedule: list[list[int]] | None = None,
+        step_cost: StepCost | None = None,
     ) -> None:
         super().__init__(fingerprint, concurrency or DEFAULT_CONCURRENCY)
         self.k = k
+        # k per batch size, as vLLM follows spec.k_schedule: the k of a step is the one of its running requests.
+        self.k_schedule = k_schedule
+        # Each step sleeps what this says it costs (None: no time at all).
+        self.step_cost = step_cost
         # refuse(request) -> why the engine will not take it, or None.
         self.refuse = refuse
         # After this many completions, the next step raises KeyboardInterrupt (like a kill: nothing in flight lands).
@@ -95,7 +120,9 @@ class DummyEngine(VllmFamily):
 
     @classmethod
     def start(cls, job: JobConfig) -> Self:
-        return cls(cls.fingerprint_of(job), k=job.spec.k, concurrency=job.engine.max_num_seqs)
+        return cls(
+            cls.fingerprint_of(job), k=job.spec.k, concurrency=job.engine.max_num_seqs, k_schedule=job.spec.k_schedule
+        )
 
     def add(self, request: Request) -> None:
         why = self.refuse(request) if self.refuse else None
@@ -151,11 +178,19 @@ class DummyEngine(VllmFamily):
     def step(self) -> list[Completion]:
         if self.die_after is not None and self.completed >= self.die_after:
             raise KeyboardInterrupt("dummy engine told to die")
+        prompt_tokens = 0
         while self._waiting and len(self._running) < (self.concurrency or DEFAULT_CONCURRENCY):
-            self._running.append(self._waiting.popleft())
+            run = self._waiting.popleft()
+            prompt_tokens += len(run.request.prompt_token_ids)
+            self._running.append(run)
+        requests = len(self._running)
+        k = self._step_k(requests)
         done: list[Completion] = []
+        produced = drafted = 0
         for run in list(self._running):
-            self._advance(run)
+            before = len(run.tokens)
+            drafted += self._advance(run, k)
+            produced += len(run.tokens) - before
             if len(run.tokens) < run.length:
                 continue
             self._running.remove(run)
@@ -164,34 +199,47 @@ class DummyEngine(VllmFamily):
                 del self._open[id(run.request)]
                 done.append(Completion(run.request, [self._sample(s) for s in samples.values()], seconds=0.0))
                 self.completed += 1
+        self.last_step = StepLoad(requests, produced, prompt_tokens, drafted)
+        if self.step_cost is not None:
+            time.sleep(self.step_cost.seconds(self.last_step))
         return done
 
-    def _advance(self, run: _Running) -> None:
-        """One engine step: 1 token without speculation, 1 + accepted (0..k) with it."""
+    def _step_k(self, requests: int) -> int:
+        """The k of a step of ``requests`` requests: the schedule's at that batch size, else the job's k."""
+        for first, last, k in self.k_schedule or []:
+            if first <= requests <= last:
+                return k
+        return self.k or 0
+
+    def _advance(self, run: _Running, k: int) -> int:
+        """One engine step: 1 token without speculation, 1 + accepted (0..k) with it; the draft tokens verified."""
         accepted = 0
-        if self.k:
-            accepted = _digest(run.request.prompt_token_ids, run.sample, run.steps) % (self.k + 1)
+        if k:
+            accepted = _digest(run.request.prompt_token_ids, run.sample, run.steps) % (k + 1)
             accepted = min(accepted, run.length - len(run.tokens) - 1)
             run.histogram[accepted] += 1
             self._totals["drafts"] += 1
-            self._totals["draft_tokens"] += self.k
+            self._totals["draft_tokens"] += k
             self._totals["accepted_tokens"] += accepted
             for position in range(accepted):
                 self._per_position[position] += 1
+            run.spec_steps += 1
+            run.draft_tokens += k
         run.steps += 1
         for index in range(accepted + 1):
             run.tokens.append(self._token(run, drafted=index < accepted))
         self._totals["generation_tokens"] += accepted + 1
+        return k
 
     def _sample(self, run: _Running) -> Sample:
         spec = None
         if self.k:
             accepted = sum(j * count for j, count in enumerate(run.histogram))
             spec = RowSpecFigures(
-                spec_steps=run.steps,
-                draft_tokens=run.steps * self.k,
+                spec_steps=run.spec_steps,
+                draft_tokens=run.draft_tokens,
                 accepted_tokens=accepted,
-                acceptance_length=acceptance_length(accepted, run.steps),
+                acceptance_length=acceptance_length(accepted, run.spec_steps),
                 acceptance_histogram=list(run.histogram),
             )
         reason = "length" if run.length == run.request.sampling.max_tokens else "stop"

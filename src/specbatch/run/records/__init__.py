@@ -14,6 +14,7 @@ record                                          owner (run.records.…)     vers
 ``merged/manifest.json``                        ``manifest_file``         ``format`` 1 (absent: 1)
 ``decision.json``, ``stats/<shard>/auto-plan.json``  ``decision_file``    ``format`` 1 (absent: 1)
 ``prediction/predicted.{json,parquet}``         ``prediction_file``       ``format`` 1 (absent: 1)
+``stats/<shard>/steps/<n>.parquet``             ``steps_file``            metadata ``format`` 1
 ``mlflow_active/``, ``mlflow_pending/`` notes   ``tracking_notes``        ``format`` 1 (absent: 1)
 ==============================================  ========================  ======================================
 

@@ -1,0 +1,105 @@
+"""The step timing of a shard, ``stats/<shard>/steps/<nnnn>.parquet``: one file per stream of the shard (an engine
+fed from its first chunk to its last; spec=auto's phases and a resumed launch each add one), one row per engine step.
+What the figures mean is specbatch.run.step_log's; the files are this module's.
+
+Columns: ``at`` (seconds from the stream's start to the step's end), ``seconds`` (the step's wall time),
+``requests``, ``tokens``, ``prompt_tokens``, ``draft_tokens`` (specbatch.engine.StepLoad). The file's metadata holds
+the set-up that ran (``setup``, its label), its k schedule, the engine's batch and the format. A file is written once,
+whole (atomic rename), when its stream ends: a kill loses the timing of the stream it hit, never a row.
+
+Version (``format`` in the metadata): 1; a newer one is refused, a damaged one is named and skipped by readers (the
+timing informs spec=auto's cost model; it is no output of the job).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from specbatch.run.records.record_files import RecordError
+
+log = logging.getLogger(__name__)
+
+STEPS_FORMAT = 1
+_META_KEY = b"specbatch.steps"
+COLUMNS = ("at", "seconds", "requests", "tokens", "prompt_tokens", "draft_tokens")
+_SCHEMA = pa.schema(
+    [
+        ("at", pa.float64()),
+        ("seconds", pa.float64()),
+        ("requests", pa.int32()),
+        ("tokens", pa.int32()),
+        ("prompt_tokens", pa.int32()),
+        ("draft_tokens", pa.int32()),
+    ]
+)
+
+
+@dataclass
+class StepTable:
+    """One stream's steps, column by column, and what ran them."""
+
+    setup: str
+    k_schedule: list[list[int]] | None
+    concurrency: int | None
+    columns: dict[str, list[Any]]
+
+    def __len__(self) -> int:
+        return len(self.columns["seconds"])
+
+
+def write_steps(folder: Path, table: StepTable) -> Path:
+    """Write one stream's steps as the next file of ``folder`` (created once: never over another stream's)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = {"format": STEPS_FORMAT, "setup": table.setup, "k_schedule": table.k_schedule}
+    meta["concurrency"] = table.concurrency
+    arrow = pa.table({name: table.columns[name] for name in COLUMNS}, schema=_SCHEMA)
+    arrow = arrow.replace_schema_metadata({_META_KEY: json.dumps(meta).encode()})
+    number = len(list(folder.glob("*.parquet")))
+    while True:
+        path = folder / f"{number:04d}.parquet"
+        temporary = folder / f".{path.name}.tmp-{os.getpid()}"
+        pq.write_table(arrow, temporary)
+        try:
+            # A hard link fails when the name is taken (two launches' streams ending at once): the next number.
+            os.link(temporary, path)
+            return path
+        except FileExistsError:
+            number += 1
+        finally:
+            temporary.unlink(missing_ok=True)
+
+
+def read_steps(path: Path) -> StepTable:
+    """One stream's steps; RecordError when the file is damaged or newer."""
+    try:
+        arrow = pq.read_table(path)
+        meta = json.loads((arrow.schema.metadata or {})[_META_KEY])
+    except (OSError, ValueError, KeyError, pa.ArrowException) as exc:
+        raise RecordError(f"{path} is no step timing file ({type(exc).__name__}: {exc})", "remove it") from None
+    if not isinstance(meta.get("format"), int) or meta["format"] > STEPS_FORMAT:
+        raise RecordError(
+            f"{path} was written by a newer version of specbatch (steps format {meta.get('format')}; this one reads "
+            f"formats up to {STEPS_FORMAT})",
+            "read it with that version, or update this checkout",
+        )
+    columns = {name: arrow.column(name).to_pylist() for name in COLUMNS}
+    return StepTable(str(meta["setup"]), meta.get("k_schedule"), meta.get("concurrency"), columns)
+
+
+def read_all_steps(folder: Path) -> list[StepTable]:
+    """Every readable stream of ``folder`` in the order written; a damaged file is named in the log and skipped."""
+    out = []
+    for path in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
+        try:
+            out.append(read_steps(path))
+        except RecordError as exc:
+            log.warning("step timing skipped: %s", exc)
+    return out
