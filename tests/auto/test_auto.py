@@ -302,8 +302,10 @@ def test_when_measuring_does_not_pay_the_best_prediction_runs_unmeasured(tmp_pat
 
 
 def _force_winner(monkeypatch, label: str) -> None:
-    """The unmeasured pick made ``label`` (the dummy's made-up tokens never repeat, so replay picks none)."""
+    """The unmeasured pick made ``label`` (the dummy's made-up tokens never repeat, so replay picks none): the
+    prediction's own rule, with the choice per batch occupancy (which its own tests cover) out of the way."""
     monkeypatch.setattr(generation, "unmeasured_winner", lambda predicted: (label, "forced by the test"))
+    monkeypatch.setattr(generation.AutoShardGeneration, "_per_occupancy", lambda self, folder, plan: None)
 
 
 def _launches(folder: RunFolder) -> list[str]:
@@ -553,7 +555,7 @@ def test_a_shard_left_by_the_division_by_a_silent_pilot_finishes(tmp_path: Path,
     plan and measured slices were written and no decision, on every rerun. A rerun now decides none from them."""
     job = _placeholder_job(tmp_path, 6)
     with monkeypatch.context() as old:
-        old.setattr(AutoShardGeneration, "_silent_pilot", lambda self, folder: None, raising=False)
+        old.setattr(generation, "silent_pilot", lambda folder, pilot: None)
         # What replay predicted from no completions then: every candidate at tau 1, below none.
         old.setattr(generation, "predict", lambda *args: [Predicted("ngram-k2", 1.0, 0.0, 1.0, 0.82)])
         old.setattr(generation, "decide", lambda rates: 1 / statistics.median(rates["none"]))

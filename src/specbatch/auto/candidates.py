@@ -155,3 +155,17 @@ def candidate_job(job: JobConfig, candidate: Candidate) -> JobConfig:
         return dataclasses.replace(job, spec=candidate.spec)
     except ConfigError as exc:
         raise ConfigError(f"spec.auto.candidates: {candidate.label} cannot run with this job: {exc}") from None
+
+
+def scheduled(candidate: Candidate, schedule: list[list[int]]) -> Candidate:
+    """``candidate``'s method with a k per batch size (spec.k_schedule, k = 0 where speculation is off): the set-up
+    spec=auto's choice per batch occupancy runs (specbatch.auto.schedule). Its k is the schedule's largest."""
+    k = max(entry[2] for entry in schedule)
+    try:
+        spec = dataclasses.replace(candidate.spec, num_speculative_tokens=k, k_schedule=[list(e) for e in schedule])
+    except ConfigError as exc:
+        raise ConfigError(f"spec=auto: {candidate.label} cannot follow the k schedule {schedule}: {exc}") from None
+    written = "[" + ",".join(f"[{a},{b},{c}]" for a, b, c in schedule) + "]"
+    own_k = f"spec.num_speculative_tokens={candidate.spec.k}"
+    overrides = candidate.overrides.replace(own_k, f"spec.num_speculative_tokens={k}")
+    return Candidate(spec.label, spec, f"{overrides} {shlex.quote(f'spec.k_schedule={written}')}")

@@ -60,6 +60,7 @@ class Predicted:
             "label": self.label,
             "predicted_acceptance_length": self.acceptance_length,
             "predicted_draft_tokens_per_pass": self.draft_tokens_per_pass,
+            "predicted_tokens_per_pass": self.tokens_per_pass,
             "predicted_speedup": self.speedup,
         }
 
@@ -185,3 +186,34 @@ def decide(rates: dict[str, list[float]]) -> tuple[str, str, dict[str, dict[str,
         for m in [baseline, *measured]
     }
     return winner, why, figures
+
+
+def candidate_rows(
+    candidates: list[Candidate],
+    predicted: list[dict[str, Any]],
+    rates: dict[str, list[float]],
+    figures: dict[str, dict[str, Any]],
+    no_tokens: dict[str, str | None],
+) -> list[dict[str, Any]]:
+    """decision.json's table: each candidate's prediction (the plan's), its measured tok/s per slice and their
+    median, its speedup and spread (decide's figures), and what its slices of no tokens say (None: none)."""
+    by_label = {p["label"]: p for p in predicted}
+    rows = []
+    for candidate in candidates:
+        label = candidate.label
+        own = rates.get(label) or []
+        timed = [r for r in own if r > 0]  # as decide() reads them
+        rows.append(
+            {
+                "setup": label,
+                "caption": candidate.caption,
+                "predicted_acceptance_length": by_label.get(label, {}).get("predicted_acceptance_length"),
+                "predicted_speedup": by_label.get(label, {}).get("predicted_speedup"),
+                "measured_tok_s": statistics.median(timed) if timed else None,
+                "slices_tok_s": own,
+                "speedup": figures.get(label, {}).get("speedup"),
+                "spread": figures.get(label, {}).get("spread"),
+                "no_tokens": no_tokens.get(label),
+            }
+        )
+    return rows

@@ -30,7 +30,6 @@ to measure or predict a speedup against: the plan measures nothing, the decision
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any
 
 from specbatch.auto.candidates import Candidate, candidate_job, candidate_jobs, candidates
 from specbatch.auto.decision import (
+    candidate_rows,
     decide,
     measured_slots,
     measuring_pays,
@@ -45,6 +45,7 @@ from specbatch.auto.decision import (
     to_measure,
     unmeasured_winner,
 )
+from specbatch.auto.handover import Occupancy, adopt, lengths_of, per_occupancy, plain_tables, switch_check
 from specbatch.auto.slices import no_tokens, silent_pilot, slice_rates
 from specbatch.common.interrupts import raise_if_stopped
 from specbatch.config import ConfigError, JobConfig
@@ -173,11 +174,17 @@ class AutoShardGeneration(ShardGeneration):
                         self._run_slices(folder, config, slot, label, left)
                 raise_if_stopped("spec=auto's decision", "the pilot's and the measurements' slices written are kept")
                 decision = self._decide(folder, plan)
-            winner = decision["winner"]
+            adopt(decision, self._by_label)
+            winner = "none" if folder.read_auto_switch() else decision["winner"]
             rest = [n for n in left if not folder.part_path(n).exists()]
             if rest:
                 log.info("spec=auto: %d chunk(s) left, generated with %s (%s)", len(rest), winner, decision["why"])
-                self._stream_with(folder, config, rest, winner)
+                live = lambda: self.streamer.steps if self.streamer else None  # noqa: E731 - the stream running now
+                check = switch_check(folder, live, winner) if winner != "none" else None
+                self._stream_with(folder, config, rest, winner, check)
+                rest = [n for n in rest if not folder.part_path(n).exists()]
+                if rest and folder.read_auto_switch():
+                    self._stream_with(folder, config, rest, "none")
             elif winner != "none":
                 log.info(
                     "spec=auto: %s won, but no row of this shard was left for it: the shard's %d rows were all "
@@ -285,7 +292,7 @@ class AutoShardGeneration(ShardGeneration):
         pilot_rows = sum(len(self._chunks[n]) for n in self._pilot)
         pilot_seconds = sum(seconds for _, seconds in slice_rates(folder, self._pilot, "none"))
         startup = next((s for label, s, _ in self.startups if label == "none"), 0.0)
-        silent = self._silent_pilot(folder)
+        silent = silent_pilot(folder, self._pilot)
         if silent is not None:
             # Measuring against a pilot that timed nothing could not answer: its slots go to the winner (none).
             pays, why = False, f"{silent}: nothing to predict or measure a speedup against"
@@ -295,8 +302,13 @@ class AutoShardGeneration(ShardGeneration):
             pays, why = measuring_pays(
                 len(measure), startup, pilot_seconds, pilot_rows, len(self._span), self.auto.budget
             )
+        requests = len(run.turns)
         plan = {
             "shard": folder.shard_tag,
+            # What the rest's cost is reckoned from (specbatch.auto.schedule): each pilot row's requests (turns
+            # and samples) and how long their completions were.
+            "requests_per_row": requests / pilot_rows if pilot_rows else 1.0,
+            "completion_lengths": lengths_of(run.turns),
             "predicted": [p.to_dict() for p in predicted],
             "measure": measure if pays else [],
             "measuring": pays,
@@ -315,19 +327,15 @@ class AutoShardGeneration(ShardGeneration):
             return self.engine.concurrency
         return backend_class(self.job.engine.backend).batch(self.job)
 
-    def _silent_pilot(self, folder: RunFolder) -> str | None:
-        """Why the pilot timed nothing (auto.slices), once its slices are in; None when it generated tokens."""
-        return silent_pilot(folder, self._pilot)
-
     def _decide(self, folder: RunFolder, plan: dict[str, Any]) -> dict[str, Any]:
         """This shard's decision, written as the run's unless another shard's is there first; the run's one."""
-        predicted = {p["label"]: p for p in plan["predicted"]}
         rates = {"none": [t / s for t, s in slice_rates(folder, self._pilot, "none")]}
         for slot, label in zip(self._measure, plan["measure"], strict=False):
             rates[label] = [t / s for t, s in slice_rates(folder, slot, label)]
         measured = plan["measuring"] and rates["none"] and all(rates.get(m) for m in plan["measure"])
         figures: dict[str, dict[str, Any]] = {}
-        silent = self._silent_pilot(folder)
+        occupancy = None
+        silent = silent_pilot(folder, self._pilot)
         if silent is not None:
             # Also for a plan made before pilots of no tokens were caught (it measured): none, never a division by 0.
             measured = False
@@ -335,37 +343,25 @@ class AutoShardGeneration(ShardGeneration):
         elif measured:
             winner, why, figures = decide(rates)
         else:
-            winner, why = unmeasured_winner([(p["label"], p["predicted_speedup"]) for p in plan["predicted"]])
-            why = f"{plan['why']}; {why}"
-        rows = []
+            occupancy = self._per_occupancy(folder, plan)
+            if occupancy is not None:
+                winner, why = occupancy.label, f"{plan['why']}; {occupancy.choice.why}"
+            else:
+                winner, why = unmeasured_winner([(p["label"], p["predicted_speedup"]) for p in plan["predicted"]])
+                why = f"{plan['why']}; {why}"
         slots = {"none": self._pilot, **dict(zip(plan["measure"], self._measure, strict=False))}
-        for candidate in self.candidates:
-            label = candidate.label
-            own = rates.get(label) or []
-            timed = [r for r in own if r > 0]  # as decide() reads them
-            rows.append(
-                {
-                    "setup": label,
-                    "caption": candidate.caption,
-                    "predicted_acceptance_length": predicted.get(label, {}).get("predicted_acceptance_length"),
-                    "predicted_speedup": predicted.get(label, {}).get("predicted_speedup"),
-                    "measured_tok_s": statistics.median(timed) if timed else None,
-                    "slices_tok_s": own,
-                    "speedup": figures.get(label, {}).get("speedup"),
-                    "spread": figures.get(label, {}).get("spread"),
-                    # Its slices that timed nothing, and why (None: every slice generated tokens).
-                    "no_tokens": no_tokens(folder, slots.get(label, [])),
-                }
-            )
+        silent_slices = {c.label: no_tokens(folder, slots.get(c.label, [])) for c in self.candidates}
+        rows = candidate_rows(self.candidates, plan["predicted"], rates, figures, silent_slices)
         decision = {
             "winner": winner,
-            "winner_caption": self._candidate(winner).caption,
+            "winner_caption": occupancy.caption if occupancy is not None else self._candidate(winner).caption,
             # What runs the winner elsewhere, e.g. python jobs/serve.py --print <overrides>.
             "overrides": self._candidate(winner).overrides,
             "why": why,
             "measured": bool(measured),
             "decided_by": folder.shard_tag,
             "candidates": rows,
+            **(occupancy.record() if occupancy is not None else {}),
         }
         if create_decision(folder.decision_path, decision):
             log.info("spec=auto decided: %s (%s); written to %s", winner, why, folder.decision_path)
@@ -381,6 +377,22 @@ class AutoShardGeneration(ShardGeneration):
             )
             decision = theirs
         return decision
+
+    def _per_occupancy(self, folder: RunFolder, plan: dict[str, Any]) -> Occupancy | None:
+        """The choice per batch occupancy (specbatch.auto.handover) from the pilot's timed steps, for the rows the
+        winner would get: those not written and not in the engine."""
+        waiting = sum(len(rows) for n, rows in enumerate(self._chunks) if not folder.part_path(n).exists())
+        requests = int(waiting * plan.get("requests_per_row", 1.0)) - (self.engine.unfinished if self.engine else 0)
+        startup = next((s for label, s, _ in self.startups if label == "none"), plan["engine_startup_seconds"])
+        return per_occupancy(
+            plan["predicted"],
+            self._by_label,
+            plain_tables(folder, self.streamer.steps if self.streamer else None),
+            self._concurrency(),
+            max(requests, 0),
+            plan.get("completion_lengths") or [],
+            startup,
+        )
 
     def summarize(self, folder: RunFolder, parts: list[Path]) -> Summary:
         startup = sum(s for _, s, _ in self.startups)

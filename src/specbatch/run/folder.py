@@ -214,6 +214,14 @@ class RunFolder:
         return decision_file.read_plan(self.auto_plan_path)
 
     @property
+    def auto_switch_path(self) -> Path:
+        """spec=auto: the shard's switch back to spec=none, when its check found the winner slower."""
+        return self.stats_dir / "auto-switch.json"
+
+    def read_auto_switch(self) -> dict[str, Any] | None:
+        return decision_file.read_switch(self.auto_switch_path)
+
+    @property
     def steps_dir(self) -> Path:
         """The shard's step timing, one file per stream (specbatch.run.step_log)."""
         return self.stats_dir / "steps"
@@ -224,6 +232,7 @@ class RunFolder:
         self.read_source_record()
         self.read_decision()
         self.read_auto_plan()
+        self.read_auto_switch()
 
     @property
     def stats_path(self) -> Path:

@@ -174,6 +174,12 @@ def log_decision(run: RunLogger, decision: dict[str, Any]) -> None:
     rows = decision["candidates"]
     run.log_table({column: [row.get(column) for row in rows] for column in _DECISION_COLUMNS}, "auto_decision.json")
     run.set_tag("auto.winner", decision["winner"])
+    # How people read it: "auto → ngram, k 3 below batch 8, 1 up to 32, off above".
+    run.set_tag("auto.chose", f"auto → {decision['winner_caption']}")
+    if decision.get("schedule"):
+        buckets = decision["schedule"]
+        table = {column: [row.get(column) for row in buckets] for column in buckets[0]}
+        run.log_table(table, "auto_schedule.json")
     run.set_tag("auto.why", decision["why"])
     run.set_tag("auto.measured", str(decision["measured"]).lower())
     run.log_text(json.dumps(decision, indent=2), "decision.json")

@@ -72,6 +72,9 @@ class DummyEngine(VllmFamily):
     """Answers every prompt with made-up tokens; ``refuse`` and ``die_after`` play a bad request and a crash."""
 
     name = "dummy"
+    # What each step of an engine start() builds costs (StepCost; None: no time at all): how tests give spec=auto a
+    # machine to measure.
+    start_step_cost: StepCost | None = None
 
     def __init__(
         self,
@@ -121,7 +124,11 @@ class DummyEngine(VllmFamily):
     @classmethod
     def start(cls, job: JobConfig) -> Self:
         return cls(
-            cls.fingerprint_of(job), k=job.spec.k, concurrency=job.engine.max_num_seqs, k_schedule=job.spec.k_schedule
+            cls.fingerprint_of(job),
+            k=job.spec.k,
+            concurrency=job.engine.max_num_seqs,
+            k_schedule=job.spec.k_schedule,
+            step_cost=cls.start_step_cost,
         )
 
     def add(self, request: Request) -> None:
@@ -199,8 +206,9 @@ class DummyEngine(VllmFamily):
                 del self._open[id(run.request)]
                 done.append(Completion(run.request, [self._sample(s) for s in samples.values()], seconds=0.0))
                 self.completed += 1
-        self.last_step = StepLoad(requests, produced, prompt_tokens, drafted)
         if self.step_cost is not None:
+            # Without a time model its steps take no time worth timing: it then has no steps to tell of.
+            self.last_step = StepLoad(requests, produced, prompt_tokens, drafted)
             time.sleep(self.step_cost.seconds(self.last_step))
         return done
 

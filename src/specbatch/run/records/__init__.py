@@ -12,7 +12,7 @@ record                                          owner (run.records.…)     vers
 ``stats/<shard>.json``, ``merged/summary.json``  ``summary_file``          1 (no key written; above 1 refused)
 ``…/speculation_profile.json``                  ``profile_file``          1 (no key written; above 1 refused)
 ``merged/manifest.json``                        ``manifest_file``         ``format`` 1 (absent: 1)
-``decision.json``, ``stats/<shard>/auto-plan.json``  ``decision_file``    ``format`` 1 (absent: 1)
+``decision.json``, ``…/auto-{plan,switch}.json``  ``decision_file``    ``format`` 1 (absent: 1)
 ``prediction/predicted.{json,parquet}``         ``prediction_file``       ``format`` 1 (absent: 1)
 ``stats/<shard>/steps/<n>.parquet``             ``steps_file``            metadata ``format`` 1
 ``mlflow_active/``, ``mlflow_pending/`` notes   ``tracking_notes``        ``format`` 1 (absent: 1)

