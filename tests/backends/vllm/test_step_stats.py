@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 from types import SimpleNamespace
 
-from specbatch.backends.vllm.step_stats import StepStats, attach_step_stats
+from specbatch.backends.vllm.step_stats import StepStats, attach_step_stats, sample_stats
 from specbatch.engine import StepLoad
 
 
@@ -38,6 +38,13 @@ def test_a_step_without_speculation_or_outputs() -> None:
     # Nothing ran: no SchedulerStats, no load.
     stats.record(None, None)
     assert stats.take() is None
+
+
+def test_vllms_own_stats_objects_are_read() -> None:
+    # What StepStats reads exists on vLLM's SchedulerStats, IterationStats and SpecDecodingStats.
+    stats = StepStats()
+    stats.record(*sample_stats(requests=8, tokens=20, draft_tokens=24))
+    assert stats.take() == StepLoad(8, 20, 0, 24)
 
 
 def test_vllm_finds_every_method_it_calls_on_a_logger() -> None:

@@ -80,6 +80,19 @@ class StepStats:
         pass
 
 
+def sample_stats(requests: int, tokens: int, draft_tokens: int) -> tuple[Any, Any]:
+    """vLLM's own per-step stats objects (SchedulerStats, IterationStats) as a step of ``requests`` requests hands
+    them to its loggers, for timing StepStats on what it reads (specbatch.bench.step_overhead)."""
+    from vllm.v1.metrics.stats import IterationStats, SchedulerStats
+    from vllm.v1.spec_decode.metrics import SpecDecodingStats
+
+    spec = SpecDecodingStats.new(max(draft_tokens // max(requests, 1), 1))
+    spec.num_draft_tokens = draft_tokens
+    iteration = IterationStats()
+    iteration.num_generation_tokens = tokens
+    return SchedulerStats(num_running_reqs=requests, spec_decoding_stats=spec), iteration
+
+
 def attach_step_stats(llm: Any) -> StepStats | None:
     """A StepStats recording every step of ``llm``'s engine; None when vLLM keeps no stats (its StatLoggerManager is
     absent: ``disable_log_stats``), and then the engine's steps are not timed."""
