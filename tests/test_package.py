@@ -189,6 +189,8 @@ BACKEND_IMPORTERS = {
     # Benchmarks of vLLM itself: its engine processes, and its offline engine against its own server.
     ("specbatch.bench.processes", "vllm"),
     ("specbatch.bench.offline_vs_server", "vllm"),
+    # The step timing's cost includes the offline vLLM engine's own stat logger (its StepStats), timed alone.
+    ("specbatch.bench.step_overhead", "vllm"),
 }
 # Backend knobs read outside the folders of the backends that declare them as job.engine.<knob> (or
 # job.model.gguf), each with its reason; none today.

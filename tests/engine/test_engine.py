@@ -22,6 +22,8 @@ SRC = PROJECT_ROOT / "src" / "specbatch"
 MAY_IMPORT_VLLM = {
     SRC / "backends" / "vllm" / "vllm_offline.py",
     SRC / "backends" / "vllm" / "vllm_cpu_fixes.py",
+    # The backend's per-step stat logger builds vLLM's own stats objects for the step timing's bench.
+    SRC / "backends" / "vllm" / "step_stats.py",
     SRC / "prediction" / "replay.py",
 }
 

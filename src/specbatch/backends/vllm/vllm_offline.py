@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Self
 
+from specbatch.backends.vllm.step_stats import StepStats, attach_step_stats
 from specbatch.backends.vllm.vllm_args import (
     llm_kwargs,
     offline_environment,
@@ -206,6 +207,8 @@ class VllmEngine(VllmFamily):
         from vllm.exceptions import VLLMClientError
 
         self._refusals: tuple[type[BaseException], ...] = (ValueError, TypeError, VLLMClientError)
+        # What each step held, from vLLM's own per-step stats (step_stats says why this route); None: not known.
+        self._step_stats: StepStats | None = None
 
     @classmethod
     def import_library(cls, job: JobConfig) -> None:
@@ -248,6 +251,8 @@ class VllmEngine(VllmFamily):
         log.info("settings that change acceptance, as vLLM resolved them: %s", engine.acceptance_settings)
         if job.engine.warmup:
             engine.warm_up()
+        # After the warm-up, whose steps are none of the job's.
+        engine._step_stats = attach_step_stats(llm)
         return engine
 
     def warmup(self) -> None:
@@ -278,9 +283,12 @@ class VllmEngine(VllmFamily):
 
     def step(self) -> list[Completion]:
         if not self._running:
+            self.last_step = None
             return []
         finished = []
-        for output in self.llm.llm_engine.step():
+        outputs = self.llm.llm_engine.step()
+        self.last_step = self._step_stats.take() if self._step_stats is not None else None
+        for output in outputs:
             if not output.finished:
                 continue
             request, added, _ = self._running.pop(output.request_id)
