@@ -56,7 +56,7 @@ def main() -> int:
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"(g): some of {', '.join(WORKLOADS)}")
     parser.add_argument("--setups", help="(g): fixed set-ups, e.g. none,ngram-k3 (default: auto's candidates)")
     parser.add_argument("--auto-max-tokens", type=int, default=128, help="(g): new tokens per row")
-    parser.add_argument("--auto-batches", type=batch_list, default=DEFAULT_BATCHES, help="(g): full: the default")
+    parser.add_argument("--auto-batches", type=batch_list, default=DEFAULT_BATCHES, help="(g): max_num_seqs")
     parser.add_argument("--startup", type=Path, nargs="+", metavar="CHECKOUT", help="run only (e), these checkouts")
     parser.add_argument("--sampling", action="store_true", help="run only (h), n=4 sampling and the check")
     parser.add_argument("--check-prompts", type=int, default=8, help="(h): prompts of the distribution check")

@@ -132,3 +132,20 @@ def test_a_job_measured_before_is_read_not_run_again(tmp_path: Path, monkeypatch
     monkeypatch.setattr(auto_bench.subprocess, "run", lambda *a, **k: pytest.fail("ran the job again"))
     plan = AutoPlan(["chat"], ["none"], None, 128, 1)
     assert run_one("auto", WORKLOADS["chat"], plan, tmp_path, 16) == before
+
+
+def test_a_job_stopped_part_way_is_measured_again_from_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    partial = tmp_path / "auto-rep0" / "runs" / "chat" / "part-0.parquet"
+    partial.parent.mkdir(parents=True)
+    partial.write_text("half a job")
+
+    def generate(command: list[str], **_: object) -> None:
+        assert not partial.exists(), "its wall time would cover only the rest"
+        assert f"output_root={tmp_path / 'auto-rep0'}" in command and "engine.max_num_seqs=4" in command
+        raise RuntimeError("stopped here")
+
+    monkeypatch.setattr(auto_bench.subprocess, "run", generate)
+    with pytest.raises(RuntimeError, match="stopped here"):
+        run_one("auto", WORKLOADS["chat"], AutoPlan(["chat"], [], None, 128, 1), tmp_path / "auto-rep0", 4)

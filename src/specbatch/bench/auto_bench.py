@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import statistics
 import subprocess
 import sys
@@ -124,6 +125,10 @@ def run_one(setup: str, workload: list[str], plan: AutoPlan, root: Path, batch: 
     if done.is_file():
         log.info("%s: measured before, read from %s", setup, done)
         return Measured.from_dict(json.loads(done.read_text()))
+    if root.exists():
+        # Stopped part way: resuming its run would time only the rest, so the whole job is measured again.
+        log.info("%s: %s holds a job stopped part way; it is measured again from the start", setup, root)
+        shutil.rmtree(root)
     overrides = [
         *workload,
         *_overrides(setup),
