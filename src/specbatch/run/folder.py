@@ -260,7 +260,7 @@ class RunFolder:
 
     def remove_stale_temporaries(self) -> None:
         """Temporary files of a killed writer: never data (readers only take part-*.parquet); call under the lock."""
-        for folder in (self.data_dir, self.stats_dir):
+        for folder in (self.data_dir, self.stats_dir, self.steps_dir):
             for tmp in temporaries_in(folder):
                 log.info("removing the temporary file of an interrupted writer: %s", tmp)
                 tmp.unlink(missing_ok=True)

@@ -4,8 +4,9 @@ What the figures mean is specbatch.run.step_log's; the files are this module's.
 
 Columns: ``at`` (seconds from the stream's start to the step's end), ``seconds`` (the step's wall time),
 ``requests``, ``tokens``, ``prompt_tokens``, ``draft_tokens`` (specbatch.engine.StepLoad). The file's metadata holds
-the set-up that ran (``setup``, its label), its k schedule, the engine's batch and the format. A file is written once,
-whole (atomic rename), when its stream ends: a kill loses the timing of the stream it hit, never a row.
+the set-up that ran (``setup``, its label), its k schedule, the engine's batch and the format. A file is created once,
+whole (common.atomic_files.create_once), when its stream ends: a kill loses the timing of the stream it hit, never a
+row.
 
 Version (``format`` in the metadata): 1; a newer one is refused, a damaged one is named and skipped by readers (the
 timing informs spec=auto's cost model; it is no output of the job).
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from specbatch.run.records.record_files import RecordError
+from specbatch.common.atomic_files import create_once
+from specbatch.run.records.record_files import RecordError, refuse_newer
 
 log = logging.getLogger(__name__)
 
@@ -63,18 +64,10 @@ def write_steps(folder: Path, table: StepTable) -> Path:
     arrow = pa.table({name: table.columns[name] for name in COLUMNS}, schema=_SCHEMA)
     arrow = arrow.replace_schema_metadata({_META_KEY: json.dumps(meta).encode()})
     number = len(list(folder.glob("*.parquet")))
-    while True:
-        path = folder / f"{number:04d}.parquet"
-        temporary = folder / f".{path.name}.tmp-{os.getpid()}"
-        pq.write_table(arrow, temporary)
-        try:
-            # A hard link fails when the name is taken (two launches' streams ending at once): the next number.
-            os.link(temporary, path)
-            return path
-        except FileExistsError:
-            number += 1
-        finally:
-            temporary.unlink(missing_ok=True)
+    # Created once: when the name is taken (two launches' streams ending at once), the next number.
+    while not create_once(folder / f"{number:04d}.parquet", lambda tmp: pq.write_table(arrow, tmp)):
+        number += 1
+    return folder / f"{number:04d}.parquet"
 
 
 def read_steps(path: Path) -> StepTable:
@@ -84,12 +77,7 @@ def read_steps(path: Path) -> StepTable:
         meta = json.loads((arrow.schema.metadata or {})[_META_KEY])
     except (OSError, ValueError, KeyError, pa.ArrowException) as exc:
         raise RecordError(f"{path} is no step timing file ({type(exc).__name__}: {exc})", "remove it") from None
-    if not isinstance(meta.get("format"), int) or meta["format"] > STEPS_FORMAT:
-        raise RecordError(
-            f"{path} was written by a newer version of specbatch (steps format {meta.get('format')}; this one reads "
-            f"formats up to {STEPS_FORMAT})",
-            "read it with that version, or update this checkout",
-        )
+    refuse_newer(meta, path, STEPS_FORMAT, "steps")
     columns = {name: arrow.column(name).to_pylist() for name in COLUMNS}
     return StepTable(str(meta["setup"]), meta.get("k_schedule"), meta.get("concurrency"), columns)
 
