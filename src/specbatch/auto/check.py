@@ -40,13 +40,9 @@ class Verdict:
 def _rates(table: StepTable, speculative: bool) -> dict[int, list[float]]:
     """Per bucket, tokens per request per second of each step (speculative: those that verified drafts)."""
     out: dict[int, list[float]] = {}
-    c = table.columns
-    for requests, tokens, drafts, seconds in zip(
-        c["requests"], c["tokens"], c["draft_tokens"], c["seconds"], strict=True
-    ):
-        if seconds <= 0 or bool(drafts) != speculative:
-            continue
-        out.setdefault(bucket_of(requests), []).append(tokens / (requests * seconds))
+    for s in table.steps():
+        if s.seconds > 0 and bool(s.draft_tokens) == speculative:
+            out.setdefault(bucket_of(s.requests), []).append(s.tokens / (s.requests * s.seconds))
     return out
 
 

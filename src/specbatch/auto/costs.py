@@ -74,28 +74,27 @@ class StepCosts:
         }
 
 
-def _least_squares(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
-    """(intercept, slope) of ys on xs; None when xs do not vary."""
-    n = len(xs)
-    mean_x, mean_y = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mean_x) ** 2 for x in xs)
+def _least_squares(xs: list[float], ys: list[float], weights: list[float] | None = None) -> tuple[float, float] | None:
+    """(intercept, slope) of ys on xs, each point weighted (1 each by default); None when xs do not vary."""
+    w = weights or [1.0] * len(xs)
+    total = sum(w)
+    mean_x = sum(wi * x for wi, x in zip(w, xs, strict=True)) / total
+    mean_y = sum(wi * y for wi, y in zip(w, ys, strict=True)) / total
+    sxx = sum(wi * (x - mean_x) ** 2 for wi, x in zip(w, xs, strict=True))
     if sxx <= 0:
         return None
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sxx
+    slope = sum(wi * (x - mean_x) * (y - mean_y) for wi, x, y in zip(w, xs, ys, strict=True)) / sxx
     return mean_y - slope * mean_x, slope
 
 
 def plain_steps(tables: list[StepTable]) -> list[tuple[int, int, float]]:
     """(requests, tokens processed, seconds) of every step that verified no draft token."""
-    out = []
-    for table in tables:
-        c = table.columns
-        for requests, prompt, drafts, seconds in zip(
-            c["requests"], c["prompt_tokens"], c["draft_tokens"], c["seconds"], strict=True
-        ):
-            if not drafts:
-                out.append((requests, requests + prompt, seconds))
-    return out
+    return [
+        (s.requests, s.requests + s.prompt_tokens, s.seconds)
+        for table in tables
+        for s in table.steps()
+        if not s.draft_tokens
+    ]
 
 
 def fit_plain(tables: list[StepTable]) -> StepCosts | None:
@@ -114,9 +113,11 @@ def fit_plain(tables: list[StepTable]) -> StepCosts | None:
     for _, tokens, seconds in steps:
         by_tokens.setdefault(tokens, []).append(seconds)
     xs = sorted(by_tokens)
-    ys = [statistics.median(by_tokens[x]) for x in xs]
-    weights = [len(by_tokens[x]) for x in xs]
-    fit = _least_squares([x for x, w in zip(xs, weights, strict=True) for _ in range(w)], _repeat(ys, weights))
+    fit = _least_squares(
+        [float(x) for x in xs],
+        [statistics.median(by_tokens[x]) for x in xs],
+        [float(len(by_tokens[x])) for x in xs],
+    )
     where = f"{len(steps)} plain steps timed here ({min(s[0] for s in steps)}-{max(s[0] for s in steps)} requests)"
     if fit is None or fit[1] <= 0 or fit[0] <= 0:
         base, per_token = statistics.median(s for _, _, s in steps), 0.0
@@ -133,24 +134,14 @@ def fit_plain(tables: list[StepTable]) -> StepCosts | None:
     )
 
 
-def _repeat(values: list[float], weights: list[int]) -> list[float]:
-    return [v for v, w in zip(values, weights, strict=True) for _ in range(w)]
-
-
 def with_speculative_steps(costs: StepCosts, tables: list[StepTable]) -> StepCosts:
     """``costs`` with speculation's costs measured on ``tables``' speculative steps (those that verified drafts):
     what each took beyond a plain step of its batch is fitted on its draft tokens (intercept: ``speculative``, slope:
     ``per_draft``); when the draft tokens do not vary enough to fit a slope, the prior's shape is scaled to the
     measured excess. Unchanged when fewer than MIN_STEPS speculative steps were timed."""
-    excess, drafts = [], []
-    for table in tables:
-        c = table.columns
-        for requests, prompt, draft_tokens, seconds in zip(
-            c["requests"], c["prompt_tokens"], c["draft_tokens"], c["seconds"], strict=True
-        ):
-            if draft_tokens and not prompt:
-                excess.append(seconds - costs.plain(requests))
-                drafts.append(float(draft_tokens))
+    timed = [s for table in tables for s in table.steps() if s.draft_tokens and not s.prompt_tokens]
+    excess = [s.seconds - costs.plain(s.requests) for s in timed]
+    drafts = [float(s.draft_tokens) for s in timed]
     if len(excess) < MIN_STEPS:
         return costs
     where = f"{len(excess)} speculative steps timed here"

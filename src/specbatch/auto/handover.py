@@ -69,7 +69,7 @@ def plain_tables(folder: RunFolder, live: StepLog | None) -> list[StepTable]:
     spec=none's."""
     tables = [t for t in read_all_steps(folder.steps_dir) if t.setup == "none"]
     if live is not None and live.setup == "none" and len(live):
-        tables.append(live.table())
+        tables.append(live.table)
     return tables
 
 
@@ -133,7 +133,7 @@ def switch_check(folder: RunFolder, live: Callable[[], StepLog | None], winner: 
         if steps is None or len(steps) - seen[0] < CHECK_EVERY or not reference:
             return False
         seen[0] = len(steps)
-        verdict = check(steps.table(), reference)
+        verdict = check(steps.table, reference)
         if verdict is None or not verdict.slower:
             return False
         record = {"winner": winner, "why": verdict.why, "figures": verdict.figures, "after_steps": len(steps)}

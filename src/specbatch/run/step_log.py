@@ -19,50 +19,38 @@ from pathlib import Path
 from typing import Any
 
 from specbatch.engine import StepLoad
-from specbatch.run.records.steps_file import StepTable, read_all_steps, write_steps
+from specbatch.run.records.steps_file import Step, StepTable, read_all_steps, write_steps
 
 
 class StepLog:
-    """The steps of one stream, as the loop records them."""
+    """The steps of one stream, as the loop records them (``table``: the stream's steps so far)."""
 
     def __init__(self, setup: str, k_schedule: list[list[int]] | None, concurrency: int | None) -> None:
-        self.setup, self.k_schedule, self.concurrency = setup, k_schedule, concurrency
-        self.at: list[float] = []
-        self.seconds: list[float] = []
-        self.requests: list[int] = []
-        self.tokens: list[int] = []
-        self.prompt_tokens: list[int] = []
-        self.draft_tokens: list[int] = []
+        self.table = StepTable(setup, k_schedule, concurrency)
+
+    @property
+    def setup(self) -> str:
+        return self.table.setup
 
     def record(self, at: float, seconds: float, load: StepLoad) -> None:
         """One step that ended ``at`` seconds into the stream and took ``seconds``; steps that ran nothing (the
         engine waited) are not steps of the batch and are left out."""
         if not load.requests:
             return
-        self.at.append(at)
-        self.seconds.append(seconds)
-        self.requests.append(load.requests)
-        self.tokens.append(load.tokens)
-        self.prompt_tokens.append(load.prompt_tokens)
-        self.draft_tokens.append(load.draft_tokens)
+        c = self.table.columns
+        c["at"].append(at)
+        c["seconds"].append(seconds)
+        c["requests"].append(load.requests)
+        c["tokens"].append(load.tokens)
+        c["prompt_tokens"].append(load.prompt_tokens)
+        c["draft_tokens"].append(load.draft_tokens)
 
     def __len__(self) -> int:
-        return len(self.seconds)
-
-    def table(self) -> StepTable:
-        columns = {
-            "at": self.at,
-            "seconds": self.seconds,
-            "requests": self.requests,
-            "tokens": self.tokens,
-            "prompt_tokens": self.prompt_tokens,
-            "draft_tokens": self.draft_tokens,
-        }
-        return StepTable(self.setup, self.k_schedule, self.concurrency, columns)
+        return len(self.table)
 
     def write(self, folder: Path) -> Path | None:
         """The stream's file in ``folder`` (none for a stream without a timed step)."""
-        return write_steps(folder, self.table()) if len(self) else None
+        return write_steps(folder, self.table) if len(self) else None
 
 
 def bucket_of(requests: int) -> int:
@@ -77,29 +65,27 @@ def bucket_label(bucket: int) -> str:
 def bucket_figures(tables: Iterable[StepTable]) -> dict[str, list[dict[str, Any]]]:
     """Per set-up, per occupancy bucket: steps, median step seconds, requests, tokens and draft tokens per step, and
     output tok/s (its tokens over its steps' seconds)."""
-    by_setup: dict[str, dict[int, list[tuple[float, int, int, int]]]] = {}
+    by_setup: dict[str, dict[int, list[Step]]] = {}
     for table in tables:
-        c = table.columns
         buckets = by_setup.setdefault(table.setup, {})
-        for seconds, requests, tokens, drafts in zip(
-            c["seconds"], c["requests"], c["tokens"], c["draft_tokens"], strict=True
-        ):
-            buckets.setdefault(bucket_of(requests), []).append((seconds, requests, tokens, drafts))
+        for step in table.steps():
+            buckets.setdefault(bucket_of(step.requests), []).append(step)
     out: dict[str, list[dict[str, Any]]] = {}
     for setup, buckets in by_setup.items():
         rows = []
         for bucket in sorted(buckets):
             steps = buckets[bucket]
-            seconds = sum(s for s, _, _, _ in steps)
+            seconds = sum(s.seconds for s in steps)
+            tokens = sum(s.tokens for s in steps)
             rows.append(
                 {
                     "requests": bucket_label(bucket),
                     "steps": len(steps),
-                    "median_step_seconds": statistics.median(s for s, _, _, _ in steps),
-                    "requests_per_step": sum(r for _, r, _, _ in steps) / len(steps),
-                    "tokens_per_step": sum(t for _, _, t, _ in steps) / len(steps),
-                    "draft_tokens_per_step": sum(d for _, _, _, d in steps) / len(steps),
-                    "tok_s": sum(t for _, _, t, _ in steps) / seconds if seconds > 0 else None,
+                    "median_step_seconds": statistics.median(s.seconds for s in steps),
+                    "requests_per_step": sum(s.requests for s in steps) / len(steps),
+                    "tokens_per_step": tokens / len(steps),
+                    "draft_tokens_per_step": sum(s.draft_tokens for s in steps) / len(steps),
+                    "tok_s": tokens / seconds if seconds > 0 else None,
                 }
             )
         out[setup] = rows

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -43,17 +44,32 @@ _SCHEMA = pa.schema(
 )
 
 
+class Step(NamedTuple):
+    """One row of a steps file."""
+
+    at: float
+    seconds: float
+    requests: int
+    tokens: int
+    prompt_tokens: int
+    draft_tokens: int
+
+
 @dataclass
 class StepTable:
-    """One stream's steps, column by column, and what ran them."""
+    """One stream's steps, column by column (COLUMNS, in Step's order), and what ran them."""
 
     setup: str
     k_schedule: list[list[int]] | None
     concurrency: int | None
-    columns: dict[str, list[Any]]
+    columns: dict[str, list[Any]] = field(default_factory=lambda: {name: [] for name in COLUMNS})
 
     def __len__(self) -> int:
         return len(self.columns["seconds"])
+
+    def steps(self) -> Iterator[Step]:
+        """The steps, one by one."""
+        return map(Step._make, zip(*(self.columns[name] for name in COLUMNS), strict=True))
 
 
 def write_steps(folder: Path, table: StepTable) -> Path:
