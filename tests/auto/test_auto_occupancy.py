@@ -13,7 +13,7 @@ import pytest
 
 from conftest import compose_job
 from specbatch.auto import generation
-from specbatch.auto.check import MIN_STEPS, check
+from specbatch.auto.check import MIN_STEPS, SwitchCheck, check
 from specbatch.auto.costs import StepCosts, fit_plain, with_speculative_steps
 from specbatch.auto.decision import Predicted
 from specbatch.auto.generation import AutoShardGeneration
@@ -139,6 +139,25 @@ def test_the_check_finds_a_slower_speculation_and_not_noise() -> None:
     assert slower is not None and slower.slower and 0.7 < slower.figures["ratio"] < 0.85
     same = check(_rates_table("ngram-k3", 99, 60, 24), reference)
     assert same is not None and not same.slower and "not measurably slower" in same.why
+
+
+def test_the_check_fed_step_by_step_agrees_with_one_read_of_the_whole_stream() -> None:
+    """The winner's stream is checked every few steps with only its new steps: same figures as reading it whole."""
+    reference = [_rates_table("none", 100, 40, 0)]
+    whole = _rates_table("ngram-k3", 90, 70, 24)
+    live = type(whole)(whole.setup, None, 16)
+    checking, verdicts = SwitchCheck(reference), []
+    for step in whole.steps():
+        for name, value in zip(live.columns, step, strict=True):
+            live.columns[name].append(value)
+        if len(live) % 16 == 0:
+            verdicts.append(checking.update(live))
+    last = checking.update(live)
+    expected = check(whole, reference)
+    assert verdicts[0] is None and last is not None and expected is not None
+    assert last.slower == expected.slower and last.figures["requests"] == expected.figures["requests"]
+    numbers = {k: v for k, v in expected.figures.items() if k != "requests"}
+    assert {k: last.figures[k] for k in numbers} == pytest.approx(numbers, rel=1e-9)
 
 
 # --- whole shards on the dummy with a step-time model ---

@@ -16,7 +16,6 @@ It waits for MIN_STEPS speculative steps in that bucket, and checks only in buck
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,53 +36,85 @@ class Verdict:
     figures: dict[str, Any]
 
 
-def _rates(table: StepTable, speculative: bool) -> dict[int, list[float]]:
-    """Per bucket, tokens per request per second of each step (speculative: those that verified drafts)."""
-    out: dict[int, list[float]] = {}
-    for s in table.steps():
-        if s.seconds > 0 and bool(s.draft_tokens) == speculative:
-            out.setdefault(bucket_of(s.requests), []).append(s.tokens / (s.requests * s.seconds))
-    return out
+@dataclass
+class _Moments:
+    """Count, mean and sum of squared deviations of a stream of rates, kept as they come (Welford): the check runs
+    every few steps of a stream that may last hours, and must not read every step again each time."""
+
+    count: int = 0
+    mean: float = 0.0
+    squares: float = 0.0
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        delta = value - self.mean
+        self.mean += delta / self.count
+        self.squares += delta * (value - self.mean)
+
+    @property
+    def variance(self) -> float:
+        return self.squares / (self.count - 1) if self.count > 1 else 0.0
 
 
-def _welch_t(a: list[float], b: list[float]) -> float:
-    va, vb = statistics.variance(a), statistics.variance(b)
-    se = math.sqrt(va / len(a) + vb / len(b))
-    diff = statistics.fmean(a) - statistics.fmean(b)
+def _welch_t(a: _Moments, b: _Moments) -> float:
+    se = math.sqrt(a.variance / a.count + b.variance / b.count)
+    diff = a.mean - b.mean
     if se == 0:
         return -math.inf if diff < 0 else (math.inf if diff > 0 else 0.0)
     return diff / se
 
 
+class SwitchCheck:
+    """The check over one speculative stream against spec=none's steps (``reference``, read once): ``update`` takes
+    the stream's steps timed since its last call."""
+
+    def __init__(self, reference: list[StepTable]) -> None:
+        self.plain: dict[int, _Moments] = {}
+        for table in reference:
+            self._add(table, 0, False, self.plain)
+        self.ours: dict[int, _Moments] = {}
+        self.seen = 0
+
+    @staticmethod
+    def _add(table: StepTable, start: int, speculative: bool, into: dict[int, _Moments]) -> None:
+        """Tokens per request per second of each step from ``start`` on (speculative: those that verified drafts),
+        into its bucket's moments."""
+        for s in table.steps(start):
+            if s.seconds > 0 and bool(s.draft_tokens) == speculative:
+                into.setdefault(bucket_of(s.requests), _Moments()).add(s.tokens / (s.requests * s.seconds))
+
+    def update(self, speculative: StepTable) -> Verdict | None:
+        """The verdict once the speculative stream has MIN_STEPS steps in its busiest bucket and the reference has
+        MIN_REFERENCE there; None until then (or when there is nothing to compare it with)."""
+        self._add(speculative, self.seen, True, self.ours)
+        self.seen = len(speculative)
+        if not self.ours:
+            return None
+        bucket = max(self.ours, key=lambda b: self.ours[b].count)
+        ours, plain = self.ours[bucket], self.plain.get(bucket, _Moments())
+        if ours.count < MIN_STEPS or plain.count < MIN_REFERENCE:
+            return None
+        ratio = ours.mean / plain.mean
+        t = _welch_t(ours, plain)
+        slower = ratio < 1 - SLOWER_BY and t < -T_SLOWER
+        figures = {
+            "requests": bucket_label(bucket),
+            "speculative_steps": ours.count,
+            "plain_steps": plain.count,
+            "tok_s_per_request": ours.mean,
+            "plain_tok_s_per_request": plain.mean,
+            "ratio": ratio,
+            "welch_t": t,
+        }
+        verdict = "slower" if slower else "not measurably slower"
+        why = (
+            f"at {bucket_label(bucket)} requests per step, speculation made {ours.mean:.2f} tokens per request per "
+            f"second over {ours.count} steps, spec=none {plain.mean:.2f} over {plain.count}: {ratio:.2f}x (Welch t "
+            f"{t:.1f}), {verdict}"
+        )
+        return Verdict(slower, why, figures)
+
+
 def check(speculative: StepTable, reference: list[StepTable]) -> Verdict | None:
-    """The verdict once the speculative stream has MIN_STEPS decoding steps in its busiest bucket and the reference
-    has MIN_REFERENCE there; None until then (or when there is nothing to compare it with)."""
-    spec = _rates(speculative, True)
-    if not spec:
-        return None
-    bucket = max(spec, key=lambda b: len(spec[b]))
-    ours = spec[bucket]
-    if len(ours) < MIN_STEPS:
-        return None
-    plain = [r for table in reference for r in _rates(table, False).get(bucket, [])]
-    if len(plain) < MIN_REFERENCE:
-        return None
-    ratio = statistics.fmean(ours) / statistics.fmean(plain)
-    t = _welch_t(ours, plain)
-    slower = ratio < 1 - SLOWER_BY and t < -T_SLOWER
-    figures = {
-        "requests": bucket_label(bucket),
-        "speculative_steps": len(ours),
-        "plain_steps": len(plain),
-        "tok_s_per_request": statistics.fmean(ours),
-        "plain_tok_s_per_request": statistics.fmean(plain),
-        "ratio": ratio,
-        "welch_t": t,
-    }
-    verdict = "slower" if slower else "not measurably slower"
-    why = (
-        f"at {bucket_label(bucket)} requests per step, speculation made {statistics.fmean(ours):.2f} tokens per "
-        f"request per second over {len(ours)} steps, spec=none {statistics.fmean(plain):.2f} over {len(plain)}: "
-        f"{ratio:.2f}x (Welch t {t:.1f}), {verdict}"
-    )
-    return Verdict(slower, why, figures)
+    """SwitchCheck's verdict on a whole stream at once."""
+    return SwitchCheck(reference).update(speculative)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specbatch.auto.candidates import Candidate, scheduled
-from specbatch.auto.check import check
+from specbatch.auto.check import SwitchCheck
 from specbatch.auto.costs import StepCosts, fit_plain
 from specbatch.auto.schedule import Choice, Option, caption, choose
 from specbatch.prediction.turns import ReplayTurn
@@ -22,7 +22,7 @@ from specbatch.run.step_log import StepLog
 
 log = logging.getLogger(__name__)
 
-# The check runs every this many steps of the winner's stream (it reads every step so far: cheap, but not free).
+# The check runs every this many steps of the winner's stream (it reads the steps timed since it last ran).
 CHECK_EVERY = 16
 
 
@@ -125,15 +125,13 @@ def adopt(decision: dict[str, Any], by_label: dict[str, Candidate]) -> None:
 def switch_check(folder: RunFolder, live: Callable[[], StepLog | None], winner: str) -> Callable[[], bool]:
     """The ``until`` of the winner's stream: every CHECK_EVERY steps, compare its speculative steps with spec=none's;
     once they are measurably slower, write the shard's switch back and stop admitting (the rest runs with none)."""
-    reference = [t for t in read_all_steps(folder.steps_dir) if t.setup == "none"]
-    seen = [0]
+    checking = SwitchCheck([t for t in read_all_steps(folder.steps_dir) if t.setup == "none"])
 
     def slower() -> bool:
         steps = live()
-        if steps is None or len(steps) - seen[0] < CHECK_EVERY or not reference:
+        if steps is None or len(steps) - checking.seen < CHECK_EVERY or not checking.plain:
             return False
-        seen[0] = len(steps)
-        verdict = check(steps.table, reference)
+        verdict = checking.update(steps.table)
         if verdict is None or not verdict.slower:
             return False
         record = {"winner": winner, "why": verdict.why, "figures": verdict.figures, "after_steps": len(steps)}

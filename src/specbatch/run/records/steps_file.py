@@ -67,9 +67,9 @@ class StepTable:
     def __len__(self) -> int:
         return len(self.columns["seconds"])
 
-    def steps(self) -> Iterator[Step]:
-        """The steps, one by one."""
-        return map(Step._make, zip(*(self.columns[name] for name in COLUMNS), strict=True))
+    def steps(self, start: int = 0) -> Iterator[Step]:
+        """The steps from the ``start``-th on, one by one."""
+        return map(Step._make, zip(*(self.columns[name][start:] for name in COLUMNS), strict=True))
 
 
 def write_steps(folder: Path, table: StepTable) -> Path:
