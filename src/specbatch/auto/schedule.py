@@ -125,18 +125,16 @@ def choose(
             choice = _choose_ks(method, group, costs, buckets, at, plain_seconds, total_plain, schedulable)
             if best is None or choice.saved_seconds > best.saved_seconds:
                 best = choice
-    none = Choice(None, [(1, batch, 0)], 1.0, 0.0, [], "")
-    if best is None or best.saved_seconds <= max(switch_seconds, 0.0) or best.label == "none":
+    if best is None or best.label == "none":
+        why = "no candidate is predicted to save time"
+    elif best.saved_seconds <= switch_seconds:
         why = (
-            "no candidate is predicted to save more than the switch costs (speculation not measured)"
-            if best is None or best.label == "none"
-            else (
-                f"{best.label} is predicted to save {best.saved_seconds:.1f} s of the rest, less than the "
-                f"{switch_seconds:.1f} s the switch costs (an engine start-up)"
-            )
+            f"{best.label} is predicted to save {best.saved_seconds:.1f} s of the rest, less than the "
+            f"{switch_seconds:.1f} s the switch costs (an engine start-up)"
         )
-        return Choice(None, none.schedule, 1.0, 0.0, best.buckets if best else [], f"{why}: spec=none stays")
-    return best
+    else:
+        return best
+    return Choice(None, [(1, batch, 0)], 1.0, 0.0, best.buckets if best else [], f"{why}: spec=none stays")
 
 
 def _choose_ks(
