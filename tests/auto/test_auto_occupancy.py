@@ -23,6 +23,7 @@ from specbatch.methods import SpecMethod
 from specbatch.pipeline import run_job
 from specbatch.run.folder import RunFolder
 from specbatch.run.records.steps_file import StepTable, read_all_steps
+from specbatch.run.summary import merge_summaries
 
 # --- the cost model ---
 
@@ -238,6 +239,15 @@ def test_the_schedule_chosen_runs_through_the_engine_and_is_recorded(tmp_path: P
     pairs = [(r, d) for t in winner for r, d in zip(t.columns["requests"], t.columns["draft_tokens"], strict=True)]
     assert all(d == 0 for r, d in pairs if r >= first_off) and any(d > 0 for r, d in pairs if r < first_off)
     assert not folder.auto_switch_path.exists()
+    # The shard summary keeps each set-up's steps per bucket as sums (shards add up exactly).
+    buckets = result.summary.step_buckets
+    tables = read_all_steps(folder.steps_dir)
+    assert set(buckets) == {"none", decision["winner"]}
+    for setup, figures in buckets.items():
+        own = [s for t in tables if t.setup == setup for s in t.steps()]
+        assert sum(b["steps"] for b in figures.values()) == len(own)
+        assert sum(b["tokens"] for b in figures.values()) == sum(s.tokens for s in own)
+        assert all(b["tok_s"] == pytest.approx(b["tokens"] / b["seconds"]) for b in figures.values())
 
 
 def test_a_winner_slower_than_predicted_is_switched_back_to_none(tmp_path: Path, timed, monkeypatch) -> None:
@@ -315,3 +325,8 @@ def test_shards_share_the_first_decision_and_its_schedule(tmp_path: Path, timed)
     setups = {second.folder.read_part_stats(n)["setup"] for n in second.folder.part_numbers()}
     assert setups == {decision["winner"]}, "a shard started after the decision runs every row with its schedule"
     assert json.loads(second.folder.decision_path.read_text()) == decision
+    merged = merge_summaries([first.summary, second.summary]).step_buckets
+    for setup, figures in merged.items():
+        for label, sums in figures.items():
+            parts = [s.step_buckets.get(setup, {}).get(label) for s in (first.summary, second.summary)]
+            assert sums["steps"] == sum(p["steps"] for p in parts if p)

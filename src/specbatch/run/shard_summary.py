@@ -15,6 +15,7 @@ from specbatch.engine.acceptance_settings import merged_settings
 from specbatch.engine.spec_metrics import Counters
 from specbatch.run.folder import RunFolder
 from specbatch.run.records.part_stats import seconds_of_unlaunched
+from specbatch.run.step_log import shard_bucket_figures
 from specbatch.run.summary import RowTotals, Summary, summarize
 
 # Row columns the summary needs (read back from every part).
@@ -78,4 +79,5 @@ def summarize_shard(
         # The machine that finishes the shard; each launch's own is in its launch record.
         machine=this_machine().to_dict(),
         acceptance_settings=merged_settings(settings),
+        step_buckets=shard_bucket_figures(folder.steps_dir) or None,
     )

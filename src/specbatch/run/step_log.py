@@ -13,13 +13,11 @@ empties, is seen apart from its full batch.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from specbatch.engine import StepLoad
-from specbatch.run.records.steps_file import Step, StepTable, read_all_steps, write_steps
+from specbatch.run.records.steps_file import StepTable, read_all_steps, write_steps
 
 
 class StepLog:
@@ -62,36 +60,49 @@ def bucket_label(bucket: int) -> str:
     return "1" if bucket == 1 else f"{bucket}-{2 * bucket - 1}"
 
 
-def bucket_figures(tables: Iterable[StepTable]) -> dict[str, list[dict[str, Any]]]:
-    """Per set-up, per occupancy bucket: steps, median step seconds, requests, tokens and draft tokens per step, and
-    output tok/s (its tokens over its steps' seconds)."""
-    by_setup: dict[str, dict[int, list[Step]]] = {}
+# What a bucket's figures add up from (so that shards' add up exactly, as the summary's other counts do).
+_SUMS = ("steps", "seconds", "requests", "tokens", "draft_tokens")
+
+
+def bucket_figures(tables: Iterable[StepTable]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per set-up, per occupancy bucket (by its label): the sums of its steps (_SUMS) and what they give, the mean
+    step seconds and output tok/s (its tokens over its steps' seconds)."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
     for table in tables:
-        buckets = by_setup.setdefault(table.setup, {})
+        buckets = out.setdefault(table.setup, {})
         for step in table.steps():
-            buckets.setdefault(bucket_of(step.requests), []).append(step)
-    out: dict[str, list[dict[str, Any]]] = {}
-    for setup, buckets in by_setup.items():
-        rows = []
-        for bucket in sorted(buckets):
-            steps = buckets[bucket]
-            seconds = sum(s.seconds for s in steps)
-            tokens = sum(s.tokens for s in steps)
-            rows.append(
-                {
-                    "requests": bucket_label(bucket),
-                    "steps": len(steps),
-                    "median_step_seconds": statistics.median(s.seconds for s in steps),
-                    "requests_per_step": sum(s.requests for s in steps) / len(steps),
-                    "tokens_per_step": tokens / len(steps),
-                    "draft_tokens_per_step": sum(s.draft_tokens for s in steps) / len(steps),
-                    "tok_s": tokens / seconds if seconds > 0 else None,
-                }
-            )
-        out[setup] = rows
+            sums = buckets.setdefault(bucket_label(bucket_of(step.requests)), dict.fromkeys(_SUMS, 0.0))
+            sums["steps"] += 1
+            for name in _SUMS[1:]:
+                sums[name] += getattr(step, name)
+    return {setup: _derived(buckets) for setup, buckets in out.items()}
+
+
+def merged_bucket_figures(
+    figures: Iterable[dict[str, dict[str, dict[str, float]]] | None],
+) -> dict[str, dict[str, dict[str, float]]] | None:
+    """Several shards' bucket figures as one, from their sums; None when none of them has any."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for each in figures:
+        for setup, buckets in (each or {}).items():
+            for label, theirs in buckets.items():
+                sums = out.setdefault(setup, {}).setdefault(label, dict.fromkeys(_SUMS, 0.0))
+                for name in _SUMS:
+                    sums[name] += theirs[name]
+    return {setup: _derived(buckets) for setup, buckets in out.items()} or None
+
+
+def _derived(buckets: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Buckets in ascending order, each with its mean step seconds and tok/s beside its sums."""
+    out = {}
+    for label in sorted(buckets, key=lambda b: int(b.split("-")[0])):
+        sums = {name: buckets[label][name] for name in _SUMS}
+        sums["seconds_per_step"] = sums["seconds"] / sums["steps"]
+        sums["tok_s"] = sums["tokens"] / sums["seconds"] if sums["seconds"] > 0 else 0.0
+        out[label] = sums
     return out
 
 
-def shard_bucket_figures(steps_dir: Path) -> dict[str, list[dict[str, Any]]]:
+def shard_bucket_figures(steps_dir: Path) -> dict[str, dict[str, dict[str, float]]]:
     """The shard's bucket figures from every stream it timed."""
     return bucket_figures(read_all_steps(steps_dir))

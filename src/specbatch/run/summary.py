@@ -12,6 +12,7 @@ from specbatch.common.machine import machine_line
 from specbatch.engine.acceptance_settings import merged_settings
 from specbatch.engine.spec_metrics import SERVER_WIDE_NOTE, Counters, acceptance_length, steps_unknown
 from specbatch.run.output_rows import STATUS_OK
+from specbatch.run.step_log import merged_bucket_figures
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,9 @@ class Summary:
     # server's figures that could not be believed. Null when they were; where the reason was not recorded, the null
     # draft tokens still tell (``refused_acceptance``).
     acceptance_doubt: str | None = None
+    # Per set-up and batch-occupancy bucket, the sums of the engine steps timed (specbatch.run.step_log) with their
+    # mean step seconds and tok/s; null when no step was timed (a backend that cannot tell its steps, older runs).
+    step_buckets: dict[str, dict[str, dict[str, float]]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,6 +138,7 @@ class Summary:
             "machine",
             "acceptance_settings",
             "acceptance_doubt",
+            "step_buckets",
         }
         return {k: float(v) for k, v in asdict(self).items() if k not in skip and v is not None}
 
@@ -183,6 +188,7 @@ def summarize(
     from_a_server: bool = False,
     acceptance_settings: dict[str, Any] | None = None,
     refused: str | None = None,
+    step_buckets: dict[str, dict[str, dict[str, float]]] | None = None,
 ) -> Summary:
     """The summary of ``delta``; ``refused`` says why figures it adds up were refused already (a shard's), so the
     sum of zeros they count as is not taken for zero acceptance."""
@@ -225,6 +231,7 @@ def summarize(
         acceptance_settings=acceptance_settings,
         prompts=totals.prompts,
         acceptance_doubt=doubt,
+        step_buckets=step_buckets,
     )
 
 
@@ -285,6 +292,7 @@ def merge_summaries(summaries: list[Summary]) -> Summary:
         acceptance_settings=merged_settings(s.acceptance_settings for s in summaries),
         # One part refused makes the sum unknown: its figures count as zeros in ``counters``.
         refused=next((r for s in summaries if (r := s.refused_acceptance())), None),
+        step_buckets=merged_bucket_figures(s.step_buckets for s in summaries),
     )
 
 
