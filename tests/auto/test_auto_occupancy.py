@@ -13,6 +13,7 @@ import pytest
 
 from conftest import compose_job
 from specbatch.auto import deciding
+from specbatch.auto.candidates import candidates, pilot_host
 from specbatch.auto.check import MIN_STEPS, SwitchCheck, check
 from specbatch.auto.costs import StepCosts, fit_plain, with_speculative_steps
 from specbatch.auto.decision import Predicted
@@ -106,6 +107,10 @@ def test_one_k_everywhere_is_a_fixed_set_up_and_a_costly_switch_keeps_none() -> 
     assert choice.label == "ngram-k3" and choice.fixed_k == 3 and choice.predicted_speedup > 1.5
     kept = choose(NGRAM, CPU, 256, 300, LENGTHS, switch_seconds=1_000.0)
     assert kept.label == "none" and "less than the 1000.0 s the switch costs" in kept.why
+    # The same saving is taken when the running engine switches to n-gram in place (spec=none's pilot engine
+    # started as n-gram with k 0 everywhere), and the running engine's method wins over another's equal saving.
+    in_place = choose(NGRAM, CPU, 256, 300, LENGTHS, switch_seconds=1_000.0, free=SpecMethod.ngram)
+    assert in_place.label != "none" and in_place.method is SpecMethod.ngram and in_place.saved_seconds > 0
 
 
 def test_a_method_that_cannot_follow_a_schedule_runs_one_k_or_not_at_all() -> None:
@@ -140,6 +145,19 @@ def test_the_check_finds_a_slower_speculation_and_not_noise() -> None:
     assert slower is not None and slower.slower and 0.7 < slower.figures["ratio"] < 0.85
     same = check(_rates_table("ngram-k3", 99, 60, 24), reference)
     assert same is not None and not same.slower and "not measurably slower" in same.why
+
+
+def test_the_check_weighs_steps_by_their_time_not_one_each() -> None:
+    """Speculation's steps alternate three cheap ones that drafted nothing useful (20 tokens per request per second)
+    with one long verification that accepted much (110): a mean of per-step rates says 0.85x spec=none's 50 over all
+    the steps and 2.2x over the drafting ones alone; what the requests got is 1.43x, and the check must say that
+    (measured on chat rows: 0.92x by the mean over drafting steps, 1.06x by the sums, with fixed suffix 1.02x
+    spec=none over the whole job)."""
+    reference = [_table("none", [(16, 16, 0, 0, 0.02)] * 12 + [(16, 16, 0, 0, 0.0201)] * 12)]
+    cycle = [(16, 16, 0, 0, 0.05)] * 3 + [(16, 352, 0, 96, 0.2)]
+    verdict = check(_table("ngram-k3", cycle * 120), reference)
+    assert verdict is not None and not verdict.slower
+    assert verdict.figures["ratio"] == pytest.approx((3 * 16 + 352) / (16 * 0.35) / (16 / (16 * 0.02)), rel=0.01)
 
 
 def test_the_check_fed_step_by_step_agrees_with_one_read_of_the_whole_stream() -> None:
@@ -277,8 +295,9 @@ def test_a_winner_slower_than_predicted_is_switched_back_to_none(tmp_path: Path,
     setups = [folder.read_part_stats(n)["setup"] for n in folder.part_numbers()]
     assert setups[0] == "none" and "ngram-k2" in setups and setups[-1] == "none"
     _every_row_once(folder, 96)
-    # Speculation was turned off in the winner's running engine (Engine.set_k_schedule): no third start-up.
-    assert started == ["none", "ngram-k2"]
+    # One engine throughout: spec=none's pilot engine started as n-gram k 2 with k 0 everywhere, the winner took it
+    # over with k set in place, and speculation was turned off in it again (Engine.set_k_schedule).
+    assert started == [pilot_host(job, candidates(job)).label]
 
 
 @pytest.mark.parametrize("phase", ["pilot", "winner", "after the switch"])

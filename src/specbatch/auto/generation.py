@@ -15,6 +15,11 @@ shard: the decision is made as soon as the pilot's part is written, and only if 
 stop admitting chunks (those in flight finish with it) and the winner take the rest. So a none that wins costs
 nothing, and a shard the engine takes in at once runs entirely with none.
 
+Where the engine can change k while it runs (vLLM in this process), spec=none's engine starts as n-gram at the
+candidates' largest k with k = 0 at every batch size (specbatch.auto.candidates.pilot_host), as fast as spec=none: an
+n-gram set-up (measured, or the winner, with its k schedule) then takes it over with its k set in place, and spec=none
+takes it back the same way, so choosing n-gram costs no engine start-up (the choice counts that).
+
 Once the pilot is in, the shard's plan (the prediction, which set-up measures which slot, or why nothing is measured)
 is written create-once beside its records; once the measurements are in, the decision (specbatch.auto.decision) is
 written create-once as the run's decision.json: the first shard to write it decides for every shard, and a shard that
@@ -35,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specbatch.auto.candidates import candidate_job, candidate_jobs, candidates
+from specbatch.auto.candidates import Candidate, candidate_job, candidate_jobs, candidates, pilot_host
 from specbatch.auto.deciding import ShardDecisions
 from specbatch.auto.decision import (
     measured_slots,
@@ -80,6 +85,10 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
         # The engines open, by the label of the set-up each runs, and (label, start-up s, warm-up s) of each started.
         self._engines: dict[str, Engine] = {}
         self.startups: list[tuple[str, float, float]] = []
+        # What spec=none's engine starts as when a winner can take it over (pilot_host); _hosting: the engine open
+        # under "none" was started so.
+        self._host: Candidate | None = pilot_host(job, self.candidates)
+        self._hosting = False
 
     # --- checks and the cut, before anything loads ---
 
@@ -238,19 +247,48 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
         until: Callable[[], bool | None] | None = None,
     ) -> None:
         job = candidate_job(self.job, self._candidate(label))
-        engine = self._engines.get(label)
+        engine = self._engines.get(label) or self._take_over(label)
         if engine is None:
             # One engine at a time: closing one of vLLM's in-process engines tears down the process's parallel
             # groups, which an engine left open beside it then lacks ("pipeline model parallel group is not
             # initialized"). The last one measured is kept for the rest when it wins.
             self._close_engines()
+            # spec=none's engine starts as the host a winner of its method can take over (pilot_host).
+            hosting = label == "none" and self._host is not None
             began = time.perf_counter()
-            engine = self._engines[label] = start_engine(job)
+            engine = start_engine(candidate_job(self.job, self._host) if hosting and self._host else job)
+            self._engines[label], self._hosting = engine, hosting
             startup = engine.startup_seconds or time.perf_counter() - began
             self.startups.append((label, startup, engine.warmup_seconds))
-            log.info("spec=auto: engine for %s started in %.1f s", label, startup)
+            log.info(
+                "spec=auto: engine for %s started in %.1f s%s",
+                label,
+                startup,
+                f" (as {self._host.label} with k 0 at every batch size, for a winner to take over)" if hosting else "",
+            )
         self.engine = engine
         self._stream(engine, folder, config, chunks, job, until)
+
+    def _take_over(self, label: str) -> Engine | None:
+        """The running engine started as the pilot's host (pilot_host), given to ``label`` with its k set in place:
+        spec=none (k 0 everywhere) or a set-up of the host's method at a k the engine can run; None otherwise."""
+        host = self._host
+        if not self._hosting or host is None or len(self._engines) != 1:
+            return None
+        (engine,) = self._engines.values()
+        batch = self._concurrency() or 1
+        if label == "none":
+            schedule = [[1, batch, 0]]
+        else:
+            spec = self._candidate(label).spec
+            if spec.method is not host.method or (spec.k or 0) > (host.spec.k or 0):
+                return None
+            schedule = spec.k_schedule or [[1, batch, int(spec.k or 0)]]
+        if not engine.set_k_schedule(schedule):
+            return None
+        self._engines = {label: engine}
+        log.info("spec=auto: %s takes over the running engine (its k set in place, no new start)", label)
+        return engine
 
     def _turn_off(self, winner: str) -> None:
         """After the switch back: speculation off at every batch size in the winner's running engine, which then
@@ -262,7 +300,7 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
             log.info("spec=auto: speculation turned off in %s's running engine, which goes on as spec=none's", winner)
 
     def _close_engines(self) -> None:
-        engines, self._engines = list(self._engines.values()), {}
+        engines, self._engines, self._hosting = list(self._engines.values()), {}, False
         self.engine = None
         errors = []
         for engine in engines:
