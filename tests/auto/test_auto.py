@@ -25,7 +25,7 @@ from specbatch.analysis.compare import CompareError, compare
 from specbatch.analysis.report import _load_runs
 from specbatch.analysis.run_data import load_run
 from specbatch.auto import deciding, generation
-from specbatch.auto.candidates import candidates, pilot_host
+from specbatch.auto.candidates import candidates
 from specbatch.auto.decision import (
     Predicted,
     decide,
@@ -418,12 +418,9 @@ def test_a_stop_in_any_phase_begins_nothing_new_and_a_rerun_finishes(phase: str,
         streams.append(1)
         return real_stream(self, *args, **kwargs)
 
-    host = pilot_host(job, candidates(job))
-
-    def start(started_job):
-        engine = real_start(started_job)
-        # spec=none's engine starts as n-gram with k 0 everywhere, for a winner to take over.
-        started.append("none" if host is not None and started_job.spec == host.spec else started_job.spec.label)
+    def start(job):
+        engine = real_start(job)
+        started.append(job.spec.label)
         return engine
 
     def step(engine):

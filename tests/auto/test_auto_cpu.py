@@ -85,11 +85,9 @@ def test_the_prediction_and_the_measurements_decide(run: dict) -> None:
     assert decision["measured"] and decision["winner"] in ("none", "ngram-k3")
     assert decision["overrides"] in ("spec=none", "spec=ngram spec.num_speculative_tokens=3")
     assert "spec=auto decided" in run["log"]
-    # One engine for the whole shard: spec=none's starts as n-gram k 3 with k 0 everywhere (vLLM's in-process
-    # scheduler reads its k per batch size at every step); the measured n-gram slices take it over with k 3 set in
-    # place, and the winner keeps it (spec=none's k 0 set back when none wins).
-    assert run["log"].count("spec=auto: engine for") == 1
-    assert "ngram-k3 takes over the running engine" in run["log"]
+    # One engine at a time: the winner's is kept for the rest when it was the last one measured.
+    started = run["log"].count("spec=auto: engine for")
+    assert started == (2 if decision["winner"] == "ngram-k3" else 3)
 
 
 def test_the_decision_is_in_mlflow(run: dict) -> None:

@@ -22,7 +22,7 @@ from specbatch.config.overrides import hydra_override
 from specbatch.config.schema import composed_section
 from specbatch.config.spec import SpecConfig
 from specbatch.engine import backend_class, validate_job
-from specbatch.methods import AUTO_DEFAULT_CANDIDATES, CHECKPOINT_METHODS, METHODS, PREDICTABLE, SpecMethod
+from specbatch.methods import AUTO_DEFAULT_CANDIDATES, CHECKPOINT_METHODS, PREDICTABLE, SpecMethod
 
 _LABEL = re.compile(r"^(?P<method>[a-z_0-9]+?)(?:-k(?P<k>\d+))?$")
 
@@ -169,19 +169,3 @@ def scheduled(candidate: Candidate, schedule: list[list[int]]) -> Candidate:
     own_k = f"spec.num_speculative_tokens={candidate.spec.k}"
     overrides = candidate.overrides.replace(own_k, f"spec.num_speculative_tokens={k}")
     return Candidate(spec.label, spec, f"{overrides} {shlex.quote(f'spec.k_schedule={written}')}")
-
-
-def pilot_host(job: JobConfig, options: list[Candidate]) -> Candidate | None:
-    """The set-up spec=none's pilot engine starts as, so that a winner of its method takes that engine over by
-    changing k in place (Engine.set_k_schedule) instead of starting an engine of its own: a candidate whose method's
-    k = 0 engine is as fast as spec=none's (Method.idles_as_none, n-gram), at its method's largest k, with k = 0 at
-    every batch size the job runs (the schedule's last range lies past engine.max_num_seqs, where no step goes; vLLM
-    clips its lookup there). None when the engine cannot change k live, the batch is unknown, or no such candidate."""
-    backend = backend_class(job.engine.backend)
-    batch = backend.batch(job)
-    idle = [c for c in options if METHODS[c.method].idles_as_none and c.spec.k]
-    if not batch or not idle or not backend.changes_k_live(job):
-        return None
-    widest = max(idle, key=lambda c: c.spec.k or 0)
-    k = int(widest.spec.k or 0)
-    return scheduled(widest, [[1, batch, 0], [batch + 1, batch + 1, k]])

@@ -48,8 +48,6 @@ class ShardDecisions:
     _pilot: list[int]
     _measure: list[list[int]]
     _span: range
-    _host: Candidate | None
-    _hosting: bool
 
     def _candidate(self, label: str) -> Candidate:
         candidate = self._by_label.get(label)
@@ -172,6 +170,4 @@ class ShardDecisions:
             max(requests, 0),
             plan.get("completion_lengths") or [],
             startup,
-            # spec=none's engine, started as the pilot's host, switches to the host's method in place.
-            self._host.method if self._host is not None and self._hosting else None,
         )

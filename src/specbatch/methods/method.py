@@ -69,9 +69,6 @@ class Method:
     replay: str | None = None
     # The k spec=auto tries it at by default (none of them: it is not a default candidate).
     auto_default_ks: tuple[int, ...] = ()
-    # Its engine with k = 0 at every batch size runs as fast as spec=none's (nothing loaded or run beside the
-    # target): spec=auto may start spec=none's pilot engine as it, for a winner to take over by setting k in place.
-    idles_as_none: bool = False
 
 
 # The draft checkpoint and its hub revision (methods with a separate checkpoint).

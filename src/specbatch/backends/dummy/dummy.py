@@ -212,10 +212,6 @@ class DummyEngine(VllmFamily):
             time.sleep(self.step_cost.seconds(self.last_step))
         return done
 
-    @classmethod
-    def changes_k_live(cls, job: JobConfig) -> bool:
-        return True
-
     def set_k_schedule(self, schedule: list[list[int]]) -> bool:
         """As vLLM's in-process scheduler: the next step follows the new schedule (its k capped at the engine's)."""
         if not self.k:

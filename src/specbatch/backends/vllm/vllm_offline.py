@@ -304,11 +304,6 @@ class VllmEngine(VllmFamily):
             finished.append(Completion(request, samples, time.perf_counter() - added))
         return finished
 
-    @classmethod
-    def changes_k_live(cls, job: JobConfig) -> bool:
-        # set_k_schedule reaches the scheduler only when it runs in this process.
-        return runs_in_process(job)
-
     def set_k_schedule(self, schedule: list[list[int]]) -> bool:
         """vLLM 0.32's scheduler looks each step's k up in a dense list by batch size (``Scheduler.dynamic_sd_lookup``,
         built from ``num_speculative_tokens_per_batch_size`` at start; vllm/v1/core/sched/scheduler.py) and reads it
