@@ -182,7 +182,7 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
                 self._stream_with(folder, config, rest, winner, check)
                 rest = [n for n in rest if not folder.part_path(n).exists()]
                 if rest and folder.read_auto_switch():
-                    self._turn_off(winner, self._seconds_of(folder, rest))
+                    self._turn_off(winner, folder, rest)
                     self._stream_with(folder, config, rest, "none")
             elif winner != "none":
                 log.info(
@@ -258,14 +258,24 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
         self.engine = engine
         self._stream(engine, folder, config, chunks, job, until)
 
-    def _turn_off(self, winner: str, rest_seconds: float | None) -> None:
+    def _turn_off(self, winner: str, folder: RunFolder, rest: list[int]) -> None:
         """After the switch back: speculation off at every batch size in the winner's running engine, which then
-        serves as spec=none's, when it can change k without a new start (Engine.set_k_schedule) and that costs less
-        than a start-up over the rest (``rest_seconds``, None: unknown) at K0_OVERHEAD; else spec=none's stream
-        starts an engine of its own."""
+        serves as spec=none's, when it can change k without a new start (Engine.set_k_schedule) and running the
+        ``rest`` chunks K0_OVERHEAD slower there (reckoned at the pilot's seconds per row) costs less than a
+        start-up; else spec=none's stream starts an engine of its own."""
+        plan = folder.read_auto_plan() or {}
+        startup = next(
+            (s for label, s, _ in self.startups if label == "none"), plan.get("engine_startup_seconds", 0.0)
+        )
+        rest_seconds = None
+        if plan.get("pilot_rows") and plan.get("pilot_seconds"):
+            rest_seconds = sum(len(self._chunks[n]) for n in rest) * plan["pilot_seconds"] / plan["pilot_rows"]
+        pays = rest_seconds is not None and rest_seconds * K0_OVERHEAD <= startup
         engine, batch = self._engines.get(winner), self._concurrency() or 1
-        startup = next((s for label, s, _ in self.startups if label == "none"), 0.0)
-        if rest_seconds is None or rest_seconds * K0_OVERHEAD > startup:
+        if pays and engine is not None and engine.set_k_schedule([[1, batch, 0]]):
+            self._engines = {"none": engine}
+            log.info("spec=auto: speculation turned off in %s's running engine, which goes on as spec=none's", winner)
+        elif not pays:
             log.info(
                 "spec=auto: spec=none gets an engine of its own: the rest (about %s s) would run %.0f%% slower in "
                 "%s's engine at k 0, more than a start-up (%.1f s)",
@@ -274,17 +284,6 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
                 winner,
                 startup,
             )
-            return
-        if engine is not None and engine.set_k_schedule([[1, batch, 0]]):
-            self._engines = {"none": engine}
-            log.info("spec=auto: speculation turned off in %s's running engine, which goes on as spec=none's", winner)
-
-    def _seconds_of(self, folder: RunFolder, chunks: list[int]) -> float | None:
-        """What ``chunks`` would take with spec=none, at the pilot's seconds per row (None: no pilot timed)."""
-        plan = folder.read_auto_plan()
-        if not plan or not plan.get("pilot_rows") or not plan.get("pilot_seconds"):
-            return None
-        return sum(len(self._chunks[n]) for n in chunks) * plan["pilot_seconds"] / plan["pilot_rows"]
 
     def _close_engines(self) -> None:
         engines, self._engines = list(self._engines.values()), {}
