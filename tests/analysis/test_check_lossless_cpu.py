@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mlflow import MlflowClient
+
 from conftest import compose_job, run_generate
 from specbatch.common.environment import PROJECT_ROOT
 from specbatch.run.folder import RunFolder
@@ -24,7 +26,7 @@ def _check(*runs: Path) -> subprocess.CompletedProcess[str]:
 def test_a_sampled_speculative_run_is_checked_against_its_own_target(tmp_path: Path) -> None:
     overrides = [
         f"output_root={tmp_path}",
-        "tracking=off",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
         "model.dtype=float32",
         "spec=ngram",
         "sampling.temperature=0.7",
@@ -42,6 +44,20 @@ def test_a_sampled_speculative_run_is_checked_against_its_own_target(tmp_path: P
     assert record["verdict"] in ("consistent", "too few tokens"), record["why"]
     assert record["figures"]["tokens"] > 500 and record["referee"]["samples"] == 32
     assert f"{record['verdict']}: " in checked.stdout
+    assert sum(record["figures"]["pit_deciles"]) == record["figures"]["tokens"]
+    assert (root / "lossless" / "pit.png").read_bytes().startswith(b"\x89PNG")
+    # On the run's MLflow run: the tag, the metrics and both files.
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    (run,) = client.search_runs(
+        [client.get_experiment_by_name("specbatch/humaneval_edit").experiment_id],
+        filter_string=f"tags.run_folder = '{root}'",
+    )
+    assert run.data.tags["lossless"] == record["verdict"]
+    assert run.data.metrics["lossless.tokens"] == record["figures"]["tokens"]
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "lossless")} == {
+        "lossless/lossless.json",
+        "lossless/pit.png",
+    }
     # A folder that holds no finished run gets one line and status 2, not a traceback.
     missing = _check(tmp_path / "nothing-here")
     assert missing.returncode == 2 and "Traceback" not in missing.stderr

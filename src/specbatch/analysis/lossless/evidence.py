@@ -197,6 +197,7 @@ class Evidence:
         n_tests = 2 * len(tests)
         figures: dict[str, Any] = {
             "tokens": self.groups["all"].tokens,
+            "pit_deciles": list(self.groups["all"].bins),
             "tests": tests,
             "impossible_tokens": len(self.impossible),
         }

@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+from scipy import stats
 
+from specbatch.analysis.lossless.evidence import ALPHA, BINS
 from specbatch.analysis.lossless.referee import Referee
 from specbatch.analysis.lossless.sampler import Sampler
 from specbatch.common.atomic_files import atomic_write_text
 from specbatch.common.machine import this_machine
+from specbatch.common.png import pyplot, save_png
 from specbatch.config.schema import SamplingConfig
 from specbatch.run.folder import read_run, shard_folders
 from specbatch.run.output_rows import STATUS_OK
@@ -74,7 +77,58 @@ def check_run(root: Path) -> dict[str, Any]:
         "machine": this_machine().line(),
     }
     path = result_path(root)
+    plot_pit(record, path.with_name("pit.png"))
     path.parent.mkdir(exist_ok=True)
     atomic_write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
     log.info("lossless check of %s: %s (%s); written to %s", root, verdict.verdict, verdict.why, path)
     return record
+
+
+def plot_pit(record: dict[str, Any], path: Path) -> Path:
+    """The PIT's decile counts over every token against the band uniform draws would stay in (each decile's
+    binomial count, two-sided at ALPHA / 10 per decile): bars outside it are what the chi-square saw."""
+    plt = pyplot()
+    counts = record["figures"]["pit_deciles"]
+    n = sum(counts)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.bar([(i + 0.5) / BINS for i in range(BINS)], counts, width=0.9 / BINS, color="tab:blue")
+    if n:
+        low, high = stats.binom.interval(1 - ALPHA / BINS, n, 1 / BINS)
+        ax.axhspan(
+            low,
+            high,
+            color="tab:green",
+            alpha=0.2,
+            label=f"where uniform draws stay ({1 - ALPHA / BINS:.2%} per decile)",
+        )
+        ax.axhline(n / BINS, color="tab:green")
+        ax.legend(fontsize="small")
+    ax.set(xlabel="randomised PIT of each sampled token", ylabel="tokens", xlim=(0, 1))
+    ax.set_title(f"{record['verdict']}: {n} tokens", fontsize="medium")
+    return save_png(fig, plt, path)
+
+
+def log_check(root: Path, record: dict[str, Any]) -> bool:
+    """The verdict on the run's MLflow run(s): metrics ``lossless.*``, the tag ``lossless``, and lossless.json with
+    the PIT plot as artifacts; False when the run has no MLflow run (tracking off, or not in its store)."""
+    from specbatch.tracking.comparison import folder_run_ids
+
+    root = Path(root).resolve()
+    found = folder_run_ids([root]).get(root)
+    if found is None:
+        return False
+    figures = record["figures"]
+    metrics = {
+        "lossless.tokens": figures["tokens"],
+        "lossless.p_value": figures.get("p_value"),
+        "lossless.detectable_temperature_error": figures.get("detectable_temperature_error"),
+        "lossless.referee_seconds": record["referee"]["seconds"],
+    }
+    for run_id in found.run_ids:
+        for key, value in metrics.items():
+            if value is not None:
+                found.client.log_metric(run_id, key, float(value))
+        found.client.set_tag(run_id, "lossless", record["verdict"])
+        found.client.log_artifact(run_id, str(result_path(root)), "lossless")
+        found.client.log_artifact(run_id, str(result_path(root).with_name("pit.png")), "lossless")
+    return True
