@@ -89,3 +89,14 @@ def test_the_verdict_says_what_it_could_have_caught_and_what_it_needs() -> None:
     assert error is not None and error <= large.detectable(0.25)  # type: ignore[operator]
     # The power is a probability that grows with the run's size.
     assert 0 <= large.power(1.05, 0.1) <= large.power(1.05) <= 1
+
+
+def test_a_token_just_past_the_top_p_edge_is_not_proof_one_far_past_it_is() -> None:
+    """The referee's logits and the engine's round differently: a token the referee's top-p drops by a hair is set
+    apart, not called impossible; one deep in the dropped tail is proof."""
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.1502, 0.0498] + [1e-9] * 4]))
+    evidence = Evidence(Sampler(1.0, 0, 0.95))
+    # Ahead of token 3: 0.9502, past 0.95 (dropped) by less than 0.001; ahead of token 7: all the mass.
+    evidence.add(logits.repeat(2, 1), [3, 7], 1, "edge")
+    assert [t["token"] for t in evidence.at_edge] == [3] and [t["token"] for t in evidence.impossible] == [7]
+    assert evidence.verdict().verdict == "differs"
