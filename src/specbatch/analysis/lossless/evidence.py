@@ -249,8 +249,9 @@ class Evidence:
         return Verdict(
             "too few tokens",
             f"p = {adjusted:.2g}, but {figures['tokens']} tokens would catch only a temperature off by "
-            f"{'more than 20%' if detectable is None else f'{detectable:.0%}'}; about {more} tokens of the same "
-            f"kind would catch {MAX_TEMPERATURE_ERROR:.0%}",
+            f"{f'more than {TEMPERATURE_ERRORS[-1]:.0%}' if detectable is None else f'{detectable:.0%}'}; "
+            f"{'more than a million' if more is None else f'about {more}'} tokens of the same kind would catch "
+            f"{MAX_TEMPERATURE_ERROR:.0%}",
             figures,
         )
 
