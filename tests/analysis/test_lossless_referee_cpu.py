@@ -81,6 +81,6 @@ def test_the_targets_own_samples_are_not_found_to_differ_and_hotter_ones_are(
 ) -> None:
     own = referee.score(_samples(referee, model_path, ASKED.temperature), ASKED).verdict()
     assert own.verdict != "differs", own.why
-    assert own.figures["tokens"] > 500 and referee.last.seconds > 0
+    assert own.figures["tokens"] > 500 and referee.last is not None and referee.last.seconds > 0
     hotter = referee.score(_samples(referee, model_path, ASKED.temperature * 1.3), ASKED).verdict()
     assert hotter.verdict == "differs", hotter.why

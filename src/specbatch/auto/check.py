@@ -92,18 +92,20 @@ class SwitchCheck:
         self.drafted: set[int] = set()
         self.seen = 0
 
-    def _add(self, table: StepTable, start: int, into: dict[int, _Moments]) -> None:
-        """Each timed step from ``start`` on into its bucket's moments."""
+    @staticmethod
+    def _add(table: StepTable, start: int, into: dict[int, _Moments], drafted: set[int] | None = None) -> None:
+        """Each timed step from ``start`` on into its bucket's moments; ``drafted`` gains the buckets of those that
+        verified drafts."""
         for s in table.steps(start):
             if s.seconds > 0 and s.requests > 0:
                 into.setdefault(bucket_of(s.requests), _Moments()).add(s.tokens, s.requests, s.seconds)
-                if s.draft_tokens and into is self.ours:
-                    self.drafted.add(bucket_of(s.requests))
+                if s.draft_tokens and drafted is not None:
+                    drafted.add(bucket_of(s.requests))
 
     def update(self, speculative: StepTable) -> Verdict | None:
         """The verdict once the speculative stream has MIN_STEPS steps in its busiest bucket and the reference has
         MIN_REFERENCE there; None until then (or when there is nothing to compare it with)."""
-        self._add(speculative, self.seen, self.ours)
+        self._add(speculative, self.seen, self.ours, self.drafted)
         self.seen = len(speculative)
         if not self.drafted:
             return None

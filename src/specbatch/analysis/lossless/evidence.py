@@ -257,13 +257,17 @@ class Evidence:
 
     def _tokens_needed(self) -> int | None:
         """Tokens (of the run's mix) for power POWER at MAX_TEMPERATURE_ERROR, by doubling then bisection."""
+
+        def enough(scale: float) -> bool:
+            found = self.detectable(scale)
+            return found is not None and found <= MAX_TEMPERATURE_ERROR
+
         low, high = 1.0, 2.0
-        while self.detectable(high) is None or self.detectable(high) > MAX_TEMPERATURE_ERROR:  # type: ignore[operator]
+        while not enough(high):
             low, high = high, high * 2
             if high > 1e6:
                 return None
         for _ in range(20):
             middle = (low + high) / 2
-            found = self.detectable(middle)
-            low, high = (low, middle) if found is not None and found <= MAX_TEMPERATURE_ERROR else (middle, high)
+            low, high = (low, middle) if enough(middle) else (middle, high)
         return math.ceil(high * self.groups["all"].tokens)

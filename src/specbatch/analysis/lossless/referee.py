@@ -42,6 +42,8 @@ class Referee:
         began = time.perf_counter()
         self.model = AutoModelForCausalLM.from_pretrained(model_path, revision=revision, dtype=torch.float32)
         self.model.eval()
+        # What the last score() covered and took.
+        self.last: Scored | None = None
         log.info("referee: %s loaded in float32 in %.1f s", model_path, time.perf_counter() - began)
 
     def logits(self, prompt: list[int], completion: list[int]) -> torch.Tensor:

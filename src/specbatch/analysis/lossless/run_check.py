@@ -61,6 +61,8 @@ def check_run(root: Path) -> dict[str, Any]:
     model = config["model"]
     referee = Referee(model["path"], model.get("revision"))
     verdict = referee.score(sampled_rows(root), sampler).verdict()
+    scored = referee.last
+    assert scored is not None, "score() sets it"
     record = {
         "verdict": verdict.verdict,
         "why": verdict.why,
@@ -70,15 +72,14 @@ def check_run(root: Path) -> dict[str, Any]:
             "model": model["path"],
             "dtype": "float32",
             "library": "transformers",
-            "samples": referee.last.samples,
-            "tokens": referee.last.tokens,
-            "seconds": referee.last.seconds,
+            "samples": scored.samples,
+            "tokens": scored.tokens,
+            "seconds": scored.seconds,
         },
         "machine": this_machine().line(),
     }
     path = result_path(root)
     plot_pit(record, path.with_name("pit.png"))
-    path.parent.mkdir(exist_ok=True)
     atomic_write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
     log.info("lossless check of %s: %s (%s); written to %s", root, verdict.verdict, verdict.why, path)
     return record
