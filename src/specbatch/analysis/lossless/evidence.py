@@ -91,17 +91,21 @@ class _Alternative:
         self.mean += float((mean_lp + entropy).sum())
         self.variance += float(((q * lp * lp).sum(-1) / inside - mean_lp**2).sum())
         self.inside += float(torch.log(inside.clamp(max=1.0)).sum())
-        # P(u <= edge) for x ~ q inside p's support: each kept token's share of its PIT interval below the edge.
-        width = torch.where(support, p, torch.ones_like(p))
-        previous = torch.zeros(len(p), dtype=torch.float64)
-        for j in range(1, BINS + 1):
-            if j < BINS:
-                share = ((j / BINS - before) / width).clamp(0, 1)
-                cdf = torch.where(support, q * share, torch.zeros_like(q)).sum(-1) / inside
-            else:
-                cdf = torch.ones(len(p), dtype=torch.float64)
-            self.bins[j - 1] += float((cdf - previous).sum())
-            previous = cdf
+        # P(u <= edge) for x ~ q inside p's support: the q of the tokens whose PIT interval ends below the edge, and
+        # the straddling token's share of its interval below it. The intervals are in order (p sorted descending),
+        # so one search per edge finds the straddling token: no pass over the row per edge.
+        kept = torch.where(support, q, torch.zeros_like(q))
+        below = torch.cumsum(kept, dim=-1)
+        edges = torch.arange(1, BINS, dtype=torch.float64).div(BINS).expand(len(p), BINS - 1).contiguous()
+        ends = (before + p).contiguous()
+        full = torch.searchsorted(ends, edges, right=True).clamp(max=p.shape[-1] - 1)
+        whole = torch.where(full > 0, below.gather(-1, (full - 1).clamp(min=0)), torch.zeros_like(edges))
+        width = p.gather(-1, full)
+        share = torch.where(width > 0, (edges - before.gather(-1, full)) / width.clamp(min=1e-300), 0.0).clamp(0, 1)
+        cdf = torch.cat([(whole + kept.gather(-1, full) * share) / inside.unsqueeze(-1), torch.ones(len(p), 1)], -1)
+        steps = torch.diff(cdf, dim=-1, prepend=torch.zeros(len(p), 1, dtype=torch.float64))
+        for j, mass in enumerate(steps.sum(0).tolist()):
+            self.bins[j] += mass
 
 
 @dataclass(frozen=True)
