@@ -28,7 +28,8 @@ from specbatch.engine.spec_metrics import (
     accepted_per_position_from_histogram,
 )
 from specbatch.pipeline import merge_run, run_job
-from specbatch.run.summary import RowTotals, format_table, merge_summaries, summarize
+from specbatch.run.summary import RowTotals, merge_summaries, summarize
+from specbatch.run.summary_table import format_table
 
 
 @dataclass

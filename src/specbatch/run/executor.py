@@ -23,7 +23,8 @@ from specbatch.run.folder import RunFolder
 from specbatch.run.locks import shard_lock
 from specbatch.run.resume import ResumePlan
 from specbatch.run.sharding import Shard, resolve_shard
-from specbatch.run.summary import Summary, format_table
+from specbatch.run.summary import Summary
+from specbatch.run.summary_table import format_table
 
 log = logging.getLogger(__name__)
 

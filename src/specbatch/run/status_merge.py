@@ -22,7 +22,8 @@ from specbatch.run.records.profile_file import write_profile
 from specbatch.run.records.record_files import RecordError
 from specbatch.run.records.summary_file import write_summary
 from specbatch.run.speculation_profile import speculation_profile
-from specbatch.run.summary import Summary, format_table, merge_summaries
+from specbatch.run.summary import Summary, merge_summaries
+from specbatch.run.summary_table import format_table
 
 log = logging.getLogger(__name__)
 
