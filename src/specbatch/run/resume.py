@@ -164,4 +164,4 @@ def write_results(folder: RunFolder, summary: Summary, parts: list[Path], config
     per-row figures, or when the summary refused them: an earlier one is removed, which the summary no longer
     stands behind)."""
     folder.write_summary(summary)
-    write_profile(folder.profile_path, speculation_profile(parts, config, summary))
+    write_profile(folder.profile_path, speculation_profile(parts, config, summary, folder.part_setups()))

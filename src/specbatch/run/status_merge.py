@@ -136,7 +136,8 @@ def merge_shards(root: Path) -> MergeResult:
     write_manifest(manifest, root, len(shards), merged.rows, parts)
     write_summary(summary_path, merged)
     # None removes one an earlier merge wrote, which stands for no figures of this one.
-    write_profile(run.merged_profile_path, speculation_profile(parts, read_run(root)["config"], merged))
+    setups = [setup for folder in shards for setup in folder.part_setups()]
+    write_profile(run.merged_profile_path, speculation_profile(parts, read_run(root)["config"], merged, setups))
     log.info("merged %d shards of %s: %d rows in %d parts", len(shards), root, merged.rows, len(parts))
     log.info("merged summary\n%s", format_table(merged))
     return MergeResult(merged, manifest, summary_path, parts)

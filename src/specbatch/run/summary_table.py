@@ -1,5 +1,5 @@
-"""The run's summary as people read it at the end of a run's log: a two-column table, its machine, and per category
-(what the figures mean is :mod:`specbatch.run.summary`'s)."""
+"""The run's summary as people read it at the end of a run's log: a two-column table, its machine, per category and
+(spec=auto) per set-up (what the figures mean is :mod:`specbatch.run.summary`'s)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from specbatch.common.machine import machine_line
 from specbatch.engine.spec_metrics import SERVER_WIDE_NOTE
-from specbatch.run.summary import Summary
+from specbatch.run.summary import SPECULATIVE, Summary, role_order
 
 
 def format_table(summary: Summary) -> str:
@@ -57,6 +57,24 @@ def format_table(summary: Summary) -> str:
         for category, figures in summary.per_category.items():
             cells = "  ".join(f"{fmt(figures.get(c)):>22}" for c in columns)
             lines.append(f"{category:<{name_width}}  {cells}")
+    if summary.per_setup:
+        # spec=auto: what each set-up generated, then all the drafting set-ups' rows together.
+        columns = {
+            "rows": "rows",
+            "output_tokens_per_second": "output tok/s",
+            "mean_acceptance_length": "AL",
+            "draft_acceptance_rate": "acceptance rate",
+        }
+        # In the order the run went (the pilot, the measured set-ups, the winner), their rows together last.
+        roles = {name: figures["roles"] or ["?"] for name, figures in summary.per_setup.items()}
+        setups = sorted(roles, key=lambda name: (name == SPECULATIVE, role_order(roles[name][0]), name))
+        name_width = max(len("set-up"), *(len(s) for s in setups))
+        lines += ["", f"{'set-up':<{name_width}}  {'roles':<26}" + "".join(f"{c:>16}" for c in columns.values())]
+        for setup in setups:
+            figures = summary.per_setup[setup]
+            played = ", ".join(figures["roles"]) if setup != SPECULATIVE else "drafting set-ups together"
+            cells = "".join(f"{fmt(figures.get(c)):>16}" for c in columns)
+            lines.append(f"{setup:<{name_width}}  {played:<26}{cells}")
     rule = "-" * max(len(line) for line in lines)
     return "\n".join([rule, *lines, rule])
 
