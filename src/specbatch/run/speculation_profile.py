@@ -9,6 +9,9 @@ figures are server-wide: no per-row histogram), and when the summary of the same
 figures (a server that counts more accepted than drafted tokens): the profile is built only from figures the summary
 accepted, and the summary alone judges them (specbatch.run.summary).
 
+A finished shard's profile that is damaged or missing is found (:func:`profile_problem`) and written again from the
+rows (:func:`rebuild_profile`) by status, merge and a rerun (specbatch.run.status_merge, specbatch.run.executor).
+
 A spec=auto run's profile is that of the rows its drafting set-ups generated (k: the largest they drafted), and it
 names each set-up's rows, roles and figures apart (``setups``), spec=none's pilot too."""
 
@@ -23,8 +26,10 @@ import pyarrow.parquet as pq
 
 from specbatch.config import spec_label
 from specbatch.engine.spec_metrics import acceptance_profile, accepted_per_position_from_histogram
+from specbatch.run.folder import RunFolder
 from specbatch.run.output_rows import STATUS_OK
-from specbatch.run.records.profile_file import PROFILE_FILE
+from specbatch.run.records.profile_file import PROFILE_FILE, read_profile, write_profile
+from specbatch.run.records.record_files import RecordError
 from specbatch.run.summary import Summary
 
 log = logging.getLogger(__name__)
@@ -116,3 +121,25 @@ def speculation_profile(
             for label, s in sorted(by_setup.items())
         }
     return profile
+
+
+def profile_problem(folder: RunFolder, config: dict[str, Any]) -> str | None:
+    """What is wrong with a finished shard's profile file: damaged, or missing where its rows make one (it is looked
+    for only then: a run that did not speculate has none to miss); None when it is whole or none is due."""
+    try:
+        if read_profile(folder.profile_path) is not None:
+            return None
+    except RecordError as exc:
+        return exc.problem
+    if config["spec"]["method"] == "none" or _shard_profile(folder, config) is None:
+        return None
+    return f"{folder.profile_path.relative_to(folder.root)} is missing"
+
+
+def rebuild_profile(folder: RunFolder, config: dict[str, Any]) -> None:
+    """Write a finished shard's profile again from its rows and summary, as the shard wrote it when it finished."""
+    write_profile(folder.profile_path, _shard_profile(folder, config))
+
+
+def _shard_profile(folder: RunFolder, config: dict[str, Any]) -> dict[str, Any] | None:
+    return speculation_profile(folder.parts(), config, folder.read_summary(), folder.part_setups())

@@ -8,16 +8,18 @@ the shape NVIDIA ModelOpt's speculation_profile.json has; a file with a ``format
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from specbatch.common.atomic_files import atomic_write_json
-from specbatch.run.records.record_files import refuse_newer
+from specbatch.run.records.record_files import read_checked
 
 PROFILE_FORMAT = 1
 # Its file name, a shard's and the merged run's.
 PROFILE_FILE = "speculation_profile.json"
+# The keys every profile has, and what mends one that is damaged: it is made from the rows, which are whole.
+_KEYS = ("method", "k", "rows")
+REBUILD = "python jobs/merge.py on the run folder, or a rerun of the shard, rebuilds it from the rows"
 
 
 def write_profile(path: Path, profile: dict[str, Any] | None) -> None:
@@ -29,10 +31,6 @@ def write_profile(path: Path, profile: dict[str, Any] | None) -> None:
 
 
 def read_profile(path: Path) -> dict[str, Any] | None:
-    """The profile at ``path``, or None when there is none; RecordError when a newer version wrote it."""
-    try:
-        profile = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    refuse_newer(profile, path, PROFILE_FORMAT, "speculation profile")
-    return profile
+    """The profile at ``path``, or None when there is none; RecordError when it is damaged (cut short, not an
+    object, keys missing) or a newer version wrote it."""
+    return read_checked(path, _KEYS, PROFILE_FORMAT, "speculation profile", REBUILD)
