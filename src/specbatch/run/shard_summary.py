@@ -115,22 +115,31 @@ def summarize_shard(
         whole,
         job.spec.method.value,
         job.spec.k,
-        engine_startup_seconds=startup_seconds,
-        warmup_seconds=warmup_seconds,
+        startup_seconds,
+        warmup_seconds,
         step_buckets=shard_bucket_figures(folder.steps_dir) or None,
         per_setup=per_setup,
     )
 
 
-def _summary(job: JobConfig, figures: _Figures, method: str | None, k: int | None, **extra: Any) -> Summary:
+def _summary(
+    job: JobConfig,
+    figures: _Figures,
+    method: str | None,
+    k: int | None,
+    startup_seconds: float = 0.0,
+    warmup_seconds: float = 0.0,
+    **extra: Any,
+) -> Summary:
+    """The summary of ``figures`` (the shard's, or one set-up's: its own start-up is not told apart)."""
     return summarize(
         figures.counters,
         method=method or job.spec.method.value,
         k=k,
         totals=figures.totals,
         generation_seconds=figures.seconds,
-        engine_startup_seconds=extra.pop("engine_startup_seconds", 0.0),
-        warmup_seconds=extra.pop("warmup_seconds", 0.0),
+        engine_startup_seconds=startup_seconds,
+        warmup_seconds=warmup_seconds,
         concurrency=figures.concurrency or None,
         counters_scope="+".join(sorted(figures.scopes)) or None,
         from_a_server=figures_from_a_server(job),

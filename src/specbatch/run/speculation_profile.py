@@ -82,9 +82,10 @@ def speculation_profile(
     sums: dict[str, _Sums] = defaultdict(lambda: _Sums(k or 0))
     by_setup: dict[str, _Sums] = defaultdict(_Sums)
     setup_k: dict[str, int] = {}
+    columns = _COLUMNS + (_SETUP_COLUMNS if auto else [])
     for number, part in enumerate(parts):
         named = setups[number] if setups else None
-        for row in pq.read_table(part, columns=_COLUMNS + _SETUP_COLUMNS * auto).to_pylist():
+        for row in pq.read_table(part, columns=columns).to_pylist():
             if auto:
                 # A part's stats name its set-up exactly (a k schedule too); its rows, the method and largest k.
                 setup = named or spec_label(row["method"], row["num_speculative_tokens"])
