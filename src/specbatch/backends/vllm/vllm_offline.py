@@ -208,7 +208,7 @@ class VllmEngine(VllmFamily):
         # Before the LLM: a kill during the start-up (tens of seconds) would leave its processes as well. In one
         # process there are none to leave: whatever kills the job ends the engine with it, and its folder (where its
         # rendezvous file goes) is removed at the next start.
-        ipc_dir = private_ipc_dir()
+        ipc_dir = private_ipc_dir(sockets=not runs_in_process(job))
         reaper = None if runs_in_process(job) else Reaper.start(ipc_dir)
         try:
             with temp_dir_of_new_processes(ipc_dir), rendezvous_in(ipc_dir if runs_in_process(job) else None):

@@ -15,12 +15,15 @@ from specbatch.backends.vllm.vllm_args import use_ipc_dir
 from specbatch.serving.reaper import make_ipc_dir
 
 
-def private_ipc_dir() -> Path:
-    """A folder of this engine's own for vLLM's IPC sockets (VLLM_RPC_BASE_PATH, unless the user chose where they go)
-    and its processes' temp files, so that closing the engine, or after a kill the reaper or the next start
-    (specbatch.serving.reaper.remove_dead_ipc_dirs), removes them."""
+def private_ipc_dir(sockets: bool) -> Path:
+    """A folder of this engine's own for its processes' temp files and, with ``sockets`` (an engine core in a process
+    of its own), vLLM's IPC sockets (VLLM_RPC_BASE_PATH, unless the user chose where they go), so that closing the
+    engine, or after a kill the reaper or the next start (specbatch.serving.reaper.remove_dead_ipc_dirs), removes
+    them. An engine in this process has no sockets: the variable would only outlive it, and be taken for this job's
+    own when the user exports one later in the process (a test, a notebook)."""
     path = make_ipc_dir()
-    use_ipc_dir(str(path))
+    if sockets:
+        use_ipc_dir(str(path))
     return path
 
 
