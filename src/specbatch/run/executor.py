@@ -91,7 +91,7 @@ class ShardExecutor:
         shard = resolve_shard(self.job.shard)
         folder = RunFolder.for_job(self.job, shard.index, shard.count)
         _check_names(self.job, folder)
-        first = resume.look(folder)
+        first = resume.look(folder, public_config(self.job))
         if first.complete:
             if first.summary_problem:
                 return self._rebuild_summary(first, shard)
@@ -121,7 +121,7 @@ class ShardExecutor:
         self.steps.load_engine()
 
         with shard_lock(folder.lock_path, str(shard)):
-            again = resume.look(folder)
+            again = resume.look(folder, public_config(self.job))
             if again.complete:
                 # Another launch finished the shard between this one's first look and taking the lock.
                 log.info("shard %s was finished by another process meanwhile; nothing to do: %s", shard, folder.root)

@@ -65,13 +65,14 @@ class ResumePlan:
         return self.folder.read_summary()
 
 
-def look(folder: RunFolder) -> ResumePlan:
-    """The shard as its folder is now: a done one is checked whole (every part it recorded, its summary)."""
+def look(folder: RunFolder, config: dict[str, Any]) -> ResumePlan:
+    """The shard as its folder is now: a done one is checked whole (every part it recorded, its summary and its
+    speculation profile, which the run's ``config`` says whether to expect)."""
     if not folder.is_done():
         return ResumePlan(folder, marked_done=False)
     damaged = damaged_parts(folder)
     problem = None if damaged else folder.summary_problem()
-    profile = None if damaged or problem else profile_problem(folder, folder.read_run_record()["config"])
+    profile = None if damaged or problem else profile_problem(folder, config)
     return ResumePlan(folder, marked_done=True, damaged=damaged, summary_problem=problem, profile_problem=profile)
 
 
