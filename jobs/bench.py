@@ -8,7 +8,7 @@
     .venv/bin/python jobs/bench.py --predict [--rows 64] [--two-turn-rows 32] [--predict-max-tokens 128] [--stamp S]
     .venv/bin/python jobs/bench.py --auto [--workloads humaneval_edit,humaneval,chat] [--setups none,ngram-k3]
         [--repeats 3] [--auto-batches full,16,4] [--rows 32] [--stamp S]
-    .venv/bin/python jobs/bench.py --sampling [--max-samples 16] [--check-prompts 8] [--check-samples 128]
+    .venv/bin/python jobs/bench.py --sampling [--max-samples 16]
 
 (a)-(h), what each measures and its goals: the docstring of src/specbatch/bench/__init__.py.
 One run per measurement on a shared, noisy 2-core machine: quote the ratios of one invocation together.
@@ -58,9 +58,7 @@ def main() -> int:
     parser.add_argument("--auto-max-tokens", type=int, default=128, help="(g): new tokens per row")
     parser.add_argument("--auto-batches", type=batch_list, default=DEFAULT_BATCHES, help="(g): max_num_seqs")
     parser.add_argument("--startup", type=Path, nargs="+", metavar="CHECKOUT", help="run only (e), these checkouts")
-    parser.add_argument("--sampling", action="store_true", help="run only (h), n=4 sampling and the check")
-    parser.add_argument("--check-prompts", type=int, default=8, help="(h): prompts of the distribution check")
-    parser.add_argument("--check-samples", type=int, default=128, help="(h): samples per prompt of the check")
+    parser.add_argument("--sampling", action="store_true", help="run only (h), n=4 sampling and the lossless check")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     register_configs()
@@ -72,7 +70,7 @@ def main() -> int:
         print(startup_bench([c.resolve() for c in args.startup], args.repeats, root, stamp))
         return 0
     if args.sampling:
-        return shown(sampling_report(args.max_samples, 4, args.check_prompts, args.check_samples, root, stamp))
+        return shown(sampling_report(args.max_samples, 4, root, stamp))
     if args.auto:
         return shown(auto_report(AutoPlan.from_args(args), root, stamp))
     if args.predict:

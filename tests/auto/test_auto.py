@@ -43,7 +43,9 @@ from specbatch.pipeline import run_job
 from specbatch.prediction.turns import ReplayTurn
 from specbatch.run.folder import RunFolder
 from specbatch.run.integrity import PartRecord
+from specbatch.run.profile_schema import schema_problems
 from specbatch.run.records.output_parts import SCHEMA_VERSION_KEY
+from specbatch.run.records.profile_file import read_profile
 from specbatch.run.status_merge import merge_shards
 from specbatch.run.streaming import ChunkStreamer
 
@@ -781,14 +783,23 @@ def test_an_auto_run_reports_the_figures_of_each_set_up_and_of_its_speculative_r
         r"\nnone +pilot +\d+ .*\nngram-k2 +winner +\d+ .*\n\(speculative\) +drafting set-ups", caplog.text
     )
 
-    profile = json.loads(result.folder.profile_path.read_text())
-    speculative = summary.per_setup["(speculative)"]
-    assert (profile["method"], profile["k"], profile["rows"]) == ("auto", 2, len(rows["ngram-k2"]))
-    assert (profile["drafts"], profile["accepted_tokens"]) == (speculative["drafts"], speculative["accepted_tokens"])
-    assert profile["acceptance_length"] == pytest.approx(speculative["mean_acceptance_length"])
-    assert profile["acceptance_length"] == pytest.approx(1 + sum(profile["synthetic_acceptance_rates"]))
-    assert profile["setups"]["none"] == {"roles": ["pilot"], "k": None, "rows": len(rows["none"])}
-    assert profile["setups"]["ngram-k2"]["roles"] == ["winner"] and profile["setups"]["ngram-k2"]["k"] == 2
+    # The profile is ModelOpt's schema 1.0 over the drafting set-ups' rows; each set-up apart under ours.
+    profile = read_profile(result.folder.profile_path)
+    assert schema_problems(profile) == [] and profile["measured"]
+    assert profile["validation"]["mean_consistency"]["passed"]
+    speculative, ours = summary.per_setup["(speculative)"], profile["specbatch"]
+    assert (profile["method"], profile["num_speculative_tokens"]) == ("auto", 2)
+    assert ours["rows"] == len(rows["ngram-k2"]) and profile["accept_length_model"] == "measured_per_k"
+    assert (ours["drafts"], ours["accepted_tokens"]) == (speculative["drafts"], speculative["accepted_tokens"])
+    assert profile["mean_accept_length"] == pytest.approx(speculative["mean_acceptance_length"], abs=1e-6)
+    assert profile["mean_accept_length"] == pytest.approx(1 + sum(profile["marginal_accept_rates"]), abs=1e-5)
+    setups = ours["setups"]
+    assert setups["none"] == {"roles": ["pilot"], "num_speculative_tokens": None, "rows": len(rows["none"])}
+    ngram = setups["ngram-k2"]
+    assert ngram["roles"] == ["winner"] and ngram["num_speculative_tokens"] == 2
+    # The winner generated every drafting row: its figures are the profile's own.
+    assert ngram["acceptance_length_histogram"] == profile["acceptance_length_histogram"]
+    assert ngram["marginal_accept_rates"] == profile["marginal_accept_rates"] and ngram["drafts"] == ours["drafts"]
 
 
 def test_a_merged_auto_run_adds_up_each_set_up_over_its_shards(tmp_path: Path) -> None:
@@ -811,8 +822,18 @@ def test_a_merged_auto_run_adds_up_each_set_up_over_its_shards(tmp_path: Path) -
     for label in plan["measure"]:
         assert "measured" in merged.per_setup[label]["roles"]
     assert "winner" in merged.per_setup[decision["winner"]]["roles"]
-    profile = json.loads(RunFolder(shards[0].root).merged_profile_path.read_text())
-    assert profile["method"] == "auto" and profile["drafts"] == merged.per_setup["(speculative)"]["drafts"]
-    assert {label: entry["roles"] for label, entry in profile["setups"].items()} == {
+    profile = read_profile(RunFolder(shards[0].root).merged_profile_path)
+    assert schema_problems(profile) == [] and profile["method"] == "auto"
+    setups = profile["specbatch"]["setups"]
+    assert profile["specbatch"]["drafts"] == merged.per_setup["(speculative)"]["drafts"]
+    assert {label: entry["roles"] for label, entry in setups.items()} == {
         label: merged.per_setup[label]["roles"] for label in rows
     }
+    # The set-ups' histograms add up to the run's, each at its own k.
+    drafting = [entry for entry in setups.values() if entry["num_speculative_tokens"]]
+    summed = {
+        length: sum(e["acceptance_length_histogram"].get(length, 0) for e in drafting)
+        for length in profile["acceptance_length_histogram"]
+    }
+    assert summed == profile["acceptance_length_histogram"]
+    assert all(len(e["marginal_accept_rates"]) == e["num_speculative_tokens"] for e in drafting)

@@ -16,6 +16,8 @@ from mlflow.tracking import MlflowClient
 
 from conftest import compose_job, run_generate
 from specbatch.run.folder import RunFolder
+from specbatch.run.profile_schema import schema_problems
+from specbatch.run.records.profile_file import read_profile
 
 pytestmark = pytest.mark.slow
 
@@ -114,10 +116,12 @@ def test_the_summary_profile_and_mlflow_say_what_each_set_up_generated(run: dict
     assert speculative["accepted_tokens"] == sum(r["accepted_tokens"] for r in ngram_rows) > 0
     assert speculative["mean_acceptance_length"] > 1.0 and summary["mean_acceptance_length"] is None
 
-    profile = json.loads(folder.profile_path.read_text())
-    assert (profile["method"], profile["k"], profile["rows"]) == ("auto", 3, len(ngram_rows))
-    assert profile["acceptance_length"] == pytest.approx(speculative["mean_acceptance_length"])
-    assert profile["setups"]["none"]["rows"] == per_setup["none"]["rows"]
+    profile = read_profile(folder.profile_path)
+    assert schema_problems(profile) == [] and profile["validation"]["mean_consistency"]["passed"]
+    assert (profile["method"], profile["num_speculative_tokens"]) == ("auto", 3)
+    assert profile["specbatch"]["rows"] == len(ngram_rows)
+    assert profile["mean_accept_length"] == pytest.approx(speculative["mean_acceptance_length"], abs=1e-6)
+    assert profile["specbatch"]["setups"]["none"]["rows"] == per_setup["none"]["rows"]
 
     client = MlflowClient(tracking_uri=f"sqlite:///{run['root']}/mlflow.db")
     (mlflow_run,) = client.search_runs([client.get_experiment_by_name("auto").experiment_id])

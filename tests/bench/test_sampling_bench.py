@@ -1,5 +1,6 @@
-"""jobs/bench.py --sampling's distribution check, without an engine: every set-up it runs composes into a run folder
-of its own, and its prompts are long enough for their samples to share the first KV block (what makes the check
+"""jobs/bench.py --sampling, without an engine: every checked set-up composes into a run folder of its own within the
+issue's token budget, each planted fault runs the engine with a sampler other than the one it is checked against,
+and the prefix check's prompts are long enough for their samples to share the first KV block (what makes that check
 affordable on a CPU)."""
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from conftest import compose_job
-from specbatch.bench.sampling_bench import CHECKED, SENTENCES, write_copy_prompts
+from specbatch.analysis.lossless.sampler import Sampler
+from specbatch.bench.sampling_bench import CHECK_TOKENS, CHECKED, SENTENCES, checked_overrides, write_copy_prompts
 from specbatch.data.prompts import render
 from specbatch.data.rows import SourceRow
 from specbatch.run.folder import RunFolder
@@ -19,17 +21,19 @@ from specbatch.run.folder import RunFolder
 CPU_KV_BLOCK = 128
 
 
-def test_each_checked_set_up_has_its_own_folder_and_the_self_draft_is_the_model(tmp_path: Path) -> None:
-    data = write_copy_prompts(tmp_path / "prompts.jsonl")
-    folders = set()
-    for model, (extra, setups) in CHECKED.items():
-        common = [f"model={model}", *data, "sampling=sampled", f"output_root={tmp_path}", *extra]
-        for setup in (("spec=none",), *setups):
-            job = compose_job([*common, *setup, "run_name=checked"])
-            folders.add(RunFolder.for_job(job).root)
-            if job.spec.method == "draft_model" and model == "smollm2_135m":
-                assert job.spec.model == job.model.path
-    assert len(folders) == sum(1 + len(setups) for _, setups in CHECKED.values())
+def test_each_checked_set_up_has_its_own_folder_within_the_budget(tmp_path: Path) -> None:
+    folders, methods = set(), set()
+    for setup in CHECKED:
+        job = compose_job(checked_overrides(setup, tmp_path, "checked"))
+        folders.add(RunFolder.for_job(job).root)
+        methods.add(job.spec.method)
+        assert job.model.dtype == "float32" and job.sampling.temperature > 0
+        assert job.max_samples * job.sampling.n * job.sampling.max_tokens <= CHECK_TOKENS, setup.name
+        ran = Sampler.of(job.sampling)
+        # A planted fault is a sampler other than the one asked; the others are checked against their own.
+        assert (setup.planted is not None) == (setup.planted not in (None, ran)), setup.name
+    assert len(folders) == len(CHECKED)
+    assert {"none", "ngram", "suffix", "draft_model", "eagle"} <= methods
 
 
 def test_the_prompts_fill_more_than_one_kv_block_with_the_chat_template(tmp_path: Path) -> None:

@@ -32,8 +32,9 @@ from specbatch.config.identity import field_identities, project
 OLD_HASHED_KEYS = ("model", "spec", "dataset", "sampling", "engine", "max_samples", "chunk_size")
 OLD_ENGINE_KEYS = ("model", "spec", "engine")
 OLD_NOT_WORKLOAD = ("spec", "tracking", "output_root", "run_name", "shard", "repeat", "chunk_size")
-# How long a stop may take was added later and is in no identity (the old rules predate it).
-OLD_NOT_WORKLOAD += ("stop_grace_seconds",)
+# How long a stop may take and how progress is shown were added later and are in no identity (the old rules predate
+# them).
+OLD_NOT_WORKLOAD += ("stop_grace_seconds", "progress")
 # Engine keys the server backend added later; only its jobs count them (the old rules predate them).
 SERVER_KEYS = ("url", "api_key_env", "served_model", "api", "max_concurrency", "request_timeout_seconds", "retries")
 # And the llama_cpp backend's.

@@ -26,6 +26,7 @@ from specbatch.engine.spec_metrics import (
     RowSpecFigures,
     acceptance_length,
     accepted_per_position_from_histogram,
+    histogram_from_accepted_per_position,
 )
 from specbatch.pipeline import merge_run, run_job
 from specbatch.run.summary import RowTotals, merge_summaries, summarize
@@ -295,3 +296,10 @@ def test_a_sharded_run_with_broken_lines_counts_every_row_in_a_category(job_fact
     [parent] = [r for r in runs if r.data.tags.get("merged") == "true"]
     metrics = parent.data.metrics
     assert metrics["category/even/rows"] + metrics["category/odd/rows"] + metrics["category/_unknown_/rows"] == 5
+
+
+@pytest.mark.parametrize("histogram", [[3, 2, 2, 1], [0, 0, 5], [4], [0, 0, 0, 0], [1, 0, 0, 7, 2]])
+def test_the_histogram_and_the_accepted_per_position_give_each_other(histogram: list[int]) -> None:
+    # What a profile of the format before the histogram was kept is upgraded with (run.records.profile_file).
+    per_position = accepted_per_position_from_histogram(histogram)
+    assert histogram_from_accepted_per_position(sum(histogram), per_position) == histogram

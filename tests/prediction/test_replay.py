@@ -26,7 +26,9 @@ from specbatch.prediction.replay import Drafting, replay
 from specbatch.prediction.setups import NgramSetup, SuffixSetup, default_setups
 from specbatch.prediction.turns import NoTokenIds, ReplayTurn, read_turns
 from specbatch.run.folder import RunFolder
+from specbatch.run.profile_schema import schema_problems
 from specbatch.run.records.output_parts import SCHEMA, write_parquet
+from specbatch.run.records.prediction_file import read_prediction
 from specbatch.run.records.run_json import RUN_FORMAT
 from specbatch.run.summary import RowTotals, summarize
 
@@ -137,6 +139,18 @@ def test_a_run_folder_is_replayed_and_what_cannot_be_is_named(tmp_path: Path, jo
     assert "not replayed (error row): 1: failed#1" in text and "old#1" in text
     out = write_prediction(prediction)
     assert (out / "predicted.json").is_file() and (out / "predicted.parquet").is_file()
+    # Each set-up's profile in ModelOpt's schema, replayed rather than measured, its set-up kept beside.
+    profiles = read_prediction(out)["setups"]
+    assert [(p["specbatch"]["setup"], p["num_speculative_tokens"]) for p in profiles] == [
+        ("ngram-k1-n2-4", 1),
+        ("ngram-k2-n2-4", 2),
+        ("suffix-k3-d24-f1", 3),
+    ]
+    for profile, row in zip(profiles, prediction.overall, strict=True):
+        assert schema_problems(profile) == [] and profile["measured"] is False
+        assert profile["marginal_accept_rates"] == pytest.approx(row["marginal_acceptance"], abs=1e-6)
+        assert profile["specbatch"]["drafts"] == row["drafts"] == sum(profile["acceptance_length_histogram"].values())
+        assert profile["measurement_conditions"]["concurrency"] == 2
 
 
 def test_a_run_without_prompt_token_ids_is_refused_with_why(tmp_path: Path, job_factory) -> None:

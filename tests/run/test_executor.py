@@ -54,7 +54,7 @@ class Steps:
         if self.fail_start is not None:
             raise self.fail_start
 
-    def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
+    def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int], on_progress: Any) -> None:
         self.timeline.append("generate")
         self.calls.append(("generate", todo))
         self.folder = folder
@@ -96,6 +96,9 @@ class Recorder:
     def on_start(self, start: RunStart) -> None:
         assert start.source_rows == 4 and start.folder == self.folder and "git_commit" in start.runtime
         self.events.append("start")
+
+    def on_progress(self, progress: Any) -> None:
+        self.events.append("progress")
 
     def on_finish(self, summary: Summary, parts: list[Path]) -> None:
         assert self.folder is not None and self.folder.stats_path.exists() and not self.folder.is_done()

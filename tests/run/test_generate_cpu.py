@@ -25,6 +25,7 @@ from specbatch.prediction.setups import NgramSetup, SuffixSetup
 from specbatch.prediction.turns import read_turns
 from specbatch.run.folder import RunFolder
 from specbatch.run.multirun import sweep_jobs
+from specbatch.run.profile_schema import schema_problems, synthetic_acceptance_rates
 from specbatch.run.records.output_parts import SCHEMA, read_config_metadata
 from specbatch.tracking.comparison import folder_run_ids
 
@@ -165,9 +166,11 @@ def test_speculative_runs_write_their_acceptance_profile(runs: dict[str, dict]) 
     for spec in ("ngram", "suffix"):
         summary, layout = runs[spec]["summary"], runs[spec]["layout"]
         profile = json.loads(layout.profile_path.read_text())
-        assert (profile["method"], profile["rows"], profile["engine"]) == (spec, N_PROMPTS, "vllm")
-        assert profile["acceptance_length"] == pytest.approx(summary["mean_acceptance_length"])
-        assert profile["synthetic_acceptance_rates"] == pytest.approx(summary["acceptance_rate_per_position"])
+        assert schema_problems(profile) == [] and profile["measured"] and profile["method"] == spec
+        assert (profile["specbatch"]["rows"], profile["measurement_conditions"]["engine"]) == (N_PROMPTS, "vllm")
+        assert profile["mean_accept_length"] == pytest.approx(summary["mean_acceptance_length"], abs=1e-6)
+        rates = synthetic_acceptance_rates(profile)
+        assert rates == pytest.approx(summary["acceptance_rate_per_position"], abs=1e-6)
         found = folder_run_ids([layout.root])[layout.root]
         listed = [a.path for a in found.client.list_artifacts(found.run_ids[0], "speculation_profile")]
         assert listed == [f"speculation_profile/{layout.profile_path.name}"]
@@ -282,7 +285,8 @@ def test_replayed_suffix_decoding_is_within_five_percent_of_the_engine(runs, bat
     assert overall["acceptance_length"] == pytest.approx(summary["mean_acceptance_length"], rel=0.05)
     # Beside the run, and on its MLflow run as a table.
     out = write_prediction(prediction)
-    assert json.loads((out / "predicted.json").read_text())["setups"][0]["synthetic_acceptance_rates"]
+    [profile] = json.loads((out / "predicted.json").read_text())["setups"]
+    assert not profile["measured"] and synthetic_acceptance_rates(profile)
     assert log_prediction(prediction)
     found = folder_run_ids([prediction.run.root])[prediction.run.root]
     [run_id] = found.run_ids

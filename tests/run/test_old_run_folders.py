@@ -33,7 +33,9 @@ from specbatch.assets.cache import default_cache_dir
 from specbatch.config import JobConfig
 from specbatch.pipeline import merge_run, run_job
 from specbatch.run.folder import RunFolder
+from specbatch.run.profile_schema import schema_problems
 from specbatch.run.records.prediction_file import PREDICTION_DIR, read_prediction
+from specbatch.run.records.profile_file import read_profile
 from specbatch.run.status_merge import run_status
 
 FIXTURE = PROJECT_ROOT / "tests" / "fixtures" / "run_folders_5dfb33a"
@@ -131,7 +133,15 @@ def test_old_runs_are_reported_merged_and_compared(
         assert runpy.run_path(str(PROJECT_ROOT / "jobs" / "status.py"))["main"]() in (0, None), name
         merged = merge_run(root, log_to_mlflow=False)
         assert merged.summary.rows == 8 and len(merged.parts) == 4
-    assert read_prediction(old_runs / RUNS / "ngram-k3-c79bdf77" / PREDICTION_DIR)["completions"] == 8
+    prediction = read_prediction(old_runs / RUNS / "ngram-k3-c79bdf77" / PREDICTION_DIR)
+    assert prediction["completions"] == 8
+    # Its set-ups, in specbatch's own shape then, read as speculation profiles in ModelOpt's schema, not measured;
+    # and so do the runs' profiles, measured.
+    assert [p["specbatch"]["setup"] for p in prediction["setups"]][:2] == ["ngram-k1-n2-4", "ngram-k2-n2-4"]
+    assert all(schema_problems(p) == [] and p["measured"] is False for p in prediction["setups"])
+    for profile_path in (old_runs / RUNS / "ngram-k3-c79bdf77").rglob("speculation_profile.json"):
+        profile = read_profile(profile_path)
+        assert schema_problems(profile) == [] and profile["measured"] and profile["specbatch"]["rows"] == 8
 
     out = old_runs / "comparison"
     argv = ["compare.py", str(old_runs / "outputs" / "runs"), "--out", str(out), "--no-mlflow"]

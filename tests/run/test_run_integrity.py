@@ -232,18 +232,18 @@ def test_a_lost_or_damaged_profile_is_named_by_status_and_rebuilt_from_the_rows_
     run_job(job, engine=fake_engine(job))
     profile = layout.profile_path
     whole = json.loads(profile.read_text())
-    assert whole["drafts"] > 0
+    assert whole["schema_version"] == "1.0" and whole["specbatch"]["drafts"] > 0
 
     def spoil() -> None:
         if damage == "deleted":
             profile.unlink()
         else:
-            profile.write_text('{"method": "ngr' if damage == "cut short" else "{}")
+            profile.write_text('{"schema_version": "1.' if damage == "cut short" else "{}")
 
     said = {
         "deleted": f"{profile.relative_to(layout.root)} is missing",
         "cut short": f"{profile} is damaged (not JSON: ",
-        "emptied": f"{profile} is damaged (it lacks method, k, rows)",
+        "emptied": f"{profile} is damaged (it lacks schema_version)",
     }[damage]
     spoil()
     [state] = run_status(layout.root)

@@ -1,5 +1,6 @@
 """Is speculation worth it here, and with which k? Speedup over spec=none, acceptance, greedy equality and, under
-sampling, whether the output distribution is the baseline's (specbatch.analysis.distribution).
+sampling, whether the output distribution is the baseline's (analysis.distribution) and the target's (its referee's
+verdict, analysis.lossless.verdicts).
 
 Runs are matched to a baseline (``spec=none``) that generated the same prompts with the same model, dtype, sampling
 and engine at the same batch size: everything in the run's config except the speculative method, the repeat number
@@ -8,7 +9,7 @@ engine start excluded); repeats of one set-up give a mean and a spread. Equality
 baseline's token ids: in float32 greedy decoding speculation must reproduce them exactly; in bfloat16 near-tied
 logits flip with the shape of the computation, so the report also says how often the baseline differs from itself
 across batch sizes. Under sampling equal tokens are not expected at all: there each run's samples are tested
-against its baseline's as two samples of one distribution.
+against its baseline's as two samples of one distribution, and compare reads the referee's check if it was run.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specbatch.analysis.comparison_rows import BaselineConsistency, CompareRow, RunFigures
-from specbatch.analysis.distribution import NOT_INDEPENDENT, DistributionCheck, check_distribution
+from specbatch.analysis.distribution import DistributionCheck, distribution_checks, shared_seeds_note
 from specbatch.analysis.k_schedules import KSchedule, build_schedules
+from specbatch.analysis.lossless.verdicts import LosslessRow, lossless_rows
 from specbatch.analysis.predicted import PredictedRow, predicted_rows
 from specbatch.analysis.recommend import MIN_REPEATS, REPEATS_OVERRIDE, Recommendation, recommend, speedup_stats
 from specbatch.analysis.run_data import RowKey, RunData
@@ -91,6 +93,8 @@ class Comparison:
     predicted: list[PredictedRow] = field(default_factory=list)
     # Per sampled speculative run: its samples against its baseline's (analysis/distribution.py).
     distribution: list[DistributionCheck] = field(default_factory=list)
+    # Per sampled run: the referee's recorded verdict (analysis/lossless/verdicts.py).
+    lossless: list[LosslessRow] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -102,6 +106,7 @@ class Comparison:
             "run_figures": [asdict(f) for f in self.run_figures],
             "predicted": [asdict(p) for p in self.predicted],
             "distribution": [asdict(d) for d in self.distribution],
+            "lossless": [asdict(x) for x in self.lossless],
         }
 
 
@@ -173,8 +178,8 @@ def compare(runs: Iterable[RunData]) -> Comparison:
         )
     if distribution:
         notes.append(
-            "under sampling identical rows are not expected and say nothing about losslessness: the distribution "
-            "check (each sampled run's first tokens against its baseline's) does"
+            "under sampling identical rows are not expected and say nothing about losslessness: the referee's check "
+            "(every sampled token scored by the target) and the distribution check (first tokens against spec=none) do"
         )
     notes += machine_notes([run for members in groups.values() for run in members])
     notes += settings_notes([run for members in groups.values() for run in members])
@@ -191,39 +196,8 @@ def compare(runs: Iterable[RunData]) -> Comparison:
     # Beside each measured n-gram and suffix set-up, what replaying it on its baseline's tokens predicts.
     predicted, unpredicted = predicted_rows(rows, baselines)
     notes += unpredicted
-    return Comparison(rows, recommendations, consistency, notes, schedules, figures, predicted, distribution)
-
-
-def distribution_checks(members: list[RunData], base: list[RunData] | None) -> list[DistributionCheck]:
-    """Each sampled speculative run's samples against its baseline's first repeat (greedy runs: none; they have
-    token equality)."""
-    temperature = float(members[0].config["sampling"]["temperature"])
-    if not base or members[0].method == "none" or temperature == 0:
-        return []
-    return [
-        DistributionCheck(
-            run_folder=str(m.root),
-            baseline_folder=str(base[0].root),
-            method=m.method,
-            k=m.k,
-            batch_size=m.batch_size,
-            temperature=temperature,
-            result=check_distribution(m.tokens, base[0].tokens, m.seeds, base[0].seeds),
-        )
-        for m in members
-    ]
-
-
-def shared_seeds_note(check: DistributionCheck) -> str:
-    """What compare says of a run whose samples share seeds with its baseline's (left out of its check)."""
-    test = check.result
-    left = "nothing was left to test" if test.verdict == NOT_INDEPENDENT else "the rest were tested"
-    return (
-        f"{check.run_folder}: {test.shared_seeds} of its first-turn samples were drawn with the seed of a sample of "
-        f"its baseline ({check.baseline_folder}) for the same prompt, so they are not independent samples of the "
-        f"distribution (a spec=auto run made before auto drew seeds of its own repeats the baseline's in its "
-        f"spec=none rows): they are left out of the distribution check, and {left}"
-    )
+    checked = lossless_rows(all_runs)
+    return Comparison(rows, recommendations, consistency, notes, schedules, figures, predicted, distribution, checked)
 
 
 def machine_notes(runs: list[RunData]) -> list[str]:

@@ -50,8 +50,12 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from specbatch.analysis.run_data import RunData
 
 RowKey = tuple[str, int, int]
 
@@ -250,3 +254,35 @@ def _singleton_share(sample: list[tuple[int, ...]]) -> float:
     """Good-Turing's estimate of the probability of the outcomes not seen twice: the share of outcomes seen once."""
     counts = Counter(sample)
     return sum(1 for c in counts.values() if c == 1) / len(sample)
+
+
+def distribution_checks(members: list[RunData], base: list[RunData] | None) -> list[DistributionCheck]:
+    """Each sampled speculative run's samples against its baseline's first repeat (greedy runs: none; they have
+    token equality)."""
+    temperature = float(members[0].config["sampling"]["temperature"])
+    if not base or members[0].method == "none" or temperature == 0:
+        return []
+    return [
+        DistributionCheck(
+            run_folder=str(m.root),
+            baseline_folder=str(base[0].root),
+            method=m.method,
+            k=m.k,
+            batch_size=m.batch_size,
+            temperature=temperature,
+            result=check_distribution(m.tokens, base[0].tokens, m.seeds, base[0].seeds),
+        )
+        for m in members
+    ]
+
+
+def shared_seeds_note(check: DistributionCheck) -> str:
+    """What compare says of a run whose samples share seeds with its baseline's (left out of its check)."""
+    test = check.result
+    left = "nothing was left to test" if test.verdict == NOT_INDEPENDENT else "the rest were tested"
+    return (
+        f"{check.run_folder}: {test.shared_seeds} of its first-turn samples were drawn with the seed of a sample of "
+        f"its baseline ({check.baseline_folder}) for the same prompt, so they are not independent samples of the "
+        f"distribution (a spec=auto run made before auto drew seeds of its own repeats the baseline's in its "
+        f"spec=none rows): they are left out of the distribution check, and {left}"
+    )

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 
 from specbatch.analysis.compare import Comparison
 from specbatch.analysis.distribution import ALPHA, MAX_DETECTABLE_TV, POWER, PREFIX_LENGTHS
+from specbatch.analysis.lossless.verdicts import lossless_table
 from specbatch.common.atomic_files import atomic_write, atomic_write_json, atomic_write_text
 from specbatch.config import spec_caption
 
@@ -64,6 +65,7 @@ def format_comparison(comparison: Comparison) -> str:
     lines += cross_engine_table(comparison)
     lines += predicted_table(comparison)
     lines += distribution_table(comparison)
+    lines += lossless_table(comparison.lossless)
     for c in comparison.baseline_consistency:
         lines.append(
             f"baseline vs itself ({c.dtype}), batch size {c.batch_sizes[0]} vs {c.batch_sizes[1]}: "

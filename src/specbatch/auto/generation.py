@@ -153,9 +153,8 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
         # Engines start phase by phase (generate); only the warning about remote code is said here, once.
         super().start_engine([])
 
-    def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
-        if not todo:
-            return
+    def _generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
+        # ShardGeneration.generate calls it, with the shard's progress shown across the phases.
         left = sorted(todo)
         try:
             decision = folder.read_decision()

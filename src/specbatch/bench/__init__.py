@@ -24,8 +24,9 @@ What jobs/bench.py measures:
     ahead of the best fixed on a full-batch workload. 216 jobs, hours; ``--stamp`` resumes. See
     specbatch.bench.auto_bench.
 (h) Sampling (issue 29; ``--sampling`` runs only this): spec=none, ngram and suffix on the default data set with n=4
-    samples per prompt at temperature 0.7, and the distribution check of ngram, suffix (embedded model) and
-    draft_model (tiny pair) against spec=none in float32. See specbatch.bench.sampling_bench.
+    samples per prompt at temperature 0.7; then the lossless check (issue 53): spec=none, ngram, suffix (embedded
+    model) and draft_model, EAGLE (tiny pair), each at most 20,000 sampled tokens in float32, scored by the referee,
+    and two planted faults that must come out `differs`. See specbatch.bench.sampling_bench.
 """
 
 from specbatch.common.machine import this_machine

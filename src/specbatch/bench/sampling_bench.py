@@ -4,26 +4,34 @@ Timing: spec=none, ngram and suffix on the default data set (humaneval_edit, ``r
 with n=4 samples per prompt (each a request of its own), at full batch and the default dtype, through ``run_job``;
 tok/s and speedup from compare's analysis of the stored runs.
 
-The distribution check: each method against spec=none on the same prompts in float32 at temperature 0.7, with
-``check_samples`` samples of the first tokens (analysis/distribution.py reads the first 8) for ``check_prompts``
-prompts asking to copy a sentence (SENTENCES): ngram, suffix and draft_model (the model drafting for itself) on the
-embedded model, draft_model on the tiny random pair (CHECKED says why each). One engine per set-up, one after
-another.
+The lossless check (issue 53): each set-up of CHECKED generates at most CHECK_TOKENS sampled tokens in float32 and
+the referee (specbatch.analysis.lossless) scores every one of them against the target's own distribution: tokens,
+referee seconds, p-value and the temperature error it would have caught. The planted faults run the engine with a
+sampler other than the one the check is told was asked (temperature x 1.05, top-p 0.9 for 0.95): they must come out
+`differs`. One engine per set-up, one after another.
+
+The prompts of the two-sample prefix check (analysis/distribution.py, tests/analysis/test_distribution_cpu.py) stay
+here: SENTENCES, write_copy_prompts.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-from specbatch.analysis.distribution import PREFIX_LENGTHS
+from specbatch.analysis.lossless.run_check import check_run, result_path
+from specbatch.analysis.lossless.sampler import Sampler
 from specbatch.analysis.report import Sources, run_compare
-from specbatch.analysis.tables import distribution_table, format_comparison
+from specbatch.analysis.tables import format_comparison
 from specbatch.bench import machine_header
 from specbatch.common.atomic_files import atomic_write_text
 from specbatch.config import compose_job
 from specbatch.pipeline import run_job
+from specbatch.run.status_merge import finished_summary
 
 TIMED = ("none", "ngram", "suffix")
 # The check's prompts: each asks to copy a sentence, so n-gram and suffix drafts are proposed and accepted within the
@@ -63,66 +71,109 @@ def write_copy_prompts(path: Path) -> list[str]:
     return ["dataset=local", f"dataset.path={path}", "dataset.template='{text}'", "dataset.id_column=id"]
 
 
-# Per model: what the check adds to the sampling, and the set-ups checked against its spec=none.
-# - The embedded model: n-gram, suffix, and draft_model with the model drafting for itself (its proposals greedy, as
-#   vLLM's default, and sampled from the draft's probabilities, spec.draft_sample_method=probabilistic: the path where
-#   the rejection sampler must be handed those probabilities, vLLM issue #40149's case). A draft that is the target
-#   accepts most drafts, so the rejection sampler's every branch is exercised on a real distribution.
-# - The tiny random pair (model=tiny_llama's own draft): its random weights spread every position over the
-#   vocabulary (at 128 samples each first token is its own category: no test can compare them), so the check keeps
-#   the 4 likeliest tokens there (sampling.top_k=4). Its draft and target share no likely token, so it rejects
-#   nearly every draft: the check then says the residual sampling is right, not the acceptance.
-SELF_DRAFT = ("spec=draft_model", "spec.model=${model.path}")
-CHECKED: dict[str, tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]] = {
-    "smollm2_135m": (
-        (),
-        (("spec=ngram",), ("spec=suffix",), SELF_DRAFT, (*SELF_DRAFT, "spec.draft_sample_method=probabilistic")),
-    ),
-    "tiny_llama": (("sampling.top_k=4",), (("spec=draft_model",),)),
-}
+# The issue's budget: at most this many sampled tokens per checked set-up (rows x max_tokens, whatever stops early).
+CHECK_TOKENS = 20_000
+CHECK_MAX_TOKENS = 128
+# The general chat data set (160 rows whose answers copy little: every token says something about the temperature);
+# 156 rows x 128 tokens stays within CHECK_TOKENS.
+CHECK_DATA = ("dataset=chat", f"max_samples={CHECK_TOKENS // CHECK_MAX_TOKENS}")
+ASKED = Sampler(0.7, 0, 0.95)
+SMOLLM2, TINY = "model=smollm2_135m", "model=tiny_llama"
 
 
-def _runs(common: list[str], setups: tuple[tuple[str, ...], ...], root: Path, name: str) -> list[Path]:
-    """spec=none, then each set-up, with ``common``; their run folders."""
-    return [
-        run_job(compose_job([*common, *setup, f"output_root={root}", f"run_name={name}"])).folder.root
-        for setup in (("spec=none",), *setups)
+@dataclass(frozen=True)
+class Checked:
+    """One checked set-up: its overrides (on top of sampling=sampled, float32, CHECK_DATA), and for a planted fault
+    the sampler the check is told was asked while the engine ran the overrides' own."""
+
+    name: str
+    overrides: tuple[str, ...]
+    planted: Sampler | None = None
+
+
+# The tiny random pair first (draft_model, EAGLE and the planted faults; no trained drafter for the embedded model
+# exists offline: the pair's random draft and head propose, and the target's random weights spread each position over
+# a few hundred tokens at temperature 0.7, which is why a temperature error shows there too), then the embedded model
+# on chat: n-gram at top-k 20, n-gram and suffix, and spec=none (the referee on the engine's sampler with nothing
+# drafted: a control). The referee's cost is per token whatever the model (its statistics run over the whole 49k
+# vocabulary), so each set-up costs several minutes on 2 cores.
+CHECKED = (
+    Checked("tiny pair: spec=draft_model (k=3)", (TINY, "spec=draft_model")),
+    Checked("tiny pair: spec=eagle (k=3)", (TINY, "spec=eagle")),
+    Checked("planted: temperature x 1.05", (TINY, "spec=draft_model", "sampling.temperature=0.735"), ASKED),
+    Checked("planted: top-p 0.9 for 0.95", (TINY, "spec=draft_model", "sampling.top_p=0.9"), ASKED),
+    Checked("spec=ngram (k=3), top-k 20", (SMOLLM2, "spec=ngram", "sampling.top_k=20", "sampling.top_p=1.0")),
+    Checked("spec=ngram (k=3)", (SMOLLM2, "spec=ngram")),
+    Checked("spec=suffix (k=5)", (SMOLLM2, "spec=suffix")),
+    Checked("spec=none", (SMOLLM2, "spec=none")),
+)
+
+
+def checked_overrides(setup: Checked, root: Path, name: str) -> list[str]:
+    """The job of one checked set-up."""
+    common = ["sampling=sampled", "model.dtype=float32", f"sampling.max_tokens={CHECK_MAX_TOKENS}", *CHECK_DATA]
+    return [*common, "tracking.experiment=bench", *setup.overrides, f"output_root={root}", f"run_name={name}"]
+
+
+def lossless_table(root: Path, stamp: str, shown: Callable[[list[str]], None]) -> list[str]:
+    """Each CHECKED set-up generated, then checked by the referee: one Markdown row each, handed to ``shown`` as each
+    comes (the report so far is kept if the bench is stopped). With an earlier invocation's stamp, a finished run is
+    found and its check, when it was made against the same sampler, read back."""
+    lines = [
+        "| set-up | engine ran (T / top-k / top-p) | checked as | AL | samples | tokens | referee s | p | smallest "
+        "| detectable T error | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    for setup in CHECKED:
+        job = compose_job(checked_overrides(setup, root, f"lossless-{stamp}"))
+        folder = run_job(job).folder.root
+        asked = setup.planted or Sampler.of(job.sampling)
+        done = result_path(folder)
+        record: dict[str, Any] = json.loads(done.read_text()) if done.exists() else {}
+        if record.get("sampler") != asdict(asked):
+            record = check_run(folder, asked)
+        figures, referee, ran = record["figures"], record["referee"], job.sampling
+        summary = finished_summary(folder)
+        smallest = figures.get("smallest") or {}
+        al, p, error = (
+            summary.mean_acceptance_length,
+            figures.get("p_value"),
+            figures.get("detectable_temperature_error"),
+        )
+        checked = record["sampler"]
+        lines.append(
+            f"| {setup.name} | {ran.temperature:g} / {ran.top_k} / {ran.top_p:g} | "
+            f"{checked['temperature']:g} / {checked['top_k']} / {checked['top_p']:g} | "
+            f"{'-' if al is None else f'{al:.2f}'} | {referee['samples']} | {figures['tokens']} | "
+            f"{referee['seconds']:.0f} | {'-' if p is None else f'{p:.2g}'} | "
+            f"{smallest.get('statistic', '-')} {smallest.get('group', '')} | "
+            f"{'-' if error is None else f'{error:.0%}'} | {record['verdict']} |"
+        )
+        shown(lines)
+    return lines
 
 
-def sampling_report(
-    rows: int, n: int, check_prompts: int, check_samples: int, root: Path, stamp: str
-) -> tuple[str, Path]:
-    """The timing of n-sample runs with and without speculation, then the distribution check's table; the report
-    and where it was written."""
+def sampling_report(rows: int, n: int, root: Path, stamp: str) -> tuple[str, Path]:
+    """The timing of n-sample runs with and without speculation, then the lossless check's table; the report and
+    where it was written."""
     timed_common = [f"max_samples={rows}", "sampling=sampled", f"sampling.n={n}", "tracking.experiment=bench"]
-    timed = _runs(timed_common, tuple((f"spec={m}",) for m in TIMED[1:]), root, f"timed-{stamp}")
-    timing = run_compare(Sources(timed), out_dir=root / f"sampling-timed-{stamp}").comparison
+    timed = [
+        run_job(compose_job([*timed_common, f"spec={m}", f"output_root={root}", f"run_name=timed-{stamp}"]))
+        for m in TIMED
+    ]
+    timing = run_compare(Sources([t.folder.root for t in timed]), out_dir=root / f"sampling-timed-{stamp}").comparison
     lines = [f"# jobs/bench.py --sampling, {time.strftime('%Y-%m-%d %H:%M')}", machine_header(), ""]
     lines += [f"## (h) {rows} prompts x n={n} samples, temperature 0.7, full batch", "", format_comparison(timing), ""]
-    data = write_copy_prompts(root / f"copy-prompts-{stamp}.jsonl")
-    for model, (extra, setups) in CHECKED.items():
-        common = [
-            f"model={model}",
-            *data,
-            "model.dtype=float32",
-            "sampling=sampled",
-            f"sampling.n={check_samples}",
-            f"sampling.max_tokens={max(PREFIX_LENGTHS)}",
-            f"max_samples={check_prompts}",
-            "tracking.experiment=bench",
-            *extra,
-        ]
-        folders = _runs(common, setups, root, f"checked-{stamp}")
-        checked = run_compare(Sources(folders), out_dir=root / f"sampling-{model}-{stamp}").comparison
-        lines += [f"## the distribution check, model={model} {' '.join(extra)}".rstrip(), *distribution_table(checked)]
-        # The table names a run by its method; two draft_model set-ups differ in their overrides.
-        named = {str(folder): " ".join(setup) for folder, setup in zip(folders[1:], setups, strict=True)}
-        lines += [
-            "",
-            *(f"- {named.get(c.run_folder, c.method)}: {c.result.verdict}" for c in checked.distribution),
-            "",
-        ]
+    lines += [
+        f"## the lossless check: dataset=chat, at most {CHECK_TOKENS} tokens per set-up, float32, referee in "
+        "float32 (transformers)",
+        "",
+    ]
     path = root / f"sampling-{stamp}.md"
-    atomic_write_text(path, "\n".join(lines) + "\n")
+
+    def shown(table: list[str]) -> None:
+        atomic_write_text(path, "\n".join(lines + table) + "\n")
+
+    lines += lossless_table(root, stamp, shown)
+    shown([])
     return "\n".join(lines), path

@@ -2,10 +2,11 @@
 
 ``specbatch.config`` is the import every other package uses; the modules behind it are an implementation detail:
 ConfigError (from specbatch.common.errors), the speculative methods and their labels (from specbatch.methods),
-``spec`` (the spec section), ``schema`` (the other sections, the job, and the identities its fields declare),
-``engine`` (the neutral engine section, and how each backend's own knobs, declared in its folder, join the
-sections), ``compose`` (Hydra registration, the key check and the refusal of another backend's knob), ``serialise``
-(plain data and YAML) and ``identity`` (run folder, engine and workload digests).
+``spec`` (the spec section), ``progress`` (how a shard shows its progress), ``schema`` (the other sections, the
+job, and the identities its fields declare), ``engine`` (the neutral engine section, and how each backend's own
+knobs, declared in its folder, join the sections), ``compose`` (Hydra registration, the key check and the refusal of
+another backend's knob), ``serialise`` (plain data and YAML) and ``identity`` (run folder, engine and workload
+digests).
 """
 
 from specbatch.common.errors import ConfigError
@@ -28,6 +29,7 @@ from specbatch.config.identity import (
     workload_config,
     workload_digest,
 )
+from specbatch.config.progress import ProgressConfig, ProgressDisplay
 from specbatch.config.schema import (
     DataFormat,
     DatasetConfig,
@@ -68,6 +70,8 @@ __all__ = [
     "JobConfig",
     "Method",
     "ModelConfig",
+    "ProgressConfig",
+    "ProgressDisplay",
     "PromptFormat",
     "SamplingConfig",
     "ShardConfig",

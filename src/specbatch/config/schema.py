@@ -27,6 +27,7 @@ from specbatch.common.name_lengths import describe_name, overlong_name
 from specbatch.config.declarations import ABSENT_WHEN_NULL, OLD_RUNS_DEFAULT, Identity, identities
 from specbatch.config.dtype import Dtype, DtypeChoice, choose_dtype
 from specbatch.config.engine import EngineConfig, section_class
+from specbatch.config.progress import ProgressConfig
 from specbatch.config.spec import SpecConfig
 from specbatch.methods import READABLE_NAME_BYTES
 
@@ -320,6 +321,8 @@ class JobConfig:
     # abandoned (nothing of theirs written) and the job stops. Below Slurm's KillWait (30 s by default), which
     # follows SIGTERM with SIGKILL; jobs/slurm/generate.sbatch, warned 300 s ahead, passes 240.
     stop_grace_seconds: float = field(default=20.0, metadata=identities())
+    # How the shard shows its progress while it generates (specbatch.config.progress).
+    progress: ProgressConfig = field(default_factory=ProgressConfig, metadata=identities())
 
     def __post_init__(self) -> None:
         require(

@@ -91,6 +91,13 @@ def accepted_per_position_from_histogram(histogram: list[int]) -> list[int]:
     return [sum(histogram[j] for j in range(i + 1, k + 1)) for i in range(k)]
 
 
+def histogram_from_accepted_per_position(drafts: int, accepted_per_position: list[int]) -> list[int]:
+    """The inverse: steps that accepted exactly j tokens, j = 0..k, from the steps (``drafts``) and the steps that
+    accepted position i (which are those that accepted more than i tokens)."""
+    more_than = [drafts, *accepted_per_position, 0]
+    return [more_than[j] - more_than[j + 1] for j in range(len(accepted_per_position) + 1)]
+
+
 def acceptance_profile(drafts: int, draft_tokens: int, accepted_per_position: list[int], k: int) -> dict[str, Any]:
     """Acceptance of ``drafts`` drafting steps, position by position (0..k-1): AL, the draft acceptance rate, and
     marginal[i] = drafts whose position i was accepted / drafts (the per-position *unconditional* rates vLLM's

@@ -13,4 +13,5 @@ METHOD = Method(
     checkpoint="a draft model",
     checks=(*CHECKPOINT_CHECKS, warn_draft_context),
     stand_in="draft",
+    chain_drafting=True,
 )

@@ -12,4 +12,5 @@ METHOD = Method(
     checkpoint="an EAGLE head",
     checks=CHECKPOINT_CHECKS,
     stand_in="eagle",
+    chain_drafting=True,
 )

@@ -12,4 +12,5 @@ METHOD = Method(
     checkpoint="an EAGLE3 head",
     checks=CHECKPOINT_CHECKS,
     stand_in="eagle3",
+    chain_drafting=True,
 )

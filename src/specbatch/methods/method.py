@@ -69,6 +69,10 @@ class Method:
     replay: str | None = None
     # The k spec=auto tries it at by default (none of them: it is not a default candidate).
     auto_default_ks: tuple[int, ...] = ()
+    # Its draft at k = n is the first n tokens of its draft at k = n + 1, one token per pass, so the acceptance
+    # measured at one k gives the acceptance length at every smaller k (NVIDIA ModelOpt's speculation profile says
+    # "chain_analytic"; a method that re-plans its block or tree when k changes is measured at each k).
+    chain_drafting: bool = False
 
 
 # The draft checkpoint and its hub revision (methods with a separate checkpoint).

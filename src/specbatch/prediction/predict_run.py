@@ -1,18 +1,23 @@
 """A run's prediction: the set-ups asked for, replayed on its turns, written beside the run (``prediction/``: JSON
-with each set-up's acceptance profile, and a Parquet table) and logged to its MLflow run as a table."""
+with each set-up's acceptance profile in ModelOpt's schema, not measured, and a Parquet table) and logged to its
+MLflow run as a table."""
 
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specbatch.engine.spec_metrics import histogram_from_accepted_per_position
 from specbatch.prediction.figures import OVERALL, predicted_rows
 from specbatch.prediction.replay import replay
 from specbatch.prediction.setups import Setup
 from specbatch.prediction.turns import RunTurns, read_turns
+from specbatch.run.profile_schema import OURS, acceptance_figures, build_profile
 from specbatch.run.records.prediction_file import PREDICTION_DIR, write_prediction_files
+from specbatch.run.speculation_profile import measurement_conditions, target_model
 from specbatch.run.status_merge import finished_summary
 
 
@@ -44,20 +49,60 @@ def predict(root: Path, setups: list[Setup]) -> Prediction:
 
 
 def profiles(prediction: Prediction) -> list[dict[str, Any]]:
-    """Each set-up's acceptance profile (overall and per category), in the form of speculation_profile.json."""
-    by_setup: dict[str, dict[str, Any]] = {}
+    """Each set-up's acceptance profile (overall and per category) in the schema speculation_profile.json is written
+    in (specbatch.run.profile_schema), ``measured`` false: replayed, not run. The set-up, its rows and completions,
+    and its draft tokens past a completion's end with the AL estimated with them, are kept under its ``specbatch``
+    key."""
+    config = prediction.run.config
+    batches = {batch for batch in prediction.run.concurrency.values() if batch}
+    conditions = {
+        **measurement_conditions(config, batches.pop() if len(batches) == 1 else None, None),
+        "replayed": "drafting replayed on the run's token ids (jobs/predict.py), no engine drafted",
+    }
+    overall: dict[str, dict[str, Any]] = {}
+    categories: dict[str, dict[str, Any]] = defaultdict(dict)
     for row in prediction.rows:
-        entry = by_setup.setdefault(
-            row["setup"], {"setup": row["setup"], "method": row["method"], "k": row["k"], "categories": {}}
-        )
-        profile = {key: value for key, value in row.items() if key not in ("setup", "method", "k", "category")}
         if row["category"] == OVERALL:
-            entry.update(profile)
-            # What vLLM's synthetic rejection sampler takes for this set-up.
-            entry["synthetic_acceptance_rates"] = row["marginal_acceptance"]
+            overall[row["setup"]] = row
         else:
-            entry["categories"][row["category"]] = profile
-    return list(by_setup.values())
+            categories[row["setup"]][row["category"]] = {
+                **acceptance_figures(_histogram(row), row["k"]),
+                OURS: _ours(row),
+            }
+    return [
+        build_profile(
+            _histogram(row),
+            row["k"],
+            method=row["method"],
+            measured=False,
+            target_model=target_model(config["model"]),
+            per_category=categories[setup],
+            measurement_conditions=conditions,
+            ours={"setup": setup, **_ours(row)},
+        )
+        for setup, row in overall.items()
+    ]
+
+
+def _histogram(row: dict[str, Any]) -> list[int]:
+    return histogram_from_accepted_per_position(row["drafts"], row["accepted_per_position"])
+
+
+# A predicted row's figures the schema has no field for.
+_OURS = (
+    "rows",
+    "completions",
+    "drafts",
+    "draft_tokens",
+    "accepted_tokens",
+    "unverified_tokens",
+    "unverified_expected_accepted",
+    "acceptance_length_estimate",
+)
+
+
+def _ours(row: dict[str, Any]) -> dict[str, Any]:
+    return {**{key: row[key] for key in _OURS}, "draft_acceptance_rate": row["acceptance_rate"]}
 
 
 def write_prediction(prediction: Prediction) -> Path:

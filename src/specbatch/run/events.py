@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from specbatch.run.folder import RunFolder
+from specbatch.run.shard_progress import Progress
 from specbatch.run.summary import Summary
 
 
@@ -27,7 +28,8 @@ class RunStart:
 
 
 class RunObserver(Protocol):
-    """Events of one shard run, in order: on_locked, then on_start, on_finish (when it finished) and on_end.
+    """Events of one shard run, in order: on_locked, then on_start, on_progress (any number of times while it
+    generates), on_finish (when it finished) and on_end.
 
     A run found done (before or after taking the lock) sends none; a run refused before it starts (bad source,
     another writer) sends at most on_locked. on_end follows every on_start, with the exception that ended the run
@@ -43,6 +45,10 @@ class RunObserver(Protocol):
     def on_start(self, start: RunStart) -> None:
         """Generation starts: the engine is built and warm (or there was none to build). Slow work started here (in
         a thread) runs beside the generation."""
+
+    def on_progress(self, progress: Progress) -> None:
+        """The shard's figures so far, every progress.interval_seconds while it generates and once at its end
+        (specbatch.run.shard_progress). Called from the generating loop: it must return at once and never raise."""
 
     def on_finish(self, summary: Summary, parts: list[Path]) -> None:
         """Every part is written and the shard summary too; the done marker comes next."""

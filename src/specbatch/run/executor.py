@@ -4,12 +4,14 @@ It asks the shard's resume plan (specbatch.run.resume) "am I done?" first, fixes
 the run record (refusing a relaunch with other ones), takes the shard's lock, has the plan settle what a killed
 earlier launch left (stale temporaries, damaged parts, a changed source) and say which chunks are to do, then runs
 the steps (specbatch.run.generate) on them, writes the shard summary and, last, the done marker. Observers (tracking)
-see the run start, finish and end; the steps never see the run folder's bookkeeping, only where their chunks go.
+see the run start, progress, finish and end; the steps never see the run folder's bookkeeping, only where their
+chunks go.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,6 +24,7 @@ from specbatch.run.events import RunObserver, RunStart
 from specbatch.run.folder import RunFolder
 from specbatch.run.locks import shard_lock
 from specbatch.run.resume import ResumePlan
+from specbatch.run.shard_progress import Progress
 from specbatch.run.sharding import Shard, resolve_shard
 from specbatch.run.speculation_profile import rebuild_profile
 from specbatch.run.summary import Summary
@@ -70,8 +73,11 @@ class ShardSteps(Protocol):
     def start_engine(self, todo: list[int]) -> None:
         """Build and warm up the engine when chunks ``todo`` need one and none was handed in."""
 
-    def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
-        """Generate chunks ``todo`` on the started engine, each written into ``folder`` as it finishes."""
+    def generate(
+        self, folder: RunFolder, config: dict[str, Any], todo: list[int], on_progress: Callable[[Progress], None]
+    ) -> None:
+        """Generate chunks ``todo`` on the started engine, each written into ``folder`` as it finishes, telling
+        ``on_progress`` how far the shard is meanwhile."""
 
     def summarize(self, folder: RunFolder, parts: list[Path]) -> Summary:
         """The shard summary, from all of its parts."""
@@ -171,7 +177,7 @@ class ShardExecutor:
             self.steps.start_engine(todo)
             self.observer.on_start(start)
             started = True
-            self.steps.generate(folder, start.config, todo)
+            self.steps.generate(folder, start.config, todo, self.observer.on_progress)
             summary = self.steps.summarize(folder, parts)
             resume.write_results(folder, summary, parts, start.config)
             self.observer.on_finish(summary, parts)

@@ -9,9 +9,10 @@ chunks through one engine, each written as it finishes (specbatch.run.chunks).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from specbatch.run.chunks import ChunkWriter
 from specbatch.run.executor import ShardPlan
 from specbatch.run.folder import RunFolder
 from specbatch.run.integrity import rows_digest
+from specbatch.run.shard_progress import Progress, ShardProgress
 from specbatch.run.shard_summary import summarize_shard
 from specbatch.run.sharding import Shard, chunk_ranges, shard_range
 from specbatch.run.streaming import ChunkStreamer
@@ -62,6 +64,8 @@ class ShardGeneration:
         self._closing: Future[None] | None = None
         # The stream running (or last run): its step timing is what spec=auto's check reads while it runs.
         self.streamer: ChunkStreamer | None = None
+        # The shard's progress while generate() runs, across its streams.
+        self.progress: ShardProgress | None = None
 
     def check(self) -> None:
         if self.engine is not None and self.engine.fingerprint != engine_fingerprint(self.job):
@@ -132,9 +136,39 @@ class ShardGeneration:
         # Paused by jobs/generate.py while the job starts; generating leaves garbage to collect.
         resume_after_start()
 
-    def generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
+    def generate(
+        self,
+        folder: RunFolder,
+        config: dict[str, Any],
+        todo: list[int],
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> None:
+        """Chunks ``todo``, each written as it finishes, with the shard's progress shown meanwhile and handed to
+        ``on_progress`` (the run's observers) every progress.interval_seconds and at the end."""
         if not todo:
             return
+        with self._progress_shown(folder, todo, on_progress):
+            self._generate(folder, config, todo)
+
+    @contextlib.contextmanager
+    def _progress_shown(
+        self, folder: RunFolder, todo: list[int], on_progress: Callable[[Progress], None] | None
+    ) -> Iterator[None]:
+        """The shard's progress while the body generates chunks ``todo``: the rows of its other chunks were written
+        by earlier launches, so it starts from them."""
+        todo_set = set(todo)
+        total = sum(len(chunk) for chunk in self._chunks)
+        before = sum(len(chunk) for number, chunk in enumerate(self._chunks) if number not in todo_set)
+        name = f"{self.job.spec.label} shard {folder.shard_index}/{folder.shard_count}"
+        self.progress = ShardProgress(self.job.progress, name, total, before, self.job.sampling.n, on_progress)
+        try:
+            yield
+        finally:
+            progress, self.progress = self.progress, None
+            progress.close()
+
+    def _generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
+        """The chunks not done yet, on the one engine of the shard's set-up (spec=auto's phases have their own)."""
         assert self.engine is not None, "start_engine() comes first"
         try:
             self._stream(self.engine, folder, config, todo)
@@ -204,7 +238,7 @@ class ShardGeneration:
                 writer.launch,
             )
             # Seeds are the shard's own set-up's, also in spec=auto's phases (ChunkStreamer).
-            self.streamer = ChunkStreamer(engine, job, self._tokenizer, self.job.spec.label)
+            self.streamer = ChunkStreamer(engine, job, self._tokenizer, self.job.spec.label, self.progress)
             try:
                 streamed = self.streamer.run(chunks, writer.write, stop_requested, until or (lambda: False))
             finally:

@@ -10,6 +10,9 @@ chunks are doing: ``chunk_size`` sets how much a kill can lose, never the batch.
 
 Rows that cannot be asked (malformed, empty, too long, refused by the engine, or whose previous turn failed) become
 error rows and are never sent; the other rows of their chunk go on.
+
+The loop tells the shard's progress (specbatch.run.shard_progress) of every finished request, sample and row, and
+ticks it after every engine step; how it is shown and reported is its own business.
 """
 
 from __future__ import annotations
@@ -29,12 +32,10 @@ from specbatch.data.rows import SourceRow
 from specbatch.engine import Completion, Engine, Request, RequestRefused
 from specbatch.engine.spec_metrics import Counters
 from specbatch.run.output_rows import build_output_rows, error_output_row
+from specbatch.run.shard_progress import ShardProgress
 from specbatch.run.step_log import StepLog
 
 log = logging.getLogger(__name__)
-
-# Seconds between progress lines while the engine runs (chunks are logged as they are written, too).
-PROGRESS_EVERY = 30.0
 
 
 @dataclass
@@ -72,6 +73,8 @@ class _Chunk:
     counters: Counters = field(default_factory=Counters)
     # Row turns asked and not answered yet; the chunk is finished when none are left.
     in_flight: int = 0
+    # Per row, its samples not finished yet (a sample is finished when its last turn is answered or failed).
+    samples_left: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -85,7 +88,14 @@ class _Asked:
 class ChunkStreamer:
     """Drives one engine over the chunks of one shard (see the module docstring)."""
 
-    def __init__(self, engine: Engine, job: JobConfig, tokenizer: Any, seed_setup: str | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        job: JobConfig,
+        tokenizer: Any,
+        seed_setup: str | None = None,
+        progress: ShardProgress | None = None,
+    ) -> None:
         self.engine, self.job, self.tokenizer = engine, job, tokenizer
         self.method, self.k = job.spec.method.value, job.spec.k
         # What the samples' seeds are drawn for (sample_seed): the run's own set-up, which is the one this engine
@@ -97,8 +107,10 @@ class ChunkStreamer:
         self.steps = StepLog(job.spec.label, job.spec.k_schedule, engine.concurrency)
         self._ready: deque[Request] = deque()
         self._asked: dict[tuple[str, int, int], _Asked] = {}
-        # Progress: requests answered and tokens generated so far, and when it was last logged.
-        self._answered_requests, self._tokens, self._logged = 0, 0, 0.0
+        # Requests answered so far: each output row records its place in that order.
+        self._answered_requests = 0
+        # The shard's progress (shown and reported by it), told of every finished request, sample and row.
+        self.progress = progress
 
     def run(
         self,
@@ -151,6 +163,7 @@ class ChunkStreamer:
                         admitting = False
                         break
                     chunk = _Chunk(*item)
+                    chunk.samples_left = [self.job.sampling.n] * len(chunk.rows)
                     open_chunks += 1
                     for position, row in enumerate(chunk.rows):
                         self._ask(chunk, position, row, 1, [], range(self.job.sampling.n))
@@ -172,7 +185,8 @@ class ChunkStreamer:
                     self.steps.record(step_ended - began, step_ended - step_began, self.engine.last_step)
                 for completion in completions:
                     self._answered(completion, finish)
-                self._progress(time.perf_counter() - began, open_chunks)
+                if self.progress is not None:
+                    self.progress.tick(self.engine.unfinished + len(self._ready), open_chunks)
         except BaseException as exc:
             # A shared engine must not hand this job's leftovers to the next one. An engine that died (below) may
             # fail to cancel too: the first error is the one to report.
@@ -195,18 +209,6 @@ class ChunkStreamer:
         result.counters = _difference(before, self.engine.counters())
         result.counters_scope = self.engine.counters_scope
         return result
-
-    def _progress(self, elapsed: float, open_chunks: int) -> None:
-        if elapsed - self._logged < PROGRESS_EVERY:
-            return
-        self._logged = elapsed
-        log.info(
-            "%d requests answered, %d running or queued, %d chunks open; %.1f output tok/s so far",
-            self._answered_requests,
-            self.engine.unfinished + len(self._ready),
-            open_chunks,
-            self._tokens / elapsed,
-        )
 
     def _ask(
         self, chunk: _Chunk, position: int, row: SourceRow, turn: int, answers: list[str], samples: Iterable[int]
@@ -270,12 +272,15 @@ class ChunkStreamer:
         counters = _request_counters(completion)
         chunk.counters = chunk.counters + counters
         self._answered_requests += 1
-        self._tokens += counters.generation_tokens
+        if self.progress is not None:
+            self.progress.answered(counters)
         row = chunk.rows[position]
         if request.turn < row.num_turns:
             # Each sample continues its own conversation, with its own answer.
             answers = [*asked.answers, completion.samples[0].text]
             self._ask(chunk, position, row, request.turn + 1, answers, [request.sample])
+        else:
+            self._samples_finished(chunk, position, 1)
         if not chunk.in_flight:
             finish(chunk)
 
@@ -298,6 +303,14 @@ class ChunkStreamer:
                 seed = self._seed(row.row_id, sample)
                 out = error_output_row(row.row_id, t, row.category, message, self.method, self.k, shown, sample, seed)
                 chunk.output_rows.append(((position, t, sample), out))
+        # Nothing more is asked for these samples: every turn of theirs is now a row.
+        self._samples_finished(chunk, position, len(samples))
+
+    def _samples_finished(self, chunk: _Chunk, position: int, samples: int) -> None:
+        """``samples`` of the row at ``position`` have every turn answered or failed; the row is done with its last."""
+        left = chunk.samples_left[position] = chunk.samples_left[position] - samples
+        if self.progress is not None:
+            self.progress.finished(samples, row=left == 0)
 
     def _seed(self, row_id: str, sample: int) -> int | None:
         """The seed of one sample's requests (every turn of it): recorded on its rows, error rows too."""

@@ -12,12 +12,20 @@ engine needs: that starts on a worker thread once the shard's lock is held and t
 while the chunks generate. Every later MLflow call of the run goes to that thread in event order (one thread uses the
 client). The executor sees each event finished when it returns, except those two: on_finish and on_end wait for them
 first and raise what on_start raised.
+
+While the shard generates, its progress (specbatch.run.shard_progress) becomes step metrics of the run, so the UI
+draws a live curve: ``progress/<figure>`` stepped by the shard's rows done (a resumed shard's steps go on from the
+rows its earlier launches wrote). They go to the same thread without waiting; while a report still waits there
+for its turn (a slow store), a newer one takes its place instead of queueing behind it, so the job never waits for
+MLflow, nothing piles up, and the last report (the shard's end) is always logged. A store that fails makes the
+logger inert, as any failure does. The summary's own metrics keep their names: the curve's are apart.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -29,6 +37,7 @@ from specbatch.run.events import RunStart
 from specbatch.run.folder import RunFolder
 from specbatch.run.multirun import SweepJob
 from specbatch.run.records.tracking_notes import write_note
+from specbatch.run.shard_progress import Progress
 from specbatch.run.summary import Summary
 from specbatch.tracking.logger import RunLogger, mark_run_killed, mlflow_run
 from specbatch.tracking.run_contents import RunIdentity, log_params, log_shard_results, run_identity
@@ -58,6 +67,9 @@ class TrackingObserver:
         self._worker: ThreadPoolExecutor | None = None
         self._client: Future[Any] | None = None
         self._starting: Future[None] | None = None
+        # The newest progress report, while a call to log it waits for the thread (None: no call waits).
+        self._progress: Progress | None = None
+        self._progress_lock = threading.Lock()
 
     def on_locked(self, folder: RunFolder) -> None:
         """An MLflow run left RUNNING by a killed launch of this shard is ended KILLED (it can never finish); then the
@@ -80,6 +92,15 @@ class TrackingObserver:
         if self._worker is None:
             self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow")
         return self._worker
+
+    def on_progress(self, progress: Progress) -> None:
+        """Logged on the run's thread without waiting for it (module docstring)."""
+        if self._worker is None:
+            return
+        with self._progress_lock:
+            waiting, self._progress = self._progress is not None, progress
+        if not waiting:
+            self._worker.submit(self._log_progress)
 
     def on_finish(self, summary: Summary, parts: list[Path]) -> None:
         self._on_worker(self._finish, summary, parts)
@@ -129,6 +150,12 @@ class TrackingObserver:
         if run:
             log_params(run, start.config)
 
+    def _log_progress(self) -> None:
+        with self._progress_lock:
+            progress, self._progress = self._progress, None
+        if self._run is not None and progress is not None:
+            self._run.log_stepped_metrics(progress_metrics(progress))
+
     def _finish(self, summary: Summary, parts: list[Path]) -> None:
         run, folder = self._run, self._folder
         if run is None or folder is None:
@@ -168,3 +195,18 @@ class TrackingObserver:
             },
         )
         log.warning("MLflow logging of shard %s is pending; log it with: %s", folder.shard_tag, run.later)
+
+
+def progress_metrics(progress: Progress) -> list[tuple[str, float, int]]:
+    """The live curve's points of one progress report: (name, value, step), stepped by the shard's rows done. A
+    figure not known yet (AL with nothing drafted, the ETA before a row is done) is left out, not logged as 0."""
+    step = progress.rows_done
+    figures: dict[str, float | None] = {
+        "rows_done": progress.rows_done,
+        "samples_done": progress.samples_done,
+        "fraction_done": progress.rows_done / progress.rows_total if progress.rows_total else None,
+        "output_tokens_per_second": progress.tokens_per_second,
+        "mean_acceptance_length": progress.acceptance_length,
+        "eta_seconds": progress.eta_seconds,
+    }
+    return [(f"progress/{name}", float(value), step) for name, value in figures.items() if value is not None]

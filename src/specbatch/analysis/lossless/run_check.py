@@ -52,12 +52,13 @@ def run_sampler(config: dict[str, Any]) -> Sampler:
     )
 
 
-def check_run(root: Path) -> dict[str, Any]:
-    """The run's verdict, written to result_path(root) (replacing an earlier check's) and returned."""
+def check_run(root: Path, asked: Sampler | None = None) -> dict[str, Any]:
+    """The run's verdict, written to result_path(root) (replacing an earlier check's) and returned. ``asked``: the
+    sampler to check against instead of the run's own (a planted fault: the engine ran another)."""
     root = Path(root).resolve()
     finished_summary(root)  # RunIncompleteError for a run that is not finished: its rows are not all there
     config = read_run(root)["config"]
-    sampler = run_sampler(config)
+    sampler = asked or run_sampler(config)
     model = config["model"]
     referee = Referee(model["path"], model.get("revision"))
     verdict = referee.score(sampled_rows(root), sampler).verdict()

@@ -10,10 +10,10 @@ record                                          owner (run.records.…)     vers
 ``stats/<shard>/launch-<id>.json``              ``launch_record``         ``format`` 1 (absent: 1)
 ``stats/<shard>/source.json``                   ``source_record``         ``format`` 1 (absent: 1)
 ``stats/<shard>.json``, ``merged/summary.json``  ``summary_file``          1 (no key written; above 1 refused)
-``…/speculation_profile.json``                  ``profile_file``          1 (no key written; above 1 refused)
+``…/speculation_profile.json``                  ``profile_file``          2 = ``schema_version`` 1.0 (absent: 1)
 ``merged/manifest.json``                        ``manifest_file``         ``format`` 1 (absent: 1)
 ``decision.json``, ``…/auto-{plan,switch}.json``  ``decision_file``    ``format`` 1 (absent: 1)
-``prediction/predicted.{json,parquet}``         ``prediction_file``       ``format`` 1 (absent: 1)
+``prediction/predicted.{json,parquet}``         ``prediction_file``       ``format`` 2 (absent: 1)
 ``stats/<shard>/steps/<n>.parquet``             ``steps_file``            metadata ``format`` 1
 ``mlflow_active/``, ``mlflow_pending/`` notes   ``tracking_notes``        ``format`` 1 (absent: 1)
 ==============================================  ========================  ======================================

@@ -2,7 +2,11 @@
 rows left out and why) and ``prediction/predicted.parquet`` (the same as a table). What they say is
 :mod:`specbatch.prediction`'s; their files are this module's.
 
-Version (``format``, in the JSON): 1; a file without the key is format 1 too.
+Version (``format``, in the JSON): 2, each set-up a speculation profile in ModelOpt's schema 1.0, ``measured``
+false (specbatch.run.profile_schema). Format 1 (also a file without the key) held each set-up in specbatch's own
+shape of a profile: read, each is upgraded as a speculation profile of format 1 is (records.profile_file), its
+set-up, completions and draft tokens past a completion's end kept under ``specbatch``. The Parquet table is the same
+in both.
 """
 
 from __future__ import annotations
@@ -14,13 +18,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specbatch.common.atomic_files import atomic_write
-from specbatch.run.records.record_files import read_checked, unstamped, write_stamped
+from specbatch.run.records.profile_file import upgrade_profile
+from specbatch.run.records.record_files import format_of, read_checked, unstamped, write_stamped
 
-PREDICTION_FORMAT = 1
+PREDICTION_FORMAT = 2
 # The folder inside the run folder.
 PREDICTION_DIR = "prediction"
 _KEYS = ("run", "completions", "skipped", "setups")
 _FIX = "predict the run again (python jobs/predict.py <run folder>), which writes it anew"
+# What a set-up of format 1 kept beside its figures, kept under ``specbatch`` when it is upgraded.
+_FORMAT_1_SETUP = (
+    "setup",
+    "completions",
+    "unverified_tokens",
+    "unverified_expected_accepted",
+    "acceptance_length_estimate",
+)
 
 
 def write_prediction_files(out: Path, record: dict[str, Any], rows: list[dict[str, Any]]) -> None:
@@ -34,4 +47,11 @@ def write_prediction_files(out: Path, record: dict[str, Any], rows: list[dict[st
 def read_prediction(out: Path) -> dict[str, Any] | None:
     """predicted.json in ``out``; None when the run was not predicted; RecordError when damaged or newer."""
     record = read_checked(out / "predicted.json", _KEYS, PREDICTION_FORMAT, "prediction", _FIX)
-    return None if record is None else unstamped(record)
+    if record is None:
+        return None
+    if format_of(record) == 1:
+        record["setups"] = [
+            upgrade_profile(setup, measured=False, ours={key: setup[key] for key in _FORMAT_1_SETUP if key in setup})
+            for setup in record["setups"]
+        ]
+    return unstamped(record)

@@ -1,25 +1,46 @@
 """A speculation profile, ``stats/<shard>/speculation_profile.json`` (a shard's) and
 ``merged/speculation_profile.json`` (the merged run's): what its figures mean is
-:mod:`specbatch.run.speculation_profile`'s; its file is this module's.
+:mod:`specbatch.run.speculation_profile`'s, its shape NVIDIA ModelOpt's (:mod:`specbatch.run.profile_schema`); its
+file is this module's.
 
-Version: 1. Like the summary, the file carries no ``format`` key and this version writes none: other tools read it in
-the shape NVIDIA ModelOpt's speculation_profile.json has; a file with a ``format`` above 1 is refused.
+Version: 2, which is ModelOpt's speculation profile schema 1.0 and says so in the schema's own key,
+``schema_version`` (no ``format`` key is written: other tools read the file as theirs). Format 1, specbatch's own
+shape (``k``, ``acceptance_length``, ``marginal_acceptance``, ``categories``, ... and no ``schema_version``), is
+upgraded on read into schema 1.0 from the counts it kept (steps and accepted tokens per position give the whole
+histogram); what it did not record stays null (the mean of each request's own AL, the target's revision and dtype,
+the sampling and the machine). A file of schema 2.x or more, or with a ``format`` above 2, is refused. ModelOpt's own
+profiles (schema 1.x) read as they are.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from specbatch.common.atomic_files import atomic_write_json
-from specbatch.run.records.record_files import read_checked
+from specbatch.engine.spec_metrics import histogram_from_accepted_per_position
+from specbatch.run.profile_schema import OURS, acceptance_figures, build_profile, checkpoint_id, schema_problems
+from specbatch.run.records.record_files import RecordError, refuse_newer
 
-PROFILE_FORMAT = 1
+PROFILE_FORMAT = 2
 # Its file name, a shard's and the merged run's.
 PROFILE_FILE = "speculation_profile.json"
-# The keys every profile has, and what mends one that is damaged: it is made from the rows, which are whole.
-_KEYS = ("method", "k", "rows")
+# The schema's key that tells a profile of format 2 from one of format 1.
+_SCHEMA_KEY = "schema_version"
+# What mends a damaged one: it is made from the rows, which are whole (status names a shard's, merge and a rerun of
+# the finished shard write it again: specbatch.run.speculation_profile.rebuild_profile).
 REBUILD = "python jobs/merge.py on the run folder, or a rerun of the shard, rebuilds it from the rows"
+# The keys a profile of format 1 cannot be upgraded without.
+_FORMAT_1_KEYS = ("method", "k", "drafts", "accepted_per_position")
+# What format 1 kept of the figures it had no ModelOpt field for, under today's names.
+_FORMAT_1_OURS = {
+    "rows": "rows",
+    "drafts": "drafts",
+    "draft_tokens": "draft_tokens",
+    "accepted_tokens": "accepted_tokens",
+    "acceptance_rate": "draft_acceptance_rate",
+}
 
 
 def write_profile(path: Path, profile: dict[str, Any] | None) -> None:
@@ -31,6 +52,57 @@ def write_profile(path: Path, profile: dict[str, Any] | None) -> None:
 
 
 def read_profile(path: Path) -> dict[str, Any] | None:
-    """The profile at ``path``, or None when there is none; RecordError when it is damaged (cut short, not an
-    object, keys missing) or a newer version wrote it."""
-    return read_checked(path, _KEYS, PROFILE_FORMAT, "speculation profile", REBUILD)
+    """The profile at ``path`` in schema 1.x (format 1 upgraded), or None when there is none; RecordError when a
+    newer version wrote it or it is damaged (cut short, not an object, keys missing, no profile of schema 1.x or
+    format 1)."""
+    try:
+        profile = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:  # cut short or overwritten
+        raise RecordError(f"{path} is damaged (not JSON: {exc})", REBUILD) from None
+    if not isinstance(profile, dict):
+        raise RecordError(f"{path} is damaged (not a JSON object)", REBUILD)
+    refuse_newer(profile, path, PROFILE_FORMAT, "speculation profile")
+    if _SCHEMA_KEY not in profile:
+        missing = [key for key in _FORMAT_1_KEYS if key not in profile]
+        if missing:
+            # Neither schema 1.x nor format 1 whole: a keyless (emptied) file says the schema's key is what it lacks.
+            lacks = missing if len(missing) < len(_FORMAT_1_KEYS) else [_SCHEMA_KEY]
+            raise RecordError(f"{path} is damaged (it lacks {', '.join(lacks)})", REBUILD)
+        profile = upgrade_profile(profile, measured=True)
+    elif str(profile[_SCHEMA_KEY]).split(".")[0] != "1":
+        raise RecordError(
+            f"{path} is in ModelOpt's speculation profile schema {profile[_SCHEMA_KEY]} (this version reads 1.x)",
+            "read it with a version of specbatch that knows that schema, or update this checkout",
+        )
+    problems = schema_problems(profile)
+    if problems:
+        raise RecordError(f"{path} is damaged (not a speculation profile: {'; '.join(problems)})", REBUILD)
+    return profile
+
+
+def upgrade_profile(old: dict[str, Any], measured: bool, ours: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Schema 1.0 from a profile of format 1 (a run's, ``measured``, or a set-up of a prediction of format 1, not),
+    with ``ours`` added to what it kept that the schema has no field for."""
+    k = old["k"]
+
+    def kept(figures: dict[str, Any]) -> dict[str, Any]:
+        return {new: figures[key] for key, new in _FORMAT_1_OURS.items() if key in figures}
+
+    def histogram(figures: dict[str, Any]) -> list[int]:
+        return histogram_from_accepted_per_position(figures["drafts"], list(figures["accepted_per_position"]))
+
+    return build_profile(
+        histogram(old),
+        k,
+        method=old["method"],
+        measured=measured,
+        target_model={"id": checkpoint_id(old["model"])} if old.get("model") else None,
+        per_category={
+            name: {**acceptance_figures(histogram(figures), k), OURS: kept(figures)}
+            for name, figures in sorted((old.get("categories") or {}).items())
+        },
+        measurement_conditions={"engine": old["engine"]} if old.get("engine") else None,
+        ours={**kept(old), **(ours or {})},
+    )

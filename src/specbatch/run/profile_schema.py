@@ -1,0 +1,247 @@
+"""NVIDIA ModelOpt's speculation profile, schema 1.0: the shape every ``speculation_profile.json`` of ours is written
+in (a run's, measured; a prediction's set-ups, replayed), so that what reads ModelOpt's profiles (Dynamo's mocker,
+aiconfigurator, ModelOpt itself) reads ours, and vLLM's synthetic rejection sampler takes their rates.
+
+Read from ModelOpt's source, ``examples/specdec_bench/specdec_bench/speculation_profile.py`` of NVIDIA/Model-Optimizer
+at commit edf879d3daf7879acdeb2dab9f54a591837da7b0 (PR #2247: ``build_profile``, ``stub_profile``,
+``_consistency_check``, ``_monotonicity_check``), with the histogram of its ``metrics/acceptance_rate.py``:
+
+- ``marginal_accept_rates[i]`` = P(the first i+1 drafted tokens are all accepted): a survival function, never
+  increasing, and AL = 1 + their sum. vLLM 0.32's ``synthetic_acceptance_rates`` is this vector ("per-position
+  *unconditional* acceptance rates", its config/speculative.py): :func:`synthetic_acceptance_rates` hands it over.
+- ``conditional_accept_rates[i]`` = P(token i+1 accepted | the first i were): what Dynamo's mocker draws.
+- ``acceptance_length_histogram``: steps by the tokens each produced, the target's bonus token included (``"1"``:
+  none of the draft accepted), keyed by strings as JSON keeps them; ``mean_accept_length`` is its mean.
+- ``validation``: that mean against 1 + Σ marginal (within 0.02: a vector cut short of the k that ran fails) and the
+  marginals never increasing. Rates and means are rounded to 6 decimals, as ModelOpt rounds them.
+
+One difference of counting, ours being vLLM's: a step is a drafting step (vLLM's ``num_drafts``), so a step in which
+the drafter proposed nothing (n-gram without a match) is not one, where specdec_bench counts every decode step.
+
+What the schema has no field for (rows, drafts, draft tokens, the draft acceptance rate, a prediction's set-up) goes
+under a key of our own, ``specbatch``, beside the schema's fields.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from specbatch.common.errors import ConfigError
+from specbatch.engine.spec_metrics import accepted_per_position_from_histogram
+from specbatch.methods import METHODS
+
+# The schema this module writes (ModelOpt's ``schema_version``); a reader takes any 1.x.
+MODELOPT_SCHEMA = "1.0"
+# The key of what the schema has no field for.
+OURS = "specbatch"
+# Standard rejection sampling accepts the longest drafted prefix the target agrees with: what the vectors describe.
+LONGEST_PREFIX = "longest_prefix"
+# ModelOpt's own rounding and the tolerance of its mean-consistency check.
+DECIMALS = 6
+MEAN_TOLERANCE = 0.02
+
+_NULL = type(None)
+_NUMBER = (int, float)
+# The fields a reader of schema 1.0 can count on, and the JSON types each may hold: ModelOpt's build_profile writes
+# them all; its stub_profile (nothing measured) leaves the mean and the validation null. Its docstring calls the
+# checkpoints "dicts describing what was measured"; its checkpoint_id makes an "org/model" string, taken too.
+FIELDS: dict[str, tuple[type, ...]] = {
+    "schema_version": (str,),
+    "measured": (bool,),
+    "method": (str, _NULL),
+    "draft_checkpoint": (dict, str, _NULL),
+    "target_model": (dict, str, _NULL),
+    "num_speculative_tokens": (int,),
+    "block_size": (int, _NULL),
+    "max_supported_k": (int,),
+    "verification_method": (str,),
+    "conditional_accept_rates": (list, _NULL),
+    "marginal_accept_rates": (list, _NULL),
+    "mean_accept_length": (*_NUMBER, _NULL),
+    "accept_length_model": (str,),
+    "accept_length_by_k": (dict,),
+    "acceptance_length_histogram": (dict, _NULL),
+    "per_category": (dict, _NULL),
+    "measurement_conditions": (dict, _NULL),
+    "validation": (dict, _NULL),
+}
+# Written by the revision read above but not by every one before it: checked when present.
+OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {"mean_accept_length_per_request": (*_NUMBER, _NULL)}
+
+
+def _is(value: Any, types: tuple[type, ...]) -> bool:
+    # JSON's true is no number: bool is a subclass of int in Python.
+    return bool in types if isinstance(value, bool) else isinstance(value, types)
+
+
+def _is_rate(value: Any) -> bool:
+    return _is(value, _NUMBER) and math.isfinite(value) and 0.0 <= value <= 1.0
+
+
+def schema_problems(profile: Any) -> list[str]:
+    """What keeps ``profile`` from being a schema 1.x profile (empty when nothing): a field missing or of another
+    type, a version other than 1.x, rates that are not k probabilities, a histogram that is no count per length."""
+    if not isinstance(profile, dict):
+        return ["not a JSON object"]
+    problems = []
+    for fields, required in ((FIELDS, True), (OPTIONAL_FIELDS, False)):
+        for key, types in fields.items():
+            if key not in profile:
+                problems += [f"{key} is missing"] if required else []
+            elif not _is(profile[key], types):
+                names = " or ".join("null" if t is _NULL else t.__name__ for t in types)
+                problems.append(f"{key} is {type(profile[key]).__name__}, not {names}")
+    if problems:
+        return problems
+    if profile["schema_version"].split(".")[0] != "1":
+        problems.append(f"schema_version is {profile['schema_version']!r}, not 1.x")
+    k = profile["num_speculative_tokens"]
+    for key in ("conditional_accept_rates", "marginal_accept_rates"):
+        rates = profile[key]
+        if rates is not None and (len(rates) != k or not all(_is_rate(r) for r in rates)):
+            problems.append(f"{key} is not {k} probabilities: {rates}")
+    histogram = profile["acceptance_length_histogram"] or {}
+    if not all(key.isdigit() and int(key) >= 1 and _is(n, (int,)) and n >= 0 for key, n in histogram.items()):
+        problems.append(f"acceptance_length_histogram is not steps per length from 1: {histogram}")
+    if not all(key.isdigit() and _is(al, _NUMBER) for key, al in profile["accept_length_by_k"].items()):
+        problems.append(f"accept_length_by_k is not a mean per k: {profile['accept_length_by_k']}")
+    return problems
+
+
+def acceptance_figures(histogram: list[int], k: int) -> dict[str, Any]:
+    """The schema's figures of drafting steps counted by tokens accepted (``histogram[j]``: steps that accepted j of
+    their draft, j = 0..k, vLLM's per-request histogram summed): the mean acceptance length (None without a step), the
+    conditional and marginal rates over positions 0..k-1 (from the counts, so they agree with each other exactly) and
+    the histogram keyed by acceptance length. A histogram longer than k + 1 is kept whole, so the check sees it."""
+    steps = sum(histogram)
+    per_position = (accepted_per_position_from_histogram(list(histogram)) + [0] * k)[:k]
+    marginal = [count / steps if steps else 0.0 for count in per_position]
+    before = [steps, *per_position[:-1]]
+    conditional = [count / prior if prior else 0.0 for count, prior in zip(per_position, before, strict=True)]
+    mean = sum((j + 1) * n for j, n in enumerate(histogram)) / steps if steps else None
+    return {
+        "mean_accept_length": _round(mean),
+        "conditional_accept_rates": [_round(r) for r in conditional],
+        "marginal_accept_rates": [_round(r) for r in marginal],
+        "acceptance_length_histogram": {str(j + 1): n for j, n in enumerate(histogram)},
+    }
+
+
+def validation(mean: float | None, marginal: list[float]) -> dict[str, Any]:
+    """ModelOpt's two checks: ``mean`` (None: nothing measured, nothing to hold the vector to) against 1 + Σ
+    ``marginal``, and ``marginal`` never increasing (vLLM's synthetic sampler refuses one that does)."""
+    consistency = None
+    if mean is not None:
+        implied = 1.0 + sum(marginal)
+        delta = abs(implied - mean)
+        consistency = {
+            "implied_mean_accept_length": _round(implied),
+            "reported_mean_accept_length": _round(mean),
+            "abs_delta": _round(delta),
+            "tolerance": MEAN_TOLERANCE,
+            "passed": delta <= MEAN_TOLERANCE,
+        }
+    violations = [
+        {"position": i, "value": marginal[i], "previous": marginal[i - 1]}
+        for i in range(1, len(marginal))
+        if marginal[i] > marginal[i - 1] + 1e-9
+    ]
+    return {
+        "mean_consistency": consistency,
+        "marginal_monotonicity": {"passed": not violations, "violations": violations},
+    }
+
+
+def accept_length_model(method: str) -> str:
+    """ModelOpt's ``accept_length_model``: ``chain_analytic`` when the method's draft at k is the first k tokens of
+    its draft at k + 1 (its module says so: Method.chain_drafting), so the rates give AL at every smaller k;
+    ``measured_per_k`` otherwise."""
+    entry = {m.name: m for m in METHODS.values()}.get(method)
+    return "chain_analytic" if entry is not None and entry.chain_drafting else "measured_per_k"
+
+
+def build_profile(
+    histogram: list[int],
+    k: int,
+    *,
+    method: str,
+    measured: bool,
+    target_model: dict[str, Any] | None,
+    draft_checkpoint: dict[str, Any] | None = None,
+    per_category: dict[str, dict[str, Any]] | None = None,
+    mean_per_request: float | None = None,
+    measurement_conditions: dict[str, Any] | None = None,
+    ours: dict[str, Any] | None = None,
+    verification_method: str = LONGEST_PREFIX,
+) -> dict[str, Any]:
+    """A schema 1.0 profile of drafting steps counted by tokens accepted (``histogram``, as
+    :func:`acceptance_figures` takes it) at ``k``: ``measured`` (a run's figures) unless they were replayed, and in
+    any case not when there is no step to measure; ``per_category`` holds each category's
+    :func:`acceptance_figures` (and what else the caller keeps of it); ``mean_per_request`` the mean of each
+    request's own AL, which ModelOpt keeps beside the per-step mean for model cards that quote that one."""
+    figures = acceptance_figures(histogram, k)
+    mean = figures["mean_accept_length"]
+    return {
+        "schema_version": MODELOPT_SCHEMA,
+        "measured": measured and mean is not None,
+        "method": method,
+        "draft_checkpoint": draft_checkpoint,
+        "target_model": target_model,
+        "num_speculative_tokens": k,
+        # A trained block size is a block drafter's checkpoint's own; the profile does not read checkpoints.
+        "block_size": None,
+        "max_supported_k": k,
+        "verification_method": verification_method,
+        "conditional_accept_rates": figures["conditional_accept_rates"],
+        "marginal_accept_rates": figures["marginal_accept_rates"],
+        "mean_accept_length": mean,
+        "mean_accept_length_per_request": _round(mean_per_request),
+        "accept_length_model": accept_length_model(method),
+        "accept_length_by_k": {} if mean is None else {str(k): mean},
+        "acceptance_length_histogram": figures["acceptance_length_histogram"],
+        "per_category": per_category or None,
+        "measurement_conditions": measurement_conditions,
+        "validation": validation(mean, figures["marginal_accept_rates"]),
+        OURS: ours or {},
+    }
+
+
+def checkpoint_id(path: str | None) -> str | None:
+    """A checkpoint's ``org/model`` (ModelOpt's checkpoint_id: the last two parts of its path), so that a profile,
+    logged and shared, carries no machine's folder layout; run.json keeps the whole path."""
+    parts = [part for part in str(path or "").replace("\\", "/").split("/") if part]
+    return "/".join(parts[-2:]) or None
+
+
+def synthetic_acceptance_rates(profile: dict[str, Any], k: int | None = None) -> list[float]:
+    """What vLLM's synthetic rejection sampler takes as ``synthetic_acceptance_rates`` (in ``speculative_config``,
+    with ``rejection_sample_method='synthetic'``) to run at ``profile``'s acceptance: its marginal rates, at the k it
+    was measured at, or at a smaller ``k`` (its first k rates) when its method drafts in a chain
+    (``accept_length_model`` ``chain_analytic``). ConfigError naming the field and the way out otherwise."""
+    measured_k = profile["num_speculative_tokens"]
+    rates = profile.get("marginal_accept_rates")
+    if rates is None:
+        why = profile.get("vectors_unavailable_reason") or f"verification_method={profile['verification_method']!r}"
+        raise ConfigError(
+            f"the profile has no marginal_accept_rates ({why}): take a profile measured with standard verification"
+        )
+    k = measured_k if k is None else k
+    chain = profile.get("accept_length_model") == "chain_analytic"
+    if not 1 <= k <= measured_k or (k < measured_k and not chain):
+        raise ConfigError(
+            f"the profile was measured at num_speculative_tokens={measured_k} and its method "
+            f"({profile.get('method')}, accept_length_model={profile.get('accept_length_model')!r}) gives no rates at "
+            f"k={k}: set num_speculative_tokens={measured_k}, or measure a profile at k={k}"
+        )
+    check = (profile.get("validation") or {}).get("marginal_monotonicity") or {"passed": True}
+    if not check["passed"]:
+        raise ConfigError(
+            f"the profile's marginal_accept_rates {rates} increase somewhere (validation.marginal_monotonicity), "
+            "which no acceptance can do and vLLM refuses: the profile is damaged, measure it again"
+        )
+    return [float(rate) for rate in rates[:k]]
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, DECIMALS)
