@@ -43,7 +43,10 @@ from specbatch.pipeline import run_job
 from specbatch.prediction.turns import ReplayTurn
 from specbatch.run.folder import RunFolder
 from specbatch.run.integrity import PartRecord
+from specbatch.run.profile_schema import schema_problems
 from specbatch.run.records.output_parts import SCHEMA_VERSION_KEY
+from specbatch.run.records.profile_file import read_profile
+from specbatch.run.status_merge import merge_shards
 from specbatch.run.streaming import ChunkStreamer
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -728,3 +731,109 @@ def test_serving_spec_auto_says_to_serve_its_decision_instead() -> None:
     assert result.returncode == 2, result.stderr[-2000:]
     assert "serve what its decision.json names under overrides" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# --- what an auto run reports of the set-ups that generated its rows ---
+
+
+def _by_setup(folder: RunFolder) -> dict[str, list[dict]]:
+    """The shard's rows by the set-up their part's figures name."""
+    setups, out = _setups(folder), {}
+    for number, part in zip(folder.part_numbers(), folder.parts(), strict=True):
+        out.setdefault(setups[number], []).extend(pq.read_table(part).to_pylist())
+    return out
+
+
+def _check_setup_figures(per_setup: dict, rows: dict[str, list[dict]]) -> None:
+    """Each set-up's figures are its own rows' (drafting counted from the rows), and (speculative) all the drafting
+    set-ups' rows together, AL from the summed counts."""
+    drafting = [row for label, each in rows.items() if label != "none" for row in each]
+    for label, each in [*rows.items(), ("(speculative)", drafting)]:
+        figures = per_setup[label]
+        assert figures["rows"] == len(each), label
+        assert figures["output_tokens"] == sum(r["completion_tokens"] for r in each), label
+        if label == "none":
+            assert figures["drafts"] is figures["mean_acceptance_length"] is None
+            continue
+        drafts, accepted = sum(r["spec_steps"] for r in each), sum(r["accepted_tokens"] for r in each)
+        assert (figures["drafts"], figures["accepted_tokens"]) == (drafts, accepted), label
+        assert figures["draft_tokens"] == sum(r["draft_tokens"] for r in each), label
+        assert figures["mean_acceptance_length"] == pytest.approx(1 + accepted / drafts), label
+
+
+def test_an_auto_run_reports_the_figures_of_each_set_up_and_of_its_speculative_rows(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    """The issue's case: the winner generated most rows, and the summary, its table in the log and the profile say
+    what it achieved (the run's own acceptance figures stay null: no one k ran it all)."""
+    _force_winner(monkeypatch, "ngram-k2")
+    job = auto_job(tmp_path, "spec.auto.candidates=[none,ngram-k2]", "spec.auto.budget=0", "engine.max_num_seqs=2")
+    with caplog.at_level(logging.INFO, logger="specbatch.run.executor"):
+        result = run_job(job)
+    rows = _by_setup(result.folder)
+    assert set(rows) == {"none", "ngram-k2"} and len(rows["ngram-k2"]) > len(rows["none"])
+    summary = result.summary
+    assert summary.mean_acceptance_length is None and summary.num_speculative_tokens is None
+    assert set(summary.per_setup) == {"none", "ngram-k2", "(speculative)"}
+    assert summary.per_setup["none"]["roles"] == ["pilot"] and summary.per_setup["ngram-k2"]["roles"] == ["winner"]
+    _check_setup_figures(summary.per_setup, rows)
+    assert json.loads(result.folder.stats_path.read_text())["per_setup"] == summary.per_setup
+    # The log's table, in the order the run went.
+    assert re.search(
+        r"\nnone +pilot +\d+ .*\nngram-k2 +winner +\d+ .*\n\(speculative\) +drafting set-ups", caplog.text
+    )
+
+    # The profile is ModelOpt's schema 1.0 over the drafting set-ups' rows; each set-up apart under ours.
+    profile = read_profile(result.folder.profile_path)
+    assert schema_problems(profile) == [] and profile["measured"]
+    assert profile["validation"]["mean_consistency"]["passed"]
+    speculative, ours = summary.per_setup["(speculative)"], profile["specbatch"]
+    assert (profile["method"], profile["num_speculative_tokens"]) == ("auto", 2)
+    assert ours["rows"] == len(rows["ngram-k2"]) and profile["accept_length_model"] == "measured_per_k"
+    assert (ours["drafts"], ours["accepted_tokens"]) == (speculative["drafts"], speculative["accepted_tokens"])
+    assert profile["mean_accept_length"] == pytest.approx(speculative["mean_acceptance_length"], abs=1e-6)
+    assert profile["mean_accept_length"] == pytest.approx(1 + sum(profile["marginal_accept_rates"]), abs=1e-5)
+    setups = ours["setups"]
+    assert setups["none"] == {"roles": ["pilot"], "num_speculative_tokens": None, "rows": len(rows["none"])}
+    ngram = setups["ngram-k2"]
+    assert ngram["roles"] == ["winner"] and ngram["num_speculative_tokens"] == 2
+    # The winner generated every drafting row: its figures are the profile's own.
+    assert ngram["acceptance_length_histogram"] == profile["acceptance_length_histogram"]
+    assert ngram["marginal_accept_rates"] == profile["marginal_accept_rates"] and ngram["drafts"] == ours["drafts"]
+
+
+def test_a_merged_auto_run_adds_up_each_set_up_over_its_shards(tmp_path: Path) -> None:
+    """Two shards, the first pilots, measures and decides, the second runs every row with the run's winner: the
+    merged summary and profile count each set-up over both, with the roles each played."""
+    base = ["spec.auto.candidates=[none,ngram-k2,ngram-k5]", "shard.count=2", "max_samples=80"]
+    shards = [run_job(auto_job(tmp_path, *base, f"shard.index={index}")).folder for index in range(2)]
+    rows: dict[str, list[dict]] = {}
+    for folder in shards:
+        for label, each in _by_setup(folder).items():
+            rows.setdefault(label, []).extend(each)
+    decision = json.loads(shards[0].decision_path.read_text())
+    plan = json.loads(shards[0].auto_plan_path.read_text())
+    assert plan["measuring"] and plan["measure"]
+
+    merged = merge_shards(shards[0].root).summary
+    assert merged.rows == 80 and sum(merged.per_setup[label]["rows"] for label in rows) == 80
+    _check_setup_figures(merged.per_setup, rows)
+    assert merged.per_setup["none"]["roles"][0] == "pilot"
+    for label in plan["measure"]:
+        assert "measured" in merged.per_setup[label]["roles"]
+    assert "winner" in merged.per_setup[decision["winner"]]["roles"]
+    profile = read_profile(RunFolder(shards[0].root).merged_profile_path)
+    assert schema_problems(profile) == [] and profile["method"] == "auto"
+    setups = profile["specbatch"]["setups"]
+    assert profile["specbatch"]["drafts"] == merged.per_setup["(speculative)"]["drafts"]
+    assert {label: entry["roles"] for label, entry in setups.items()} == {
+        label: merged.per_setup[label]["roles"] for label in rows
+    }
+    # The set-ups' histograms add up to the run's, each at its own k.
+    drafting = [entry for entry in setups.values() if entry["num_speculative_tokens"]]
+    summed = {
+        length: sum(e["acceptance_length_histogram"].get(length, 0) for e in drafting)
+        for length in profile["acceptance_length_histogram"]
+    }
+    assert summed == profile["acceptance_length_histogram"]
+    assert all(len(e["marginal_accept_rates"]) == e["num_speculative_tokens"] for e in drafting)

@@ -16,6 +16,8 @@ from mlflow.tracking import MlflowClient
 
 from conftest import compose_job, run_generate
 from specbatch.run.folder import RunFolder
+from specbatch.run.profile_schema import schema_problems
+from specbatch.run.records.profile_file import read_profile
 
 pytestmark = pytest.mark.slow
 
@@ -98,3 +100,34 @@ def test_the_decision_is_in_mlflow(run: dict) -> None:
     assert mlflow_run.data.tags["auto.measured"] == "true"
     artifacts = {a.path for a in client.list_artifacts(mlflow_run.info.run_id)}
     assert {"auto_decision.json", "decision.json"} <= artifacts
+
+
+def test_the_summary_profile_and_mlflow_say_what_each_set_up_generated(run: dict) -> None:
+    """For real, n-gram drafting on rows that copy their prompt: the figures of the rows each set-up generated, in
+    the shard summary, the speculation profile and the MLflow run's metrics."""
+    folder, rows = run["folder"], run["rows"]
+    summary = json.loads(folder.stats_path.read_text())
+    per_setup = summary["per_setup"]
+    ngram_rows = [r for r in rows if r["method"] == "ngram"]
+    assert per_setup["none"]["rows"] + per_setup["ngram-k3"]["rows"] == ROWS
+    assert per_setup["ngram-k3"]["rows"] == len(ngram_rows) >= 3 and "measured" in per_setup["ngram-k3"]["roles"]
+    assert per_setup["none"]["roles"][0] == "pilot" and "winner" in per_setup[run["decision"]["winner"]]["roles"]
+    speculative = per_setup["(speculative)"]
+    assert speculative["accepted_tokens"] == sum(r["accepted_tokens"] for r in ngram_rows) > 0
+    assert speculative["mean_acceptance_length"] > 1.0 and summary["mean_acceptance_length"] is None
+
+    profile = read_profile(folder.profile_path)
+    assert schema_problems(profile) == [] and profile["validation"]["mean_consistency"]["passed"]
+    assert (profile["method"], profile["num_speculative_tokens"]) == ("auto", 3)
+    assert profile["specbatch"]["rows"] == len(ngram_rows)
+    assert profile["mean_accept_length"] == pytest.approx(speculative["mean_acceptance_length"], abs=1e-6)
+    assert profile["specbatch"]["setups"]["none"]["rows"] == per_setup["none"]["rows"]
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{run['root']}/mlflow.db")
+    (mlflow_run,) = client.search_runs([client.get_experiment_by_name("auto").experiment_id])
+    metrics = mlflow_run.data.metrics
+    assert metrics["setup/ngram-k3/rows"] == len(ngram_rows)
+    assert metrics["setup/speculative/mean_acceptance_length"] == pytest.approx(speculative["mean_acceptance_length"])
+    assert metrics["setup/none/rows"] == per_setup["none"]["rows"]
+    artifacts = {a.path for a in client.list_artifacts(mlflow_run.info.run_id, "speculation_profile")}
+    assert artifacts == {"speculation_profile/speculation_profile.json"}

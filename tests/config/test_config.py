@@ -244,6 +244,10 @@ def test_suffix_knobs_reach_vllm() -> None:
         (["sampling.temperature=-1"], "sampling.temperature=-1.0 is negative"),
         (["sampling.top_p=0"], "sampling.top_p=0.0 must be in (0, 1]"),
         (["sampling.top_k=-3"], "sampling.top_k=-3 must be 0 (off)"),
+        # Greedy samples are one completion n times over: refused, naming why and both ways out.
+        (["sampling.n=4"], "sampling.n=4 with sampling.temperature=0 (greedy) gives 4 identical completions per row"),
+        (["sampling=synthetic_data", "sampling.temperature=0"], "Set sampling.n=1, or sample (e.g. sampling=sampled"),
+        (["sampling=sampled", "sampling.n=2", "sampling.top_k=1"], "sampling.n=2 with sampling.top_k=1 gives 2"),
         (["sampling.max_tokens=0"], "sampling.max_tokens=0 must be 1 or more"),
         (["sampling.max_tokens=4096"], "sampling.max_tokens=4096 leaves no room for the prompt"),
         (["model.max_model_len=8"], "model.max_model_len=8 is too small"),

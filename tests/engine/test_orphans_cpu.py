@@ -18,8 +18,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import GENERATE, PROJECT_ROOT, compose_job, run_generate
+from conftest import GENERATE, PROJECT_ROOT, LiveJob, compose_job, run_generate
 from specbatch.run.folder import RunFolder
+from specbatch.serving import reaper
 from specbatch.serving.reaper import IPC_PREFIX
 
 pytestmark = pytest.mark.slow
@@ -151,3 +152,61 @@ def test_sigkill_of_the_job_leaves_no_engine_process_or_shm(tmp_path: Path) -> N
     assert not _tagged(tag), _describe(_tagged(tag))
     assert not _ipc_dirs() - ipc_before, "a normal stop removes the engine's IPC folder"
     assert "resource_tracker" not in result.stderr, "a normal stop prints no leaked-resource warning"
+
+
+def test_an_engine_in_the_jobs_process_leaves_no_rendezvous_file_after_a_stop_or_a_kill(tmp_path: Path) -> None:
+    """vLLM's CPU default runs the engine in the job's process, where no reaper watches: its torch rendezvous file
+    (vllm_dist_<hex>, which a clean close removes) goes into a folder of the engine's own. A SIGTERM during the start
+    removes it at once; a kill -9 leaves it, and the next launch removes it. Another process's files stay: a bare
+    rendezvous file, and the folder of a job still running (this test's process)."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {"TMPDIR": str(temp)}
+    args = [f"output_root={tmp_path / 'out'}", "max_samples=2", "sampling.max_tokens=8", "tracking=off"]
+    args += ["engine.warmup=false"]
+    foreign = temp / f"vllm_dist_{uuid.uuid4().hex}"
+    foreign.write_text("")
+    running = temp / f"{IPC_PREFIX}{reaper._host()}-{os.getpid()}-running0"
+    running.mkdir()
+    (running / "vllm_dist_running").write_text("")
+    planted = {foreign, running / "vllm_dist_running"}
+
+    def rendezvous() -> list[Path]:
+        return sorted(set(temp.rglob("vllm_dist_*")) - planted)
+
+    started: list[LiveJob] = []
+
+    def start_until_rendezvous() -> LiveJob:
+        job = LiveJob.generate(args, env=env)
+        started.append(job)
+        deadline = time.monotonic() + 600
+        while not rendezvous():
+            assert job.process.poll() is None, job.output[-3000:]
+            assert time.monotonic() < deadline, "no rendezvous file within 10 minutes"
+            time.sleep(0.05)
+        return job
+
+    try:
+        job = start_until_rendezvous()
+        (made,) = rendezvous()
+        assert made.parent.name.startswith(f"{IPC_PREFIX}{reaper._host()}-{job.process.pid}-"), made
+        job.signal_group(signal.SIGTERM)
+        assert job.wait(timeout=300) != 0, job.output[-3000:]
+        assert rendezvous() == [], "a stop during the engine's start removes its folder"
+
+        job = start_until_rendezvous()
+        job.process.send_signal(signal.SIGKILL)
+        job.wait(timeout=60)
+        (left,) = rendezvous()
+        assert left.parent.name.startswith(f"{IPC_PREFIX}{reaper._host()}-{job.process.pid}-"), left
+    finally:
+        for each in started:  # a job left running by a failed assertion
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(each.process.pid, signal.SIGKILL)
+            each.process.wait()
+
+    result = run_generate(args, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"removed {left.parent}, left by the engine of a job that is gone" in result.stdout + result.stderr
+    assert rendezvous() == [] and sorted(temp.glob(f"{IPC_PREFIX}*")) == [running]
+    assert foreign.exists() and (running / "vllm_dist_running").exists()

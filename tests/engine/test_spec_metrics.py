@@ -29,7 +29,8 @@ from specbatch.engine.spec_metrics import (
     histogram_from_accepted_per_position,
 )
 from specbatch.pipeline import merge_run, run_job
-from specbatch.run.summary import RowTotals, format_table, merge_summaries, summarize
+from specbatch.run.summary import RowTotals, merge_summaries, summarize
+from specbatch.run.summary_table import format_table
 
 
 @dataclass

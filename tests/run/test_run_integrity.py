@@ -219,3 +219,53 @@ def test_a_damaged_source_record_is_named_by_status_and_resume_and_once_removed_
     layout.source_record_path.unlink()
     run_job(job, engine=fake_engine(job))
     assert row_ids(layout) == ORIGINAL and len(json.loads(layout.source_record_path.read_text())["chunks"]) == 3
+
+
+@pytest.mark.parametrize("damage", ["deleted", "cut short", "emptied"])
+def test_a_lost_or_damaged_profile_is_named_by_status_and_rebuilt_from_the_rows_by_merge_and_a_rerun(
+    data_job, damage: str, caplog
+) -> None:
+    """The rows are whole, so status keeps the shard done and says in one line what is wrong with its profile; merge
+    and a rerun (which generates nothing) write it again as the rows make it."""
+    job = data_job("spec=ngram")
+    layout = RunFolder.for_job(job)
+    run_job(job, engine=fake_engine(job))
+    profile = layout.profile_path
+    whole = json.loads(profile.read_text())
+    assert whole["schema_version"] == "1.0" and whole["specbatch"]["drafts"] > 0
+
+    def spoil() -> None:
+        if damage == "deleted":
+            profile.unlink()
+        else:
+            profile.write_text('{"schema_version": "1.' if damage == "cut short" else "{}")
+
+    said = {
+        "deleted": f"{profile.relative_to(layout.root)} is missing",
+        "cut short": f"{profile} is damaged (not JSON: ",
+        "emptied": f"{profile} is damaged (it lacks schema_version)",
+    }[damage]
+    spoil()
+    [state] = run_status(layout.root)
+    assert state.state == "done" and state.problem.startswith(said) and "rebuilds it from the rows" in state.fix
+    status = subprocess.run([sys.executable, str(STATUS), str(layout.root)], capture_output=True, text=True)
+    said_once = [line for line in status.stderr.splitlines() if "speculation_profile.json" in line]
+    assert status.returncode == 0 and "1 done, 0 running" in status.stderr and len(said_once) == 1, status.stderr
+    with caplog.at_level("WARNING", logger="specbatch.run.status_merge"):
+        merge_run(layout.root, log_to_mlflow=False)
+    assert json.loads(profile.read_text()) == whole and said in caplog.text and "rebuilt from the rows" in caplog.text
+    assert run_status(layout.root)[0].problem is None
+
+    spoil()
+    engine = fake_engine(job)
+    with caplog.at_level("WARNING", logger="specbatch.run.executor"):
+        again = run_job(job, engine=engine)
+    assert not again.generated and engine.added == [] and json.loads(profile.read_text()) == whole
+
+
+def test_a_run_without_a_profile_due_is_not_said_to_lack_one(data_job) -> None:
+    """spec=none writes no profile, and nothing says it is missing."""
+    job = data_job()
+    layout = RunFolder.for_job(job)
+    run_job(job, engine=fake_engine(job))
+    assert not layout.profile_path.exists() and run_status(layout.root)[0].problem is None

@@ -198,6 +198,8 @@ def test_a_profile_of_format_1_reads_as_todays_writer_writes_it(tmp_path: Path) 
         ({"schema_version": "1.0", "measured": 1}, "measured is int, not bool"),
         ("[1, 2]", "not a JSON object"),
         ('{"schema_ver', "not JSON"),
+        ({}, "damaged (it lacks schema_version)"),
+        ({"method": "ngram", "k": 3}, "damaged (it lacks drafts, accepted_per_position)"),
     ],
 )
 def test_a_newer_or_damaged_profile_is_refused_naming_the_file(tmp_path: Path, content: object, says: str) -> None:

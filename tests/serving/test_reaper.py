@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -18,6 +19,7 @@ import psutil
 import pytest
 
 from conftest import PROJECT_ROOT
+from specbatch.serving import reaper
 
 SHM = Path("/dev/shm")
 
@@ -299,3 +301,37 @@ def test_a_segment_whose_maker_is_still_closing_is_left_for_it_to_unlink(tmp_pat
     _, exitcode, _, stderr = run_leaker(tmp_path, "closing")
     assert exitcode == "0", "the job removed the segment while its maker was still closing"
     assert "Traceback" not in stderr and "resource_tracker" not in stderr, stderr
+
+
+def test_the_engine_folders_of_jobs_that_are_gone_are_removed_and_no_other(tmp_path: Path, monkeypatch) -> None:
+    """remove_dead_ipc_dirs (each engine's start): a folder made by an engine of a job killed since goes, with the
+    rendezvous file in it; the folder of a running job, of another host, of an older naming, and a rendezvous file
+    of another process (bare in the temp folder) stay."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    made = reaper.make_ipc_dir()
+    assert made.parent == tmp_path and made.name.startswith(f"{reaper.IPC_PREFIX}{reaper._host()}-{os.getpid()}-")
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = int(ended.stdout)
+
+    def folder(name: str, mtime: float | None = None) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        (path / f"vllm_dist_{uuid.uuid4().hex}").write_text("")
+        if mtime is not None:
+            os.utime(path, (mtime, mtime))
+        return path
+
+    host = reaper._host()
+    killed = folder(f"{reaper.IPC_PREFIX}{host}-{gone}-abcd1234")
+    # This process's pid, on a folder last changed a day before it started: the pid is another process's now.
+    reused = folder(f"{reaper.IPC_PREFIX}{host}-{os.getpid()}-efgh5678", mtime=psutil.Process().create_time() - 86400)
+    running = folder(f"{reaper.IPC_PREFIX}{host}-{os.getpid()}-ijkl9012")
+    elsewhere = folder(f"{reaper.IPC_PREFIX}0badc0de-{gone}-mnop3456")
+    older_naming = folder(f"{reaper.IPC_PREFIX}qrst7890")
+    loose = tmp_path / f"vllm_dist_{uuid.uuid4().hex}"
+    loose.write_text("")
+
+    assert sorted(reaper.remove_dead_ipc_dirs()) == sorted([killed, reused])
+    assert not killed.exists() and not reused.exists()
+    for kept in (made, running, elsewhere, older_naming, loose):
+        assert kept.exists(), kept

@@ -171,3 +171,17 @@ class ShardDecisions:
             plan.get("completion_lengths") or [],
             startup,
         )
+
+    def setup_roles(self, folder: RunFolder) -> dict[str, list[str]]:
+        """Each set-up's part in this shard, as its summary names it (Summary.per_setup): none pilots, the plan's
+        set-ups are measured, the run's decision names the winner, and none is switched back to when the check sent
+        the rest back to it (auto-switch.json)."""
+        roles: dict[str, list[str]] = {"none": ["pilot"]}
+        plan, decision = folder.read_auto_plan() or {}, folder.read_decision()
+        for label in plan.get("measure") or []:
+            roles.setdefault(label, []).append("measured")
+        if decision is not None:
+            roles.setdefault(decision["winner"], []).append("winner")
+        if folder.read_auto_switch():
+            roles["none"].append("switched back to")
+        return roles

@@ -299,4 +299,4 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
     def summarize(self, folder: RunFolder, parts: list[Path]) -> Summary:
         startup = sum(s for _, s, _ in self.startups)
         warmup = sum(w for _, _, w in self.startups)
-        return summarize_shard(folder, self.job, parts, startup, warmup)
+        return summarize_shard(folder, self.job, parts, startup, warmup, roles=self.setup_roles(folder))

@@ -214,6 +214,14 @@ class SamplingConfig:
         require(self.top_k >= 0, f"sampling.top_k={self.top_k} must be 0 (off) or 1 or more")
         require(self.max_tokens >= 1, f"sampling.max_tokens={self.max_tokens} must be 1 or more")
         require(self.n >= 1, f"sampling.n={self.n} must be 1 or more")
+        # Refused rather than warned: the n completions of a row would be one completion n times (the sample seeds
+        # differ, but with only one token allowed at each step they choose nothing), n times the cost for nothing.
+        only_one = "sampling.temperature=0 (greedy)" if self.temperature == 0 else "sampling.top_k=1"
+        require(
+            self.n == 1 or (self.temperature > 0 and self.top_k != 1),
+            f"sampling.n={self.n} with {only_one} gives {self.n} identical completions per row: one token can be "
+            "chosen at each step. Set sampling.n=1, or sample (e.g. sampling=sampled, or sampling.temperature=0.7)",
+        )
 
     def for_sample(self, seed: int | None) -> SamplingConfig:
         """One sample's request: this sampling with n=1 and that sample's seed (see :func:`sample_seed`)."""

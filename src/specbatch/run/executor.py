@@ -26,7 +26,9 @@ from specbatch.run.locks import shard_lock
 from specbatch.run.resume import ResumePlan
 from specbatch.run.shard_progress import Progress
 from specbatch.run.sharding import Shard, resolve_shard
-from specbatch.run.summary import Summary, format_table
+from specbatch.run.speculation_profile import rebuild_profile
+from specbatch.run.summary import Summary
+from specbatch.run.summary_table import format_table
 
 log = logging.getLogger(__name__)
 
@@ -95,10 +97,12 @@ class ShardExecutor:
         shard = resolve_shard(self.job.shard)
         folder = RunFolder.for_job(self.job, shard.index, shard.count)
         _check_names(self.job, folder)
-        first = resume.look(folder)
+        first = resume.look(folder, public_config(self.job))
         if first.complete:
             if first.summary_problem:
                 return self._rebuild_summary(first, shard)
+            if first.profile_problem:
+                return self._rebuild_profile(first, shard)
             log.info(
                 "shard %s already complete, nothing to do: %s (repeat=<n> measures it again in a new folder)",
                 shard,
@@ -123,7 +127,7 @@ class ShardExecutor:
         self.steps.load_engine()
 
         with shard_lock(folder.lock_path, str(shard)):
-            again = resume.look(folder)
+            again = resume.look(folder, public_config(self.job))
             if again.complete:
                 # Another launch finished the shard between this one's first look and taking the lock.
                 log.info("shard %s was finished by another process meanwhile; nothing to do: %s", shard, folder.root)
@@ -153,6 +157,14 @@ class ShardExecutor:
             summary = self.steps.summarize(folder, parts)
             resume.write_results(folder, summary, parts, public_config(self.job))
         return JobResult(folder, summary, parts, generated=False)
+
+    def _rebuild_profile(self, plan: ResumePlan, shard: Shard) -> JobResult:
+        """A finished shard whose speculation profile is damaged or missing: written again from its rows (its
+        summary, which it follows, is whole and stays as it is)."""
+        with shard_lock(plan.folder.lock_path, str(shard)):
+            log.warning("shard %s is complete but %s: rebuilding it from the rows", shard, plan.profile_problem)
+            rebuild_profile(plan.folder, public_config(self.job))
+        return _finished_result(plan)
 
     def _generate(self, start: RunStart, plan: ResumePlan) -> Summary:
         """The chunks not written yet, then the shard summary and the done marker; observed from start to end."""

@@ -179,6 +179,17 @@ class RunFolder:
     def read_part_stats(self, part: int) -> dict[str, Any]:
         return part_stats.read_part_stats(self.part_stats_path(part))
 
+    def part_setups(self) -> list[str | None]:
+        """The set-up that generated each part on disk, as its stats name it (spec=auto's phases), in part order;
+        None for the run's own set-up, and for a part without stats."""
+        setups = []
+        for number in self.part_numbers():
+            try:
+                setups.append(self.read_part_stats(number).get("setup"))
+            except FileNotFoundError:
+                setups.append(None)
+        return setups
+
     def write_part_stats(self, part: int, stats: dict[str, Any]) -> None:
         part_stats.write_part_stats(self.part_stats_path(part), stats)
 

@@ -1,11 +1,12 @@
 """A shard's resume plan: what its run folder says is done and what is to do, asked in one place.
 
-The shard executor asks :func:`look` before anything else ("is the shard complete, are its parts whole, is its
-summary readable?") and again under the shard's lock; once it holds the lock, :func:`settle` clears what a killed
-earlier launch left (its temporary files, damaged parts, a done marker they no longer stand behind), refuses to
-resume over changed source rows (recording them on the shard's first start), and says which chunks are finished and
-which are to generate. The run record's checks (:func:`check_run_record`, :func:`claim_run_record`) and the shard's
-results (:func:`write_results`) are here too, so that the executor walks the shard's steps and never the folder.
+The shard executor asks :func:`look` before anything else ("is the shard complete, are its parts whole, are its
+summary and speculation profile readable?") and again under the shard's lock; once it holds the lock,
+:func:`settle` clears what a killed earlier launch left (its temporary files, damaged parts, a done marker they no
+longer stand behind), refuses to resume over changed source rows (recording them on the shard's first start), and
+says which chunks are finished and which are to generate. The run record's checks (:func:`check_run_record`,
+:func:`claim_run_record`) and the shard's results (:func:`write_results`) are here too, so that the executor walks
+the shard's steps and never the folder.
 
 Every record is read and written through its owner in :mod:`specbatch.run.records`; this module only decides.
 """
@@ -23,7 +24,7 @@ from specbatch.run.folder import RunFolder
 from specbatch.run.integrity import damaged_parts, describe_damage
 from specbatch.run.records.profile_file import write_profile
 from specbatch.run.records.source_record import changed_chunks, unrecorded_with_parts
-from specbatch.run.speculation_profile import speculation_profile
+from specbatch.run.speculation_profile import profile_problem, speculation_profile
 from specbatch.run.summary import Summary
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,9 @@ class ResumePlan:
     damaged: dict[int, str] = field(default_factory=dict)
     # For a complete shard: what is wrong with its summary file (missing, half-written), or None.
     summary_problem: str | None = None
+    # For a complete shard with a whole summary: what is wrong with its speculation profile (damaged, or missing
+    # where its rows make one), or None.
+    profile_problem: str | None = None
     # Once settled: chunks whose parts are on disk and whole, chunks to generate, and every chunk's part.
     finished: list[int] = field(default_factory=list)
     todo: list[int] = field(default_factory=list)
@@ -61,13 +65,15 @@ class ResumePlan:
         return self.folder.read_summary()
 
 
-def look(folder: RunFolder) -> ResumePlan:
-    """The shard as its folder is now: a done one is checked whole (every part it recorded, its summary)."""
+def look(folder: RunFolder, config: dict[str, Any]) -> ResumePlan:
+    """The shard as its folder is now: a done one is checked whole (every part it recorded, its summary and its
+    speculation profile, which the run's ``config`` says whether to expect)."""
     if not folder.is_done():
         return ResumePlan(folder, marked_done=False)
     damaged = damaged_parts(folder)
     problem = None if damaged else folder.summary_problem()
-    return ResumePlan(folder, marked_done=True, damaged=damaged, summary_problem=problem)
+    profile = None if damaged or problem else profile_problem(folder, config)
+    return ResumePlan(folder, marked_done=True, damaged=damaged, summary_problem=problem, profile_problem=profile)
 
 
 def check_run_record(folder: RunFolder) -> None:
@@ -164,4 +170,4 @@ def write_results(folder: RunFolder, summary: Summary, parts: list[Path], config
     per-row figures, or when the summary refused them: an earlier one is removed, which the summary no longer
     stands behind)."""
     folder.write_summary(summary)
-    write_profile(folder.profile_path, speculation_profile(parts, config, summary))
+    write_profile(folder.profile_path, speculation_profile(parts, config, summary, folder.part_setups()))

@@ -10,7 +10,15 @@ Per shard among its own records (``stats/<shard>/speculation_profile.json``) and
 (``merged/speculation_profile.json``). None for spec=none, for rows without per-request figures (a server's
 figures are server-wide: no per-row histogram), and when the summary of the same rows refused their acceptance
 figures (a server that counts more accepted than drafted tokens): the profile is built only from figures the summary
-accepted, and the summary alone judges them (specbatch.run.summary)."""
+accepted, and the summary alone judges them (specbatch.run.summary).
+
+A finished shard's profile that is damaged or missing is found (:func:`profile_problem`) and written again from the
+rows (:func:`rebuild_profile`) by status, merge and a rerun (specbatch.run.status_merge, specbatch.run.executor).
+
+A spec=auto run's profile is that of the rows its drafting set-ups generated, method ``auto``, at the largest k they
+drafted (``accept_length_model`` ``measured_per_k``: its rates are of set-ups mixed, never to be cut to a smaller
+k); each set-up apart, spec=none's pilot too, is under ``specbatch.setups``: its roles (Summary.per_setup), its k
+and rows, and a drafting one's figures as the schema's per-category ones are (profile_schema.acceptance_figures)."""
 
 from __future__ import annotations
 
@@ -21,23 +29,27 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from specbatch.config import spec_label
+from specbatch.run.folder import RunFolder
 from specbatch.run.output_rows import STATUS_OK
 from specbatch.run.profile_schema import OURS, acceptance_figures, build_profile, checkpoint_id
-from specbatch.run.records.profile_file import PROFILE_FILE
+from specbatch.run.records.profile_file import PROFILE_FILE, read_profile, write_profile
+from specbatch.run.records.record_files import RecordError
 from specbatch.run.summary import Summary
 
 log = logging.getLogger(__name__)
 
 _COLUMNS = ["row_id", "category", "status", "spec_steps", "draft_tokens", "acceptance_histogram"]
+_SETUP_COLUMNS = ["method", "num_speculative_tokens"]
 # The category name of the figures over every row.
 OVERALL = "(all)"
 
 
 class _Sums:
     """Drafting figures of some rows, added up: steps by tokens accepted, 0..k (a schedule's smaller k leave the
-    rest at 0), draft tokens, rows, and each request's own AL."""
+    rest at 0; k grows to the largest any of them drafted), draft tokens, rows, and each request's own AL."""
 
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int = 0) -> None:
         self.histogram = [0] * (k + 1)
         self.draft_tokens = 0
         self.rows: set[str] = set()
@@ -65,45 +77,79 @@ class _Sums:
             "draft_acceptance_rate": accepted / self.draft_tokens if self.draft_tokens else 0.0,
         }
 
+    def at(self, k: int) -> list[int]:
+        """The histogram over 0..k accepted at least (what rows of a smaller k leave out counts 0 steps)."""
+        return self.histogram + [0] * (k + 1 - len(self.histogram))
 
-def speculation_profile(parts: list[Path], config: dict[str, Any], summary: Summary) -> dict[str, Any] | None:
+
+def speculation_profile(
+    parts: list[Path], config: dict[str, Any], summary: Summary, setups: list[str | None] | None = None
+) -> dict[str, Any] | None:
     """The profile of the rows in ``parts`` of a run with ``config`` (its recorded, plain config), whose summary is
     ``summary``; None when the run did not speculate, its rows carry no per-request figures, or the summary refused
-    their figures (logged with its reason)."""
+    their figures (logged with its reason).
+
+    spec=auto: the figures are those of its drafting set-ups' rows, and ``setups`` (the set-up each part's stats name)
+    splits them per set-up under ``specbatch.setups``, each with its roles (Summary.per_setup), spec=none's too."""
     spec = config["spec"]
+    auto = spec["method"] == "auto"
     k = spec.get("num_speculative_tokens")
-    if spec["method"] == "none" or not k:
+    if not auto and (spec["method"] == "none" or not k):
         return None
     refused = summary.refused_acceptance()
     if refused:
         log.warning("no %s: the summary refused the rows' acceptance figures (%s)", PROFILE_FILE, refused)
         return None
-    sums: dict[str, _Sums] = defaultdict(lambda: _Sums(k))
-    for part in parts:
-        for row in pq.read_table(part, columns=_COLUMNS).to_pylist():
+    sums: dict[str, _Sums] = defaultdict(lambda: _Sums(k or 0))
+    by_setup: dict[str, _Sums] = defaultdict(_Sums)
+    setup_k: dict[str, int] = {}
+    for number, part in enumerate(parts):
+        named = setups[number] if setups else None
+        for row in pq.read_table(part, columns=_COLUMNS + (_SETUP_COLUMNS if auto else [])).to_pylist():
+            if auto:
+                # A part's stats name its set-up exactly (a k schedule too); its rows, the method and largest k.
+                setup = named or spec_label(row["method"], row["num_speculative_tokens"])
+                by_setup[setup].rows.add(row["row_id"])
+                setup_k[setup] = max(setup_k.get(setup, 0), row["num_speculative_tokens"] or 0)
             if row["status"] != STATUS_OK or row["spec_steps"] is None or not row["acceptance_histogram"]:
                 continue
             sums[OVERALL].add(row)
             if row["category"] is not None:
                 sums[row["category"]].add(row)
+            if auto:
+                by_setup[setup].add(row)
     if OVERALL not in sums:
         return None
+    k = max(setup_k.values(), default=0) if auto else k
     overall = sums.pop(OVERALL)
     lengths = overall.request_lengths
+    ours = overall.ours()
+    if auto:
+        ours["setups"] = _setups(by_setup, setup_k, summary)
     return build_profile(
-        overall.histogram,
+        overall.at(k),
         k,
         method=spec["method"],
         measured=True,
         target_model=target_model(config["model"]),
         draft_checkpoint=draft_checkpoint(spec),
-        per_category={
-            name: {**acceptance_figures(s.histogram, k), OURS: s.ours()} for name, s in sorted(sums.items())
-        },
+        per_category={name: {**acceptance_figures(s.at(k), k), OURS: s.ours()} for name, s in sorted(sums.items())},
         mean_per_request=sum(lengths) / len(lengths) if lengths else None,
         measurement_conditions=measurement_conditions(config, summary.concurrency, summary.machine),
-        ours=overall.ours(),
+        ours=ours,
     )
+
+
+def _setups(by_setup: dict[str, _Sums], setup_k: dict[str, int], summary: Summary) -> dict[str, dict[str, Any]]:
+    """Each set-up of a spec=auto run apart: its roles, k (None for spec=none) and rows, and a drafting one's
+    figures at its own k as a category's are (the schema's, then ours)."""
+    roles = {label: entry["roles"] for label, entry in (summary.per_setup or {}).items()}
+    out = {}
+    for label, s in sorted(by_setup.items()):
+        k = setup_k[label]
+        figures = {**acceptance_figures(s.at(k), k), **s.ours()} if k else {"rows": len(s.rows)}
+        out[label] = {"roles": roles.get(label, []), "num_speculative_tokens": k or None, **figures}
+    return out
 
 
 def target_model(model: dict[str, Any]) -> dict[str, Any]:
@@ -139,3 +185,26 @@ def measurement_conditions(
         "concurrency": concurrency,
         "machine": machine,
     }
+
+
+def profile_problem(folder: RunFolder, config: dict[str, Any]) -> str | None:
+    """What is wrong with a finished shard's profile file: damaged, or missing where its rows make one (it is looked
+    for only then: a run that did not speculate has none to miss); None when it is whole or none is due. A profile
+    of an older format is whole: its reader upgrades it."""
+    try:
+        if read_profile(folder.profile_path) is not None:
+            return None
+    except RecordError as exc:
+        return exc.problem
+    if config["spec"]["method"] == "none" or _shard_profile(folder, config) is None:
+        return None
+    return f"{folder.profile_path.relative_to(folder.root)} is missing"
+
+
+def rebuild_profile(folder: RunFolder, config: dict[str, Any]) -> None:
+    """Write a finished shard's profile again from its rows and summary, as the shard wrote it when it finished."""
+    write_profile(folder.profile_path, _shard_profile(folder, config))
+
+
+def _shard_profile(folder: RunFolder, config: dict[str, Any]) -> dict[str, Any] | None:
+    return speculation_profile(folder.parts(), config, folder.read_summary(), folder.part_setups())

@@ -3,7 +3,9 @@
 A run folder knows its shard count (run.json). A shard is done when its marker exists, running while a live
 process holds its lock, partial when it has parts but neither, missing otherwise; damaged when one of its parts is
 not as it was written (truncated, corrupted, missing), whatever its marker says, when a done shard's summary cannot
-be read, or when a record the shard reads cannot be (spec=auto's decision, shared by every shard, or its own plan).
+be read, or when a record the shard reads cannot be (spec=auto's decision, shared by every shard, or its own plan). A
+done shard whose speculation profile is damaged or missing stays done (its rows are whole): status says so in one
+line, and merge writes it again from the rows first.
 Merging refuses until every shard is done, then writes a manifest over all parts and one summary added up from the
 shards' counts.
 """
@@ -18,11 +20,12 @@ from specbatch.run.folder import RunFolder, read_run, shard_folders
 from specbatch.run.integrity import damaged_parts, describe_damage
 from specbatch.run.locks import is_locked
 from specbatch.run.records.manifest_file import write_manifest
-from specbatch.run.records.profile_file import write_profile
+from specbatch.run.records.profile_file import REBUILD, write_profile
 from specbatch.run.records.record_files import RecordError
 from specbatch.run.records.summary_file import write_summary
-from specbatch.run.speculation_profile import speculation_profile
-from specbatch.run.summary import Summary, format_table, merge_summaries
+from specbatch.run.speculation_profile import profile_problem, rebuild_profile, speculation_profile
+from specbatch.run.summary import Summary, merge_summaries
+from specbatch.run.summary_table import format_table
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,7 @@ class ShardState:
 
 def run_status(root: Path) -> list[ShardState]:
     states = []
+    config = read_run(root)["config"]
     for folder in shard_folders(root):
         on_disk = folder.part_numbers()
         parts = len(on_disk)
@@ -74,10 +78,11 @@ def run_status(root: Path) -> list[ShardState]:
             states.append(ShardState(folder.shard_index, "damaged", parts, summary_problem))
             continue
         if folder.is_done():
-            state = "done"
-        else:
-            state = "partial" if parts else "missing"
-        states.append(ShardState(folder.shard_index, state, parts))
+            # Its rows and summary are whole: it stays done, and what is wrong with its profile is said apart.
+            profile = profile_problem(folder, config)
+            states.append(ShardState(folder.shard_index, "done", parts, profile, REBUILD if profile else None))
+            continue
+        states.append(ShardState(folder.shard_index, "partial" if parts else "missing", parts))
     return states
 
 
@@ -130,12 +135,19 @@ def merge_shards(root: Path) -> MergeResult:
     merged = finished_summary(root)
     shards = shard_folders(root)
     parts = [part for folder in shards for part in folder.parts()]
+    config = read_run(root)["config"]
+    for folder in shards:
+        problem = profile_problem(folder, config)
+        if problem:
+            log.warning("shard %s: %s: its speculation profile is rebuilt from the rows", folder.shard_tag, problem)
+            rebuild_profile(folder, config)
     run = RunFolder(root)
     manifest, summary_path = run.manifest_path, run.merged_summary_path
     write_manifest(manifest, root, len(shards), merged.rows, parts)
     write_summary(summary_path, merged)
     # None removes one an earlier merge wrote, which stands for no figures of this one.
-    write_profile(run.merged_profile_path, speculation_profile(parts, read_run(root)["config"], merged))
+    setups = [setup for folder in shards for setup in folder.part_setups()]
+    write_profile(run.merged_profile_path, speculation_profile(parts, config, merged, setups))
     log.info("merged %d shards of %s: %d rows in %d parts", len(shards), root, merged.rows, len(parts))
     log.info("merged summary\n%s", format_table(merged))
     return MergeResult(merged, manifest, summary_path, parts)

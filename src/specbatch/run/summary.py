@@ -10,7 +10,7 @@ from typing import Any
 
 from specbatch.common.machine import machine_line
 from specbatch.engine.acceptance_settings import merged_settings
-from specbatch.engine.spec_metrics import SERVER_WIDE_NOTE, Counters, acceptance_length, steps_unknown
+from specbatch.engine.spec_metrics import Counters, acceptance_length, steps_unknown
 from specbatch.run.output_rows import STATUS_OK
 from specbatch.run.step_log import merged_bucket_figures
 
@@ -122,6 +122,11 @@ class Summary:
     # Per set-up and batch-occupancy bucket, the sums of the engine steps timed (specbatch.run.step_log) with their
     # mean step seconds and tok/s; null when no step was timed (a backend that cannot tell its steps, older runs).
     step_buckets: dict[str, dict[str, dict[str, float]]] | None = None
+    # spec=auto: per set-up that generated rows (its label: none, ngram-k3, ...) its own figures, the fields of
+    # SETUP_FIELDS from its own rows, counters and seconds (each phase streams on its own), and its ``roles`` in the
+    # run (pilot, measured, winner, switched back to); then SPECULATIVE, every drafting set-up's rows together. The
+    # top-level acceptance figures stay null: the run as a whole has no one k. Null for other runs.
+    per_setup: dict[str, dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -139,6 +144,7 @@ class Summary:
             "acceptance_settings",
             "acceptance_doubt",
             "step_buckets",
+            "per_setup",
         }
         return {k: float(v) for k, v in asdict(self).items() if k not in skip and v is not None}
 
@@ -189,6 +195,7 @@ def summarize(
     acceptance_settings: dict[str, Any] | None = None,
     refused: str | None = None,
     step_buckets: dict[str, dict[str, dict[str, float]]] | None = None,
+    per_setup: dict[str, dict[str, Any]] | None = None,
 ) -> Summary:
     """The summary of ``delta``; ``refused`` says why figures it adds up were refused already (a shard's), so the
     sum of zeros they count as is not taken for zero acceptance."""
@@ -232,6 +239,7 @@ def summarize(
         prompts=totals.prompts,
         acceptance_doubt=doubt,
         step_buckets=step_buckets,
+        per_setup=per_setup,
     )
 
 
@@ -284,16 +292,66 @@ def merge_summaries(summaries: list[Summary]) -> Summary:
         engine_startup_seconds=sum(s.engine_startup_seconds for s in summaries),
         warmup_seconds=sum(s.warmup_seconds for s in summaries),
         concurrency=first.concurrency,
-        counters_scope="+".join(
-            sorted({p for s in summaries if s.counters_scope for p in s.counters_scope.split("+")})
-        )
-        or None,
+        counters_scope=_joined_scopes(s.counters_scope for s in summaries),
         machine=merged_machine(s.machine for s in summaries),
         acceptance_settings=merged_settings(s.acceptance_settings for s in summaries),
         # One part refused makes the sum unknown: its figures count as zeros in ``counters``.
         refused=next((r for s in summaries if (r := s.refused_acceptance())), None),
         step_buckets=merged_bucket_figures(s.step_buckets for s in summaries),
+        per_setup=_merged_setups(summaries),
     )
+
+
+# The figures each set-up of a spec=auto run keeps (Summary.per_setup), and the key of its drafting set-ups together.
+SETUP_FIELDS = tuple(
+    "method num_speculative_tokens rows error_rows prompts prompt_tokens output_tokens generation_seconds "
+    "output_tokens_per_second drafts draft_tokens accepted_tokens mean_acceptance_length draft_acceptance_rate "
+    "acceptance_rate_per_position accepted_per_position acceptance_doubt".split()
+)
+SPECULATIVE = "(speculative)"
+# The order roles are listed in.
+SETUP_ROLES = ("pilot", "measured", "winner", "switched back to")
+
+
+def setup_figures(by_setup: dict[str, Summary], roles: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
+    """Summary.per_setup from each set-up's own summary and its roles; SPECULATIVE adds up the drafting set-ups' counts
+    (its k and per-position figures: the largest k's positions, as a k schedule's are)."""
+    out = {label: _setup_entry(summary, roles.get(label, [])) for label, summary in by_setup.items()}
+    drafting = [s for s in by_setup.values() if s.num_speculative_tokens is not None]
+    if drafting:
+        drafting.sort(key=lambda s: -(s.num_speculative_tokens or 0))
+        together = merge_summaries(drafting)
+        entry = _setup_entry(together, [])
+        entry["method"] = "+".join(sorted({s.method for s in drafting}))
+        out[SPECULATIVE] = entry
+    return out
+
+
+def role_order(role: str) -> int:
+    """Where ``role`` comes in SETUP_ROLES (the order a run goes through them)."""
+    return SETUP_ROLES.index(role) if role in SETUP_ROLES else len(SETUP_ROLES)
+
+
+def _setup_entry(summary: Summary, roles: list[str]) -> dict[str, Any]:
+    ordered = sorted(set(roles), key=role_order)
+    return {"roles": ordered, **{name: getattr(summary, name) for name in SETUP_FIELDS}}
+
+
+def _merged_setups(summaries: list[Summary]) -> dict[str, dict[str, Any]] | None:
+    """The per-set-up figures of several summaries (a spec=auto run's shards), each set-up's added up."""
+    by_label: dict[str, list[Summary]] = {}
+    roles: dict[str, list[str]] = {}
+    for summary in summaries:
+        for label, entry in (summary.per_setup or {}).items():
+            if label != SPECULATIVE:
+                fields = {name: entry[name] for name in SETUP_FIELDS}
+                by_label.setdefault(label, []).append(
+                    Summary(**fields, engine_startup_seconds=0.0, warmup_seconds=0.0)
+                )
+                roles.setdefault(label, []).extend(entry["roles"])
+    if not by_label:
+        return None
+    return setup_figures({label: merge_summaries(each) for label, each in by_label.items()}, roles)
 
 
 def _joined_scopes(scopes: Iterable[str | None]) -> str | None:
@@ -325,63 +383,3 @@ def per_category(totals: RowTotals, speculative: bool) -> dict[str, dict[str, An
 def _pad_to(values: tuple[int, ...], k: int | None) -> list[int]:
     n = max(len(values), k or 0)
     return list(values) + [0] * (n - len(values))
-
-
-def format_table(summary: Summary) -> str:
-    """A two-column table for the end of a run's log."""
-
-    def fmt(value: Any) -> str:
-        if value is None:
-            return "-"
-        if isinstance(value, float):
-            return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.1f}"
-        if isinstance(value, list):
-            return " ".join(fmt(v) for v in value)
-        if isinstance(value, int):
-            return f"{value:,}"
-        return str(value)
-
-    labels = {
-        "method": "method",
-        "num_speculative_tokens": "k (speculative tokens)",
-        "prompts": "prompts (row turns)",
-        "rows": "output rows (samples)",
-        "error_rows": "error rows (not generated)",
-        "prompt_tokens": "prompt tokens",
-        "output_tokens": "output tokens",
-        "generation_seconds": "generation seconds",
-        "output_tokens_per_second": "output tok/s",
-        "engine_startup_seconds": "engine start-up seconds",
-        "warmup_seconds": "warm-up seconds",
-        "drafts": "drafts (spec steps)",
-        "draft_tokens": "draft tokens",
-        "accepted_tokens": "accepted tokens",
-        "mean_acceptance_length": "mean acceptance length",
-        "draft_acceptance_rate": "draft acceptance rate",
-        "acceptance_rate_per_position": "acceptance per position",
-    }
-    data = summary.to_dict()
-    width = max(len(label) for label in labels.values())
-    lines = [f"{labels[key]:<{width}}  {fmt(data[key])}" for key in labels]
-    if summary.counters_scope and "server" in summary.counters_scope and summary.num_speculative_tokens is not None:
-        lines.append(f"{'':<{width}}  {SERVER_WIDE_NOTE}")
-    if summary.machine:
-        lines.append(f"{'machine':<{width}}  {describe_machine(summary.machine)}")
-    if summary.per_category:
-        columns = ["rows", "error_rows", "output_tokens", "mean_acceptance_length", "draft_acceptance_rate"]
-        name_width = max(len("category"), *(len(c) for c in summary.per_category))
-        lines += ["", f"{'category':<{name_width}}  " + "  ".join(f"{c:>22}" for c in columns)]
-        for category, figures in summary.per_category.items():
-            cells = "  ".join(f"{fmt(figures.get(c)):>22}" for c in columns)
-            lines.append(f"{category:<{name_width}}  {cells}")
-    rule = "-" * max(len(line) for line in lines)
-    return "\n".join([rule, *lines, rule])
-
-
-def describe_machine(machine: dict[str, Any] | None) -> str:
-    """A recorded machine as one line ("mixed: a | b" when shards or repeats ran on several)."""
-    if not machine:
-        return "not recorded (the version that wrote the run did not record it)"
-    if machine.get("mixed"):
-        return "mixed: " + " | ".join(machine["mixed"])
-    return machine_line(machine) or "unknown"

@@ -24,11 +24,14 @@ started, belongs to another user, or was replaced since.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
+import re
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -135,15 +138,56 @@ class Reaper:
             self.process.wait()
 
 
-# vLLM's engine processes leave files in the temp folder that nothing removes: IPC sockets named by UUID under
+# vLLM's engines leave files in the temp folder that nothing removes: IPC sockets named by UUID under
 # VLLM_RPC_BASE_PATH (default /tmp; a day of runs left 531 there) and, from every engine killed before its torch
-# process group closed, the group's rendezvous file vllm_dist_<hex> (in tempfile.gettempdir()). Each multi-process
-# engine gets a folder of its own for both, removed with the engine.
+# process group closed (a kill -9, a SIGTERM during its start), the group's rendezvous file vllm_dist_<hex> (in
+# tempfile.gettempdir()), whoever made it. Each engine gets a folder of its own for both, removed with the engine, by
+# the reaper after a kill, or, for an engine in the job's own process (which has no reaper), at the next start of an
+# engine once its job is gone: its name says whose it is, <prefix><host>-<pid of the job>-<random>.
 IPC_PREFIX = "specbatch-vllm-ipc-"
+_OWNED = re.compile(rf"^{re.escape(IPC_PREFIX)}(?P<host>[0-9a-f]{{8}})-(?P<pid>\d+)-")
+# How much later than a folder's last change its owner's pid may have been started and still be its owner
+# (process start times are known to the clock tick, folder times to the nanosecond).
+_PID_REUSE_SLACK_SECONDS = 1.0
+
+
+def _host() -> str:
+    """This machine in a folder's name: a temp folder may be shared (NFS), and a pid means nothing elsewhere."""
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 
 
 def make_ipc_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix=IPC_PREFIX))
+    """A new folder for an engine of this process, named as this host's and this process's."""
+    return Path(tempfile.mkdtemp(prefix=f"{IPC_PREFIX}{_host()}-{os.getpid()}-"))
+
+
+def remove_dead_ipc_dirs() -> list[Path]:
+    """Remove the engine folders in the temp folder whose job is gone (a kill -9 left them): made on this host, by
+    this user, by a process that no longer runs (or whose pid another process started since has). Folders of running
+    jobs, of other hosts or users, and of an older naming are left; returns those removed."""
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f"{IPC_PREFIX}*"):
+        owner = _OWNED.match(path.name)
+        with contextlib.suppress(OSError):
+            stat = path.stat()
+            if owner is None or owner["host"] != _host() or stat.st_uid != os.getuid() or not path.is_dir():
+                continue
+            if _runs_since(int(owner["pid"]), stat.st_mtime):
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            log.info("removed %s, left by the engine of a job that is gone (process %s)", path, owner["pid"])
+            removed.append(path)
+    return removed
+
+
+def _runs_since(pid: int, changed: float) -> bool:
+    """Whether process ``pid`` runs and was started before ``changed`` (so it can be the one that made the folder)."""
+    try:
+        return psutil.Process(pid).create_time() <= changed + _PID_REUSE_SLACK_SECONDS
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:  # another user's process: it is running, and not known to be new
+        return True
 
 
 def remove_ipc_dir(path: Path) -> None:

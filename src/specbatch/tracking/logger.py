@@ -18,7 +18,7 @@ from typing import Any
 from specbatch.common.interrupts import StopRequested
 from specbatch.common.masking import mask_text, mask_uri
 from specbatch.config import TrackingConfig
-from specbatch.run.summary import Summary
+from specbatch.run.summary import SPECULATIVE, Summary
 from specbatch.tracking.store import error_line, open_client
 
 log = logging.getLogger(__name__)
@@ -108,6 +108,12 @@ class RunLogger:
         for category, figures in (summary.per_category or {}).items():
             name = metric_safe(category)
             metrics += [Metric(f"category/{name}/{k}", float(v), now, 0) for k, v in figures.items()]
+        # spec=auto: what each set-up generated (setup/ngram-k3/mean_acceptance_length), and its drafting set-ups'
+        # rows together (setup/speculative/rows: a metric's name takes no parentheses).
+        for setup, figures in (summary.per_setup or {}).items():
+            name = "speculative" if setup == SPECULATIVE else metric_safe(setup)
+            numbers = {k: v for k, v in figures.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+            metrics += [Metric(f"setup/{name}/{k}", float(v), now, 0) for k, v in numbers.items()]
         self._log_metric_list(metrics)
 
     def log_metrics(self, metrics: dict[str, float]) -> None:

@@ -2,7 +2,7 @@
 
 Everything vLLM-specific about *running* lives here: warm-up, vLLM's metric names and per-request figures, setting
 vLLM's environment per engine, and stopping vLLM's processes. The job's translation into vLLM's arguments and
-environment is ``vllm_args``.
+environment is ``vllm_args``; where the engine's temp files go, ``vllm_temp_files``.
 
 Why not ``LLM.generate``: it returns only when every prompt it was given has finished, so a caller that hands it a
 chunk (or one turn of a conversation) at a time leaves the batch draining while the longest completion finishes.
@@ -15,9 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -29,16 +27,16 @@ from specbatch.backends.vllm.vllm_args import (
     offline_environment,
     runs_in_process,
     set_engine_environment,
-    use_ipc_dir,
     vllm_environment,
 )
 from specbatch.backends.vllm.vllm_cpu_fixes import correct_cpu_kernels
 from specbatch.backends.vllm.vllm_family import VllmFamily
 from specbatch.backends.vllm.vllm_settings import resolved_settings
+from specbatch.backends.vllm.vllm_temp_files import private_ipc_dir, rendezvous_in, temp_dir_of_new_processes
 from specbatch.config import JobConfig, SamplingConfig
 from specbatch.engine.base import Completion, Request, RequestRefused, Sample
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
-from specbatch.serving.reaper import Reaper, abandon_start, make_ipc_dir, remove_ipc_dir
+from specbatch.serving.reaper import Reaper, abandon_start, remove_dead_ipc_dirs, remove_ipc_dir
 from specbatch.serving.shm import ChildShm, release_leaked_shm, shm_of_children
 
 log = logging.getLogger(__name__)
@@ -111,34 +109,6 @@ def _llvmlite_hidden() -> Iterator[None]:
         sys.modules.update(hidden)
 
 
-def _private_ipc_dir() -> Path:
-    """A folder of this engine's own for vLLM's IPC sockets (VLLM_RPC_BASE_PATH, unless the user chose where they go)
-    and its processes' temp files, so that closing the engine, or the reaper after a kill, removes them."""
-    path = make_ipc_dir()
-    use_ipc_dir(str(path))
-    return path
-
-
-@contextlib.contextmanager
-def _temp_dir_of_new_processes(path: Path | None) -> Iterator[None]:
-    """TMPDIR is ``path`` for the processes started meanwhile (vLLM spawns its engine core and workers on CPU, and a
-    spawned process reads TMPDIR when it starts), so their torch rendezvous file goes into the engine's own folder.
-    This process keeps its temp folder: tempfile reads TMPDIR once, and that is done before the change."""
-    if path is None:
-        yield
-        return
-    tempfile.gettempdir()
-    before = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = str(path)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = before
-
-
 def sampling_params(cfg: SamplingConfig) -> Any:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
@@ -195,8 +165,8 @@ class VllmEngine(VllmFamily):
         self.llm = llm
         # Ends vLLM's processes if this job dies without close() (kill -9); see specbatch.serving.reaper.
         self.reaper = reaper
-        # The engine's own folder of IPC sockets and temp files (multi-process engines only), removed at close; see
-        # _private_ipc_dir.
+        # The engine's own folder of IPC sockets and temp files (its rendezvous file too), removed at close; see
+        # specbatch.backends.vllm.vllm_temp_files.
         self.ipc_dir: Path | None = None
         self._ids = itertools.count()
         # vLLM's request id -> (our request, when it was added, vLLM's internal id for aborts).
@@ -233,26 +203,37 @@ class VllmEngine(VllmFamily):
             kwargs.get("speculative_config"),
         )
         began = time.perf_counter()
+        # What the engines of jobs killed since left (an engine in its job's process has no reaper to remove it).
+        remove_dead_ipc_dirs()
         # Before the LLM: a kill during the start-up (tens of seconds) would leave its processes as well. In one
-        # process there are none to leave: whatever kills the job ends the engine with it.
-        ipc_dir = None if runs_in_process(job) else _private_ipc_dir()
+        # process there are none to leave: whatever kills the job ends the engine with it, and its folder (where its
+        # rendezvous file goes) is removed at the next start.
+        ipc_dir = private_ipc_dir(sockets=not runs_in_process(job))
         reaper = None if runs_in_process(job) else Reaper.start(ipc_dir)
         try:
-            with _temp_dir_of_new_processes(ipc_dir):
+            with temp_dir_of_new_processes(ipc_dir), rendezvous_in(ipc_dir if runs_in_process(job) else None):
                 llm = LLM(**kwargs)
         except BaseException:
             abandon_start(reaper, ipc_dir)  # vLLM ends the processes of an engine that failed to start
             raise
         engine = cls(llm, cls.fingerprint_of(job), reaper)
         engine.ipc_dir = ipc_dir
-        engine.startup_seconds = time.perf_counter() - began
-        log.info("engine ready in %.1f s (runs up to %s requests at once)", engine.startup_seconds, engine.concurrency)
-        engine.acceptance_settings = resolved_settings(llm)
-        log.info("settings that change acceptance, as vLLM resolved them: %s", engine.acceptance_settings)
-        if job.engine.warmup:
-            engine.warm_up()
-        # After the warm-up, whose steps are none of the job's.
-        engine._step_stats = attach_step_stats(llm)
+        try:
+            engine.startup_seconds = time.perf_counter() - began
+            log.info(
+                "engine ready in %.1f s (runs up to %s requests at once)", engine.startup_seconds, engine.concurrency
+            )
+            engine.acceptance_settings = resolved_settings(llm)
+            log.info("settings that change acceptance, as vLLM resolved them: %s", engine.acceptance_settings)
+            if job.engine.warmup:
+                engine.warm_up()
+            # After the warm-up, whose steps are none of the job's.
+            engine._step_stats = attach_step_stats(llm)
+        except BaseException:
+            # E.g. a stop signal during the warm-up: nobody else holds the engine to close it.
+            with contextlib.suppress(Exception):
+                engine.close()
+            raise
         return engine
 
     def warmup(self) -> None:

@@ -28,10 +28,11 @@ PROFILE_FORMAT = 2
 PROFILE_FILE = "speculation_profile.json"
 # The schema's key that tells a profile of format 2 from one of format 1.
 _SCHEMA_KEY = "schema_version"
-_FIX = (
-    "restore it, or remove it: python jobs/merge.py <run folder> writes the merged run's anew (a shard's is written "
-    "when the shard finishes)"
-)
+# What mends a damaged one: it is made from the rows, which are whole (status names a shard's, merge and a rerun of
+# the finished shard write it again: specbatch.run.speculation_profile.rebuild_profile).
+REBUILD = "python jobs/merge.py on the run folder, or a rerun of the shard, rebuilds it from the rows"
+# The keys a profile of format 1 cannot be upgraded without.
+_FORMAT_1_KEYS = ("method", "k", "drafts", "accepted_per_position")
 # What format 1 kept of the figures it had no ModelOpt field for, under today's names.
 _FORMAT_1_OURS = {
     "rows": "rows",
@@ -52,17 +53,23 @@ def write_profile(path: Path, profile: dict[str, Any] | None) -> None:
 
 def read_profile(path: Path) -> dict[str, Any] | None:
     """The profile at ``path`` in schema 1.x (format 1 upgraded), or None when there is none; RecordError when a
-    newer version wrote it or it is no profile."""
+    newer version wrote it or it is damaged (cut short, not an object, keys missing, no profile of schema 1.x or
+    format 1)."""
     try:
         profile = json.loads(path.read_text())
     except FileNotFoundError:
         return None
     except ValueError as exc:  # cut short or overwritten
-        raise RecordError(f"{path} is damaged (not JSON: {exc})", _FIX) from None
+        raise RecordError(f"{path} is damaged (not JSON: {exc})", REBUILD) from None
     if not isinstance(profile, dict):
-        raise RecordError(f"{path} is damaged (not a JSON object)", _FIX)
+        raise RecordError(f"{path} is damaged (not a JSON object)", REBUILD)
     refuse_newer(profile, path, PROFILE_FORMAT, "speculation profile")
     if _SCHEMA_KEY not in profile:
+        missing = [key for key in _FORMAT_1_KEYS if key not in profile]
+        if missing:
+            # Neither schema 1.x nor format 1 whole: a keyless (emptied) file says the schema's key is what it lacks.
+            lacks = missing if len(missing) < len(_FORMAT_1_KEYS) else [_SCHEMA_KEY]
+            raise RecordError(f"{path} is damaged (it lacks {', '.join(lacks)})", REBUILD)
         profile = upgrade_profile(profile, measured=True)
     elif str(profile[_SCHEMA_KEY]).split(".")[0] != "1":
         raise RecordError(
@@ -71,7 +78,7 @@ def read_profile(path: Path) -> dict[str, Any] | None:
         )
     problems = schema_problems(profile)
     if problems:
-        raise RecordError(f"{path} is damaged (not a speculation profile: {'; '.join(problems)})", _FIX)
+        raise RecordError(f"{path} is damaged (not a speculation profile: {'; '.join(problems)})", REBUILD)
     return profile
 
 

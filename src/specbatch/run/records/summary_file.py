@@ -6,8 +6,8 @@ and read by people and other tools as it is, field for field; a file with a key 
 later shape can stamp its files. Fields were added within version 1, and a read gives the ones a file lacks the
 value that says "not recorded" (null): per-position counts, categories, the batch (``concurrency``: null when the
 engine was not yet streamed and the batch was a chunk, see :func:`batch_caps`), where the counts come from,
-the machine, the settings that change acceptance, the prompts, why acceptance figures were refused, and the
-figures of the timed engine steps per batch-occupancy bucket.
+the machine, the settings that change acceptance, the prompts, why acceptance figures were refused, the
+figures of the timed engine steps per batch-occupancy bucket, and spec=auto's figures per set-up.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ _ADDED = dict.fromkeys(
         "prompts",
         "acceptance_doubt",
         "step_buckets",
+        "per_setup",
     ]
 )
 
