@@ -94,10 +94,11 @@ class Checked:
 
 # The tiny random pair first (draft_model, EAGLE and the planted faults; no trained drafter for the embedded model
 # exists offline: the pair's random draft and head propose, and the target's random weights spread each position over
-# a few hundred tokens at temperature 0.7, which is why a temperature error shows there too), then the embedded model
-# on chat: n-gram at top-k 20, n-gram and suffix, and spec=none (the referee on the engine's sampler with nothing
-# drafted: a control). The referee's cost is per token whatever the model (its statistics run over the whole 49k
-# vocabulary), so each set-up costs several minutes on 2 cores.
+# thousands of tokens, whose tempered logits still move with a temperature error: 20,000 tokens catch 2 %, measured
+# with transformers), then the embedded model on chat: n-gram at top-k 20, n-gram, suffix, the model drafting for
+# itself, and spec=none (the referee on the engine's sampler with nothing drafted: a control). The referee's cost is
+# per token over the whole 49k vocabulary whatever the model, more where the distribution is flat: on 2 cores a
+# set-up's generation and check take 10-30 minutes (docs/sampling.md).
 CHECKED = (
     Checked("tiny pair: spec=draft_model (k=3)", (TINY, "spec=draft_model")),
     Checked("tiny pair: spec=eagle (k=3)", (TINY, "spec=eagle")),
