@@ -24,6 +24,8 @@ MAY_IMPORT_VLLM = {
     SRC / "backends" / "vllm" / "vllm_cpu_fixes.py",
     # The backend's per-step stat logger builds vLLM's own stats objects for the step timing's bench.
     SRC / "backends" / "vllm" / "step_stats.py",
+    # The backend's temp-file owner moves the rendezvous file vLLM's in-process executor names into its own folder.
+    SRC / "backends" / "vllm" / "vllm_temp_files.py",
     SRC / "prediction" / "replay.py",
 }
 
