@@ -76,13 +76,14 @@ def job_factory(tmp_path: Path) -> Callable[..., JobConfig]:
 
 @pytest.fixture
 def local_job_factory(job_factory, tmp_path: Path) -> Callable[..., JobConfig]:
-    """Jobs over a small local JSONL file with rows r0..r<rows-1>: spec=none, chunk_size=2 unless overridden."""
+    """Jobs over a small local JSONL file with rows r0..r<rows-1>: ``spec`` (none unless given: Hydra refuses a second
+    ``spec=`` override), chunk_size=2 unless overridden."""
 
-    def make(*extra: str, rows: int) -> JobConfig:
+    def make(*extra: str, rows: int, spec: str = "none") -> JobConfig:
         data = tmp_path / f"rows-{rows}.jsonl"
         data.write_text("".join(json.dumps({"id": f"r{i}", "q": f"question {i}"}) + "\n" for i in range(rows)))
         return job_factory(
-            "spec=none",
+            f"spec={spec}",
             "dataset=local",
             f"dataset.path={data}",
             "dataset.template='{q}'",

@@ -114,14 +114,10 @@ class GreedyDrafts(DummyEngine):
 PROMPTS, SAMPLES = 24, 128
 
 
-def test_compare_flags_an_engine_that_is_not_lossless_and_passes_one_that_is(job_factory, tmp_path: Path) -> None:
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"id": f"r{i}", "q": f"question {i}"}) + "\n" for i in range(PROMPTS)))
+def test_compare_flags_an_engine_that_is_not_lossless_and_passes_one_that_is(
+    local_job_factory, tmp_path: Path
+) -> None:
     common = [
-        "dataset=local",
-        f"dataset.path={data}",
-        "dataset.template='{q}'",
-        "dataset.id_column=id",
         "sampling=sampled",
         f"sampling.n={SAMPLES}",
         "sampling.max_tokens=8",
@@ -129,8 +125,8 @@ def test_compare_flags_an_engine_that_is_not_lossless_and_passes_one_that_is(job
         f"chunk_size={PROMPTS}",
         f"max_samples={PROMPTS}",
     ]
-    none, ngram = job_factory("spec=none", *common), job_factory("spec=ngram", *common)
-    broken = job_factory("spec=ngram", *common, "run_name=greedy-drafts")
+    none, ngram = (local_job_factory(*common, rows=PROMPTS, spec=method) for method in ("none", "ngram"))
+    broken = local_job_factory(*common, "run_name=greedy-drafts", rows=PROMPTS, spec="ngram")
     folders = {}
     setups = (("none", none, DummyEngine), ("ngram", ngram, DummyEngine), ("broken", broken, GreedyDrafts))
     for name, job, engine_class in setups:

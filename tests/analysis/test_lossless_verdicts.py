@@ -21,28 +21,19 @@ from specbatch.pipeline import run_job
 PROMPTS, SAMPLES = 4, 3
 
 
-def _runs(job_factory, tmp_path: Path, *extra: str) -> dict[str, Path]:
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"id": f"r{i}", "q": f"question {i}"}) + "\n" for i in range(PROMPTS)))
-    common = [
-        "dataset=local",
-        f"dataset.path={data}",
-        "dataset.template='{q}'",
-        "dataset.id_column=id",
-        "sampling.max_tokens=8",
-        f"max_samples={PROMPTS}",
-        "tracking.enabled=false",
-        *extra,
-    ]
+def _runs(local_job_factory, *extra: str) -> dict[str, Path]:
+    common = ["sampling.max_tokens=8", f"max_samples={PROMPTS}", "tracking.enabled=false", *extra]
     folders = {}
     for method in ("none", "ngram"):
-        job = job_factory(f"spec={method}", *common)
+        job = local_job_factory(*common, rows=PROMPTS, spec=method)
         folders[method] = run_job(job, engine=DummyEngine(engine_fingerprint(job), k=job.spec.k)).folder.root
     return folders
 
 
-def test_compare_shows_the_referees_verdict_and_says_what_is_unchecked_or_stale(job_factory, tmp_path: Path) -> None:
-    folders = _runs(job_factory, tmp_path, "sampling=sampled", f"sampling.n={SAMPLES}")
+def test_compare_shows_the_referees_verdict_and_says_what_is_unchecked_or_stale(
+    local_job_factory, tmp_path: Path
+) -> None:
+    folders = _runs(local_job_factory, "sampling=sampled", f"sampling.n={SAMPLES}")
     record = check_run(folders["ngram"])
     assert record["verdict"] == "differs" and record["figures"]["impossible_tokens"] > 0, record["why"]
 
@@ -71,7 +62,7 @@ def test_compare_shows_the_referees_verdict_and_says_what_is_unchecked_or_stale(
     assert unreadable.verdict == STALE and "unreadable" in unreadable.why
 
 
-def test_greedy_runs_have_no_lossless_rows(job_factory, tmp_path: Path) -> None:
-    folders = _runs(job_factory, tmp_path)
+def test_greedy_runs_have_no_lossless_rows(local_job_factory, tmp_path: Path) -> None:
+    folders = _runs(local_job_factory)
     result = run_compare(find_runs(list(folders.values())), tmp_path / "comparison", log_to_mlflow=False)
     assert result.comparison.lossless == [] and "lossless under sampling" not in format_comparison(result.comparison)
