@@ -53,6 +53,9 @@ def plain_before_server_keys(job: JobConfig) -> dict[str, Any]:
     assert plain["spec"].pop("auto") is None, "nor spec=auto's knobs"
     assert plain["spec"].pop("dspark_draft_topk") is None, "nor DSpark's top-k"
     assert plain["dataset"].pop("placeholder_prefix") is None, "nor placeholder rows (SPEED-Bench)"
+    # Nor vLLM's verification modes (issue 54): absent while null.
+    assert plain["spec"].pop("rejection_sample_method") is None, "nor block verification"
+    assert plain["spec"].pop("use_heterogeneous_vocab") is None, "nor drafts with another tokenizer"
     # spec.parallel_drafting too: absent while null, counted like any knob when set (the PARD preset sets it).
     if plain["spec"]["parallel_drafting"] is None:
         del plain["spec"]["parallel_drafting"]

@@ -25,6 +25,16 @@ class DraftSampleMethod(enum.StrEnum):
     probabilistic = "probabilistic"
 
 
+class RejectionSampleMethod(enum.StrEnum):
+    """How the target verifies the drafted tokens (vLLM 0.32 ``rejection_sample_method``): ``standard`` token by
+    token; ``block`` (Sun et al., block verification) the k drafts jointly, lossless as well and accepting at least as
+    many. vLLM's third value, ``synthetic``, accepts at given rates without looking at the tokens: a simulation, not
+    a verification, so it is not a value here."""
+
+    standard = "standard"
+    block = "block"
+
+
 # vLLM accepts larger k, but beyond this every method spends more on rejected drafts than it saves.
 MAX_SPECULATIVE_TOKENS = 16
 # Fields of every method (k means nothing to the baseline, which the k check says itself); the others are knobs.
@@ -33,7 +43,7 @@ _SHARED_FIELDS = ("method", "num_speculative_tokens", "k_schedule")
 SCHEDULE_EXAMPLE = "spec.k_schedule=[[1,4,5],[5,16,3],[17,256,0]]"
 
 # spec=auto's default candidates (the methods' modules name their k): re-exported for the callers of this module.
-__all__ = ["AUTO_DEFAULT_CANDIDATES", "AutoConfig", "DraftSampleMethod", "SpecConfig"]
+__all__ = ["AUTO_DEFAULT_CANDIDATES", "AutoConfig", "DraftSampleMethod", "RejectionSampleMethod", "SpecConfig"]
 
 
 @dataclass
@@ -110,6 +120,12 @@ class SpecConfig:
     parallel_drafting: bool | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
     # Model-based methods: greedy or probabilistic proposals (null: vLLM's default, greedy).
     draft_sample_method: DraftSampleMethod | None = None
+    # Every drafting method: how the target verifies the drafts, standard or block (null: vLLM's default,
+    # standard). Left out of the digests while null, so runs written before it keep their folders.
+    rejection_sample_method: RejectionSampleMethod | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
+    # draft_model: a draft with another tokenizer than the target's (vLLM maps its tokens to the target's by their
+    # text); greedy drafts only. null: off. Left out of the digests while null.
+    use_heterogeneous_vocab: bool | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
     # DSpark: evaluate its Markov head only on the top-k candidates of the base logits (Qwen3 DSpark drafts, draft
     # on one GPU). null: the checkpoint's own dspark_draft_topk, or all. Left out of the digests while null.
     dspark_draft_topk: int | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})

@@ -14,7 +14,14 @@ import importlib
 import pkgutil
 from typing import TYPE_CHECKING, Any
 
-from specbatch.methods.labels import READABLE_NAME_BYTES, Schedule, schedule_key, spec_caption, spec_label
+from specbatch.methods.labels import (
+    READABLE_NAME_BYTES,
+    Schedule,
+    schedule_key,
+    spec_caption,
+    spec_label,
+    variant_caption,
+)
 from specbatch.methods.method import JobLike, Method
 
 # Modules of this package that are not a method.
@@ -89,5 +96,6 @@ __all__ = [
     "preflight",
     "schedule_key",
     "spec_caption",
+    "variant_caption",
     "spec_label",
 ]

@@ -43,19 +43,23 @@ def check_draft_source(job: JobLike) -> None:
 
 def check_draft_vocabulary(job: JobLike) -> None:
     """The draft or head fits the target: the same vocabulary."""
-    from specbatch.methods import CHECKPOINT_KIND  # the registry is built from the modules that import this one
+    from specbatch.methods import CHECKPOINT_KIND, METHODS  # the registry is built from the modules importing this
 
     spec, model = job.spec, job.model
+    if getattr(spec, "use_heterogeneous_vocab", None):
+        return  # vLLM maps the draft's tokens to the target's by their text
     target = target_config(job)
     draft = read_model_config("spec.model", spec.model, spec.revision)
     if target is not None and draft is not None:
         target_vocab, draft_vocab = config_value(target, "vocab_size"), config_value(draft, "vocab_size")
         if target_vocab != draft_vocab:
             kind = CHECKPOINT_KIND[spec.method]
+            other = " (or set spec.use_heterogeneous_vocab=true: vLLM maps its tokens to the target's)"
             raise ConfigError(
                 f"spec.model={spec.model} has vocab_size={draft_vocab} but model.path={model.path} has "
                 f"vocab_size={target_vocab}: {kind} must share the target's tokenizer. Use one trained for "
-                "this target (see conf/model_spec/) or a smaller model of the same family."
+                f"this target (see conf/model_spec/) or a smaller model of the same family"
+                f"{other if 'use_heterogeneous_vocab' in METHODS[spec.method].knobs else ''}."
             )
 
 

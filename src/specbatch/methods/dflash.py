@@ -14,7 +14,7 @@ from specbatch.methods.checkpoint_checks import (
     target_config,
     warn_draft_context,
 )
-from specbatch.methods.method import ALWAYS_PARALLEL, CHECKPOINT_KNOBS, DRAFTER_KNOBS, JobLike, Method
+from specbatch.methods.method import ALWAYS_PARALLEL, CHECKPOINT_KNOBS, DRAFTER_KNOBS, VERIFY_KNOBS, JobLike, Method
 
 
 def check_block_draft(job: JobLike) -> None:
@@ -62,7 +62,7 @@ def _check_target_fit(job: JobLike, draft: dict[str, Any], where: str) -> None:
 METHOD = Method(
     name="dflash",
     rank=70,
-    knobs=CHECKPOINT_KNOBS + DRAFTER_KNOBS,
+    knobs=CHECKPOINT_KNOBS + DRAFTER_KNOBS + VERIFY_KNOBS,
     checkpoint="a DFlash draft",
     checks=(*CHECKPOINT_CHECKS, check_block_draft, warn_draft_context),
     foreign_knob_hints=ALWAYS_PARALLEL,

@@ -13,7 +13,7 @@ from specbatch.methods.checkpoint_checks import (
     target_config,
     warn_draft_context,
 )
-from specbatch.methods.method import ALWAYS_PARALLEL, CHECKPOINT_KNOBS, DRAFTER_KNOBS, JobLike, Method
+from specbatch.methods.method import ALWAYS_PARALLEL, CHECKPOINT_KNOBS, DRAFTER_KNOBS, VERIFY_KNOBS, JobLike, Method
 
 # Architectures vLLM 0.32 runs as DSpark drafts of their own (config/speculative.py, SpeculativeConfig.__post_init__);
 # any other config.json is taken for DeepSeek-V4's DSpark stages and rewritten into a copy of the target.
@@ -80,7 +80,7 @@ def _check_vocabulary(job: JobLike, draft: dict[str, Any], where: str) -> None:
 METHOD = Method(
     name="dspark",
     rank=80,
-    knobs=(*CHECKPOINT_KNOBS, *DRAFTER_KNOBS, "dspark_draft_topk"),
+    knobs=(*CHECKPOINT_KNOBS, *DRAFTER_KNOBS, *VERIFY_KNOBS, "dspark_draft_topk"),
     checkpoint="a DSpark draft",
     knob_checks=(check_topk,),
     # Its vocabulary is checked by check_block_draft: a DSpark draft may read a larger one than the target's (its own

@@ -4,6 +4,7 @@ tables. Labels name existing run folders and seed their samples, so a label that
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 # A k per batch size: [[first batch size, last batch size, k], ...] (spec.k_schedule), as plain lists or tuples.
 Schedule = Sequence[Sequence[int]]
@@ -46,6 +47,20 @@ def spec_caption(method: str, k: int | None, schedule: Schedule | None = None) -
     if schedule:
         return f"{method} k schedule " + " ".join(f"{first}-{last}:{kk}" for first, last, kk in schedule)
     return method if k is None else f"{method} k={k}"
+
+
+def variant_caption(spec: dict[str, Any]) -> str | None:
+    """How a recorded ``spec`` section verifies or drafts other than vLLM's defaults, as compare names the set-up
+    beside its method and k, e.g. ``block verification``; None for the defaults (and runs recorded before these
+    knobs). Two runs of one method and k that differ here are two set-ups, never repeats of one."""
+    parts = []
+    if spec.get("rejection_sample_method") not in (None, "standard"):
+        parts.append(f"{spec['rejection_sample_method']} verification")
+    if spec.get("draft_sample_method") not in (None, "greedy"):
+        parts.append(f"{spec['draft_sample_method']} drafts")
+    if spec.get("use_heterogeneous_vocab"):
+        parts.append("heterogeneous vocabulary")
+    return ", ".join(parts) or None
 
 
 def schedule_key(schedule: Schedule | None) -> tuple[tuple[int, int, int], ...] | None:

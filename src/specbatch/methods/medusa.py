@@ -13,7 +13,7 @@ from typing import Any
 
 from specbatch.common.errors import ConfigError
 from specbatch.methods.checkpoint_checks import check_draft_source, config_value, draft_config, target_config
-from specbatch.methods.method import CHECKPOINT_KNOBS, JobLike, Method
+from specbatch.methods.method import CHECKPOINT_KNOBS, VERIFY_KNOBS, JobLike, Method
 
 
 def head_count(config: dict[str, Any]) -> int | None:
@@ -54,7 +54,7 @@ def check_medusa_head(job: JobLike) -> None:
 METHOD = Method(
     name="medusa",
     rank=90,
-    knobs=CHECKPOINT_KNOBS,
+    knobs=CHECKPOINT_KNOBS + VERIFY_KNOBS,
     checkpoint="a Medusa head",
     checks=(check_draft_source, check_medusa_head),
     # Read in vLLM 0.32's source (MedusaProposer.propose), as suffix's refusal was measured.

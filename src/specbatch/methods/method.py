@@ -79,6 +79,8 @@ class Method:
 CHECKPOINT_KNOBS = ("model", "revision")
 # How a neural drafter runs (a draft, a head, or the target's own MTP layers).
 DRAFTER_KNOBS = ("draft_tensor_parallel_size", "draft_sample_method")
+# How the target verifies the drafts: every drafting method's (vLLM's rejection sampler is one for all).
+VERIFY_KNOBS = ("rejection_sample_method",)
 # Drafters vLLM 0.32 can run in parallel-drafting mode ("Only compatible with EAGLE and draft model methods").
 PARALLEL_KNOBS = ("parallel_drafting",)
 # Block drafters always draft their block in one pass (vLLM 0.32 turns parallel drafting on for them itself).

@@ -7,7 +7,7 @@ from typing import Any
 
 from specbatch.common.errors import ConfigError
 from specbatch.methods.checkpoint_checks import config_value, target_config
-from specbatch.methods.method import DRAFTER_KNOBS, JobLike, Method
+from specbatch.methods.method import DRAFTER_KNOBS, VERIFY_KNOBS, JobLike, Method
 
 # config.json keys that count a model's built-in multi-token-prediction layers (DeepSeek-V3, MiMo, GLM-4.5, Qwen3-Next
 # use the first; Qwen3.5 the second; vLLM's own MTP draft configs the third).
@@ -42,7 +42,7 @@ def check_mtp_layers(job: JobLike) -> None:
 METHOD = Method(
     name="mtp",
     rank=60,
-    knobs=DRAFTER_KNOBS,
+    knobs=DRAFTER_KNOBS + VERIFY_KNOBS,
     checks=(check_mtp_layers,),
     foreign_knob_hints={"model": "mtp drafts with the target's own MTP layers: remove spec.model"},
     # The stand-in is a target of its own (model=tiny_mimo), with one MTP layer.

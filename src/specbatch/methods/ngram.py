@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from specbatch.common.errors import require
-from specbatch.methods.method import Method
+from specbatch.methods.method import VERIFY_KNOBS, Method
 
 # Its lookup window when a prediction is asked for a run that did not use n-gram: conf/spec/ngram.yaml's.
 DEFAULT_WINDOW = (2, 4)
@@ -34,7 +34,7 @@ def check_window(spec: Any) -> None:
 METHOD = Method(
     name="ngram",
     rank=10,
-    knobs=("prompt_lookup_min", "prompt_lookup_max"),
+    knobs=("prompt_lookup_min", "prompt_lookup_max", *VERIFY_KNOBS),
     knob_checks=(check_window,),
     replay="specbatch.prediction.setups:NgramSetup",
     # The k that batch-size sweeps found best somewhere (8 at batch 1 down to 1 at batch 64).

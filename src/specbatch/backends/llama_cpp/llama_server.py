@@ -146,6 +146,17 @@ def spec_flags(job: JobConfig) -> list[str]:
             f"spec.draft_gguf is not an option of spec.method={spec.method.value} (it belongs to draft_model): "
             "remove it or choose one of those methods (spec=draft_model)"
         )
+    vllm_only = {
+        "rejection_sample_method": spec.rejection_sample_method not in (None, "standard"),
+        "draft_sample_method": spec.draft_sample_method not in (None, "greedy"),
+        "use_heterogeneous_vocab": bool(spec.use_heterogeneous_vocab),
+    }
+    for knob in (k for k, set_ in vllm_only.items() if set_):
+        value = getattr(spec, knob)
+        raise ConfigError(
+            f"spec.{knob}={getattr(value, 'value', value)} is vLLM's: llama-server drafts its own way with no such "
+            f"option, so the run would not be what it says; drop spec.{knob} on engine.backend=llama_cpp"
+        )
     return METHOD_FLAGS[spec.method](job)
 
 

@@ -73,6 +73,17 @@ def _sglang_engine_flags(job: JobConfig) -> list[str]:
             f"spec.draft_sample_method={spec.draft_sample_method.value}: SGLang's drafters propose their top tokens "
             f"only, so {where} cannot be served the same way there; drop the override to compare with SGLang"
         )
+    if spec.rejection_sample_method is not None and spec.rejection_sample_method.value != "standard":
+        raise ConfigError(
+            f"spec.rejection_sample_method={spec.rejection_sample_method.value}: SGLang verifies drafts token by "
+            f"token and has no block verification, so {where} cannot be served the same way there; drop the override "
+            "to compare with SGLang"
+        )
+    if spec.use_heterogeneous_vocab:
+        raise ConfigError(
+            "spec.use_heterogeneous_vocab=true: SGLang's STANDALONE drafter shares the target's tokenizer, so a draft "
+            "with another vocabulary cannot be served the same way there; use a draft of the target's family"
+        )
     draft_tp = spec.draft_tensor_parallel_size
     if draft_tp is not None and draft_tp != model.tensor_parallel_size:
         raise ConfigError(

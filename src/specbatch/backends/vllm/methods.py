@@ -43,6 +43,24 @@ def check_dspark_runner(job: JobLike) -> None:
         )
 
 
+def check_block_verification_here(job: JobLike) -> None:
+    """Block verification runs only in vLLM 0.32's newer (V2) model runner, whose rejection sampler is written in
+    Triton kernels (vllm/v1/worker/gpu/spec_decode/rejection_sampler.py): on its CPU build, or with
+    VLLM_USE_V2_MODEL_RUNNER=0, the older runner verifies token by token, silently. (What in the set-up itself falls
+    back to the older runner: vllm_args.block_verification_must_run.)"""
+    method = job.spec.rejection_sample_method
+    if method is None or method.value != "block":
+        return
+    forced_v1 = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "").lower() in ("0", "false")
+    if not this_machine().gpu_count or forced_v1:
+        why = "VLLM_USE_V2_MODEL_RUNNER=0 forces the older one" if forced_v1 else "this machine has no GPU"
+        raise ConfigError(
+            "spec.rejection_sample_method=block: vLLM 0.32 verifies blocks only on its newer (V2) model runner, "
+            f"which needs Triton on a GPU, and {why}: the older runner would verify token by token while the run "
+            "says block. Drop spec.rejection_sample_method here, or run it on a GPU machine"
+        )
+
+
 @dataclass(frozen=True)
 class VllmMethod:
     """How vLLM runs one method."""
@@ -93,6 +111,7 @@ def check_method(job: JobLike) -> None:
     row = vllm_method(job.spec.method)
     for check in row.checks if row is not None else ():
         check(job)
+    check_block_verification_here(job)
 
 
 def environment(method: SpecMethod) -> dict[str, str]:

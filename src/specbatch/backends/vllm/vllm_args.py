@@ -105,6 +105,34 @@ def llm_kwargs(job: JobConfig) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
+def older_runner_reasons(spec: SpecConfig) -> list[str]:
+    """What in this set-up makes vLLM 0.32 run its older (V1) model runner on any machine
+    (VllmConfig._get_v2_model_runner_unsupported_features in vllm/config/vllm.py)."""
+    reasons = []
+    if spec.method in (SpecMethod.suffix, SpecMethod.medusa):
+        reasons.append(f"spec={spec.method.value}")
+    if spec.parallel_drafting and spec.method in (SpecMethod.eagle, SpecMethod.eagle3):
+        reasons.append("spec.parallel_drafting=true with EAGLE heads")
+    if spec.use_heterogeneous_vocab:
+        reasons.append("spec.use_heterogeneous_vocab=true")
+    return reasons
+
+
+def block_verification_must_run(spec: SpecConfig) -> None:
+    """Block verification where vLLM would verify token by token instead, silently: its older (V1) model runner's
+    rejection sampler (vllm/v1/sample/rejection_sampler.py) knows standard and synthetic only; block is in the newer
+    runner's (vllm/v1/worker/gpu/spec_decode/rejection_sampler.py)."""
+    if spec.rejection_sample_method is None or spec.rejection_sample_method.value != "block":
+        return
+    reasons = older_runner_reasons(spec)
+    if reasons:
+        raise ConfigError(
+            f"spec.rejection_sample_method=block with {' and '.join(reasons)}: vLLM 0.32 runs that on its older "
+            "model runner, which verifies token by token whatever this says; drop spec.rejection_sample_method (or "
+            f"{reasons[0].split('=')[0]}) to measure what runs"
+        )
+
+
 def seeded_prefills_must_stay_whole(job: JobConfig) -> bool:
     """Whether vLLM must prefill each prompt in one step: a seeded sampled job on a machine without a GPU.
 
@@ -182,6 +210,7 @@ def check_vllm_rules(job: JobConfig) -> None:
     if spec.schedule is not None:
         batch, why = largest_batch(job)
         schedule_must_cover(spec.schedule, batch, why)
+    block_verification_must_run(spec)
     draft_tp, target_tp = spec.draft_tensor_parallel_size, model.tensor_parallel_size
     if spec.parallel_drafting and draft_tp not in (None, target_tp):
         # vLLM 0.32's newer model runner has no parallel drafting, so it falls back to the older one, whose
