@@ -132,11 +132,14 @@ def _one_per_measurement(runs: Iterable[RunData]) -> tuple[list[RunData], list[s
 
 def compare(runs: Iterable[RunData]) -> Comparison:
     """Group runs by set-up, match each to its baseline, and recommend a k per batch size."""
-    # A k schedule is its own set-up: never pooled with the fixed k that equals its largest k.
+    # A k schedule is its own set-up: never pooled with the fixed k that equals its largest k; nor is another way
+    # of verifying or drafting (block verification, probabilistic drafts) pooled with vLLM's defaults.
     runs, copies = _one_per_measurement(runs)
-    groups: dict[tuple[str, int, str, int | None, Any], list[RunData]] = defaultdict(list)
+    groups: dict[tuple[str, int, str, int | None, Any, str | None], list[RunData]] = defaultdict(list)
     for run in runs:
-        groups[(run.workload, run.batch_size, run.method, run.k, schedule_key(run.k_schedule))].append(run)
+        groups[(run.workload, run.batch_size, run.method, run.k, schedule_key(run.k_schedule), run.variant)].append(
+            run
+        )
     if not groups:
         raise CompareError("no runs to compare: pass run folders, a sweep folder or --mlflow-run <parent run id>")
     for members in groups.values():
@@ -274,10 +277,10 @@ def _run_figures(
     ]
 
 
-def _group_order(item: tuple[tuple[str, int, str, int | None, Any], list[RunData]]) -> tuple[Any, ...]:
-    (workload, batch, method, k, schedule), _ = item
-    # A method's schedules after its fixed k's.
-    return (workload, batch, method != "none", method, schedule is not None, schedule or (), k or 0)
+def _group_order(item: tuple[tuple[str, int, str, int | None, Any, str | None], list[RunData]]) -> tuple[Any, ...]:
+    (workload, batch, method, k, schedule, variant), _ = item
+    # A method's schedules after its fixed k's; a variant after vLLM's defaults at the same k.
+    return (workload, batch, method != "none", method, schedule is not None, schedule or (), k or 0, variant or "")
 
 
 def _row(members: list[RunData], base: list[RunData] | None) -> tuple[CompareRow, dict[str, Equality]]:
@@ -332,6 +335,7 @@ def _row(members: list[RunData], base: list[RunData] | None) -> tuple[CompareRow
         speedup_median=robust[0],
         speedup_spread=robust[1],
         k_schedule=first.k_schedule,
+        variant=first.variant,
         engine=first.engine,
         prompts_key=first.prompts_key,
         tokens_per_pass=tokens_per_pass(pooled.output_tokens, pooled.accepted_tokens),

@@ -55,11 +55,17 @@ class CompareRow:
     machine: str = ""
     # spec=auto: the set-up(s) its decision chose, e.g. "ngram k=5" (None for a fixed set-up).
     chose: str | None = None
+    # How it verifies or drafts other than vLLM's defaults, e.g. "block verification" (methods.variant_caption): a
+    # set-up of its own, shown beside the defaults' row, which the recommendation picks among.
+    variant: str | None = None
 
     @property
     def caption(self) -> str:
-        """The set-up as tables and plots name it: ``ngram k=3``, or for spec=auto ``auto → ngram k=5``."""
+        """The set-up as tables and plots name it: ``ngram k=3``, ``ngram k=3 (block verification)``, or for
+        spec=auto ``auto → ngram k=5``."""
         caption = spec_caption(self.method, self.k, self.k_schedule)
+        if self.variant:
+            caption += f" ({self.variant})"
         return f"{caption} → {self.chose}" if self.chose else caption
 
 

@@ -38,7 +38,9 @@ def draw_speedup_vs_k(comparison: Comparison) -> tuple[Any, Any]:
     for row in comparison.rows:
         # A k schedule has no single k to plot against (its runs show in throughput_vs_batch_size.png).
         if row.method != "none" and row.k is not None and row.speedup is not None and row.k_schedule is None:
-            lines[(row.method, row.batch_size)].append(row)
+            # A variant (block verification, probabilistic drafts) is a line of its own.
+            method = f"{row.method} ({row.variant})" if row.variant else row.method
+            lines[(method, row.batch_size)].append(row)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (method, batch), rows in sorted(lines.items()):
         rows.sort(key=lambda r: r.k or 0)

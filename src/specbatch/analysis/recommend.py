@@ -132,8 +132,11 @@ def recommend(rows: list[CompareRow]) -> list[Recommendation]:
         base_rows = [r for r in members if r.method == "none"]
         # Fixed k's only: a schedule is what compare writes from these picks, measured against them by jobs/bench.py,
         # never a candidate for one batch size (its k changes with the batch).
-        # spec=auto is shown beside them, never recommended: it is what chooses among them.
-        spec_rows = [r for r in members if r.method not in ("none", "auto") and r.k_schedule is None]
+        # spec=auto is shown beside them, never recommended: it is what chooses among them. So is another way of
+        # verifying or drafting (a variant): it is read against its defaults' row, which keeps one k per method.
+        spec_rows = [
+            r for r in members if r.method not in ("none", "auto") and r.k_schedule is None and r.variant is None
+        ]
         if not base_rows or not spec_rows:
             continue
         baseline = measured(base_rows[0])

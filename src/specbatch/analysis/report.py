@@ -289,7 +289,7 @@ def serve_commands(comparison: Comparison) -> list[str]:
         rows = [
             r
             for r in comparison.rows
-            if (r.model, r.dataset, r.dtype, r.batch_size, r.method, r.k, r.k_schedule) == setup
+            if (r.model, r.dataset, r.dtype, r.batch_size, r.method, r.k, r.k_schedule) == setup and r.variant is None
         ]
         if not rows or not rows[0].run_folders:
             continue

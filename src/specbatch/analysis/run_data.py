@@ -13,6 +13,7 @@ from specbatch.common.machine import machine_line
 from specbatch.config import workload_digest
 from specbatch.config.engine import backend_keys
 from specbatch.engine import recorded_backend
+from specbatch.methods import variant_caption
 from specbatch.run.folder import RunFolder, read_run, shard_folders
 from specbatch.run.output_rows import STATUS_OK
 from specbatch.run.records.output_parts import rows_with_seeds
@@ -61,6 +62,11 @@ class RunData:
     def k_schedule(self) -> list[list[int]] | None:
         """The run's k per batch size (spec.k_schedule), or None for one k."""
         return self.config["spec"]["k_schedule"]
+
+    @property
+    def variant(self) -> str | None:
+        """How it verifies or drafts other than vLLM's defaults (e.g. ``block verification``), or None."""
+        return variant_caption(self.config["spec"])
 
     @property
     def repeat(self) -> int:

@@ -33,8 +33,9 @@ def format_comparison(comparison: Comparison) -> str:
         same = f"{r.identical_rows}/{r.rows_compared}" if r.rows_compared else "-"
         k = f"schedule {' '.join(f'{a}-{b}:{c}' for a, b, c in r.k_schedule)}" if r.k_schedule else r.k or "-"
         diffs = ", ".join(r.first_differences[:3]) + (" …" if len(r.first_differences) > 3 else "")
+        method = r.caption if r.chose else f"{r.method} ({r.variant})" if r.variant else r.method
         lines.append(
-            f"| {r.model} | {r.dataset} | {r.dtype} | {r.batch_size} | {r.caption if r.chose else r.method} | {k} | "
+            f"| {r.model} | {r.dataset} | {r.dtype} | {r.batch_size} | {method} | {k} | "
             f"{r.repeats} | {r.output_tokens_per_second:.1f} ± {r.output_tokens_per_second_std:.1f} | {speedup} | "
             f"{median} | "
             f"{num(r.mean_acceptance_length)} | {num(r.draft_acceptance_rate, 3)} | {per_pos} | {same} | "
