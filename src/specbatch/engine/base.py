@@ -83,6 +83,10 @@ class StepLoad:
     prompt_tokens: int = 0
     # Draft tokens the step verified; 0: no speculation in this step (spec=none, or k=0 at this batch size).
     draft_tokens: int = 0
+    # What the step took by the engine's own clock; None (every real engine): the job times it by the wall clock.
+    # The dummy's time model says it, so that what spec=auto fits from its steps does not hang on the load of the
+    # machine the tests run on.
+    seconds: float | None = None
 
 
 def require_checkpoint(job: JobConfig) -> None:

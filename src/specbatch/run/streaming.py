@@ -181,8 +181,10 @@ class ChunkStreamer:
                 step_began = time.perf_counter()
                 completions = self.engine.step()
                 step_ended = time.perf_counter()
-                if self.engine.last_step is not None:
-                    self.steps.record(step_ended - began, step_ended - step_began, self.engine.last_step)
+                load = self.engine.last_step
+                if load is not None:
+                    took = step_ended - step_began if load.seconds is None else load.seconds
+                    self.steps.record(step_ended - began, took, load)
                 for completion in completions:
                     self._answered(completion, finish)
                 if self.progress is not None:

@@ -15,6 +15,7 @@ completions have one distribution, as a lossless engine's do. ``_token`` is wher
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections import deque
@@ -123,13 +124,18 @@ class DummyEngine(VllmFamily):
 
     @classmethod
     def start(cls, job: JobConfig) -> Self:
-        return cls(
+        engine = cls(
             cls.fingerprint_of(job),
             k=job.spec.k,
             concurrency=job.engine.max_num_seqs,
             k_schedule=job.spec.k_schedule,
             step_cost=cls.start_step_cost,
         )
+        if engine.step_cost is not None:
+            # With a time model its start-up is the model's too (one empty step), not what the machine the tests
+            # run on took to build it: spec=auto weighs a switch of engines against it.
+            engine.startup_seconds = engine.step_cost.base
+        return engine
 
     def add(self, request: Request) -> None:
         why = self.refuse(request) if self.refuse else None
@@ -208,8 +214,9 @@ class DummyEngine(VllmFamily):
                 self.completed += 1
         if self.step_cost is not None:
             # Without a time model its steps take no time worth timing: it then has no steps to tell of.
-            self.last_step = StepLoad(requests, produced, prompt_tokens, drafted)
-            time.sleep(self.step_cost.seconds(self.last_step))
+            load = StepLoad(requests, produced, prompt_tokens, drafted)
+            self.last_step = dataclasses.replace(load, seconds=self.step_cost.seconds(load))
+            time.sleep(self.last_step.seconds)
         return done
 
     def set_k_schedule(self, schedule: list[list[int]]) -> bool:
