@@ -1,9 +1,12 @@
 """Every model-based method for real on CPU, through jobs/generate.py, on the tiny random family (assets/tiny.py).
 
 Greedy in float32, each method must reproduce spec=none token for token, and a draft that is an exact copy of
-the target must have every drafted token accepted. (n-gram and suffix run on the embedded model in
-test_generate_cpu.py; DSpark cannot run on vLLM's CPU build: README "Block drafters".) Each run records the
-settings vLLM resolved that change acceptance.
+the target must have every drafted token accepted. So must vLLM's verification and drafting modes that its CPU
+build runs (issue 54): probabilistic drafts, and a draft declared to have another vocabulary (vLLM then maps its
+tokens to the target's by their text: with a copy of the target every drafted token must still be accepted). Block
+verification does not run on the CPU build (backends/vllm/methods.py says why; test_verification_modes.py). (n-gram
+and suffix run on the embedded model in test_generate_cpu.py; DSpark cannot run on vLLM's CPU build: README "Block
+drafters".) Each run records the settings vLLM resolved that change acceptance.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ CASES = {
     "none": ("tiny_llama", "none"),
     "draft_model": ("tiny_llama", "draft_model"),
     "draft_copy": ("tiny_llama", "draft_copy"),
+    "draft_probabilistic": ("tiny_llama", "draft_probabilistic"),
+    "draft_copy_heterogeneous": ("tiny_llama", "draft_copy_heterogeneous"),
     "eagle": ("tiny_llama", "eagle"),
     "eagle3": ("tiny_llama", "eagle3"),
     "dflash": ("tiny_llama", "dflash"),
@@ -42,6 +47,8 @@ CASES = {
 BASELINE = {
     "draft_model": "none",
     "draft_copy": "none",
+    "draft_probabilistic": "none",
+    "draft_copy_heterogeneous": "none",
     "eagle": "none",
     "eagle3": "none",
     "dflash": "none",
@@ -54,6 +61,14 @@ DRAFT_COPY_PRESET = """defaults:
   - draft_model
 model: ${specbatch_cache:}/tiny/draft_copy
 """
+# vLLM's modes as presets of the same folder (a preset named other than its method has no conf/model_spec pairing:
+# it names its draft).
+MODE_PRESETS = {
+    "draft_probabilistic": (
+        "defaults:\n  - draft_model\nmodel: ${specbatch_cache:}/tiny/draft\ndraft_sample_method: probabilistic\n"
+    ),
+    "draft_copy_heterogeneous": "defaults:\n  - draft_copy\nuse_heterogeneous_vocab: true\n",
+}
 CASE_PRESET = """# @package _global_
 defaults:
   - override /model: {model}
@@ -66,6 +81,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("methods")
     (root / "conf" / "spec").mkdir(parents=True)
     (root / "conf" / "spec" / "draft_copy.yaml").write_text(DRAFT_COPY_PRESET)
+    for name, preset in MODE_PRESETS.items():
+        (root / "conf" / "spec" / f"{name}.yaml").write_text(preset)
     (root / "conf" / "case").mkdir()
     for name, (model, spec) in CASES.items():
         (root / "conf" / "case" / f"{name}.yaml").write_text(CASE_PRESET.format(model=model, spec=spec))
@@ -82,7 +99,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
             f"max_samples={N_PROMPTS}",
             f"sampling.max_tokens={MAX_TOKENS}",
             "tracking=off",
-            # Nothing here reads a timing: no warm-up request per engine (9 engines).
+            # Nothing here reads a timing: no warm-up request per engine (11 engines).
             "engine.warmup=false",
         ]
     )
@@ -104,10 +121,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
 def test_each_sweep_job_ran_its_own_model_method_and_draft(runs: dict[str, dict]) -> None:
     for name, (model, _) in CASES.items():
         config = runs[name]["config"]
-        assert config["spec"]["method"] == name.removeprefix("mimo_").replace("draft_copy", "draft_model"), name
+        method = "draft_model" if name.startswith("draft_") else name.removeprefix("mimo_")
+        assert config["spec"]["method"] == method, name
         assert config["model"]["name"] == model.replace("_", "-"), name
     assert runs["draft_copy"]["config"]["spec"]["model"].endswith("/tiny/draft_copy")
     assert runs["draft_model"]["config"]["spec"]["model"].endswith("/tiny/draft")
+    assert runs["draft_probabilistic"]["config"]["spec"]["draft_sample_method"] == "probabilistic"
+    assert runs["draft_copy_heterogeneous"]["config"]["spec"]["use_heterogeneous_vocab"] is True
 
 
 @pytest.mark.parametrize("name", sorted(BASELINE))
@@ -134,8 +154,9 @@ def test_greedy_float32_is_token_identical_to_no_speculation(runs: dict[str, dic
         assert spec[row_id]["completion_token_ids"] == row["completion_token_ids"], f"{name} differs on {row_id}"
 
 
-def test_a_copy_of_the_target_as_draft_is_always_accepted(runs: dict[str, dict]) -> None:
-    summary = runs["draft_copy"]["summary"]
+@pytest.mark.parametrize("name", ["draft_copy", "draft_copy_heterogeneous"])
+def test_a_copy_of_the_target_as_draft_is_always_accepted(runs: dict[str, dict], name: str) -> None:
+    summary = runs[name]["summary"]
     assert summary["accepted_tokens"] == summary["draft_tokens"] > 0
     assert summary["acceptance_rate_per_position"] == [1.0] * summary["num_speculative_tokens"]
     assert summary["mean_acceptance_length"] == 1 + summary["num_speculative_tokens"]
