@@ -116,13 +116,21 @@ def test_a_failed_preset_keeps_the_line_that_says_why() -> None:
     assert gpu_check._last_error("ERROR " + "y" * 1000).endswith("…")
 
 
-def test_the_cpu_dspark_row_shows_the_refusal_before_loading() -> None:
+@pytest.mark.parametrize(
+    ("row", "says"),
+    [
+        ("dspark", "spec=dspark: vLLM 0.32 runs DSpark only on its newer"),
+        ("block verification", "spec.rejection_sample_method=block: vLLM 0.32 verifies blocks only on its newer"),
+    ],
+)
+def test_the_cpu_rows_of_what_needs_vllms_newer_runner_show_the_refusal_before_loading(row: str, says: str) -> None:
     from conftest import compose_job
     from specbatch.config import ConfigError
     from specbatch.run.generate import ShardGeneration
 
-    case = next(c for c in CPU_CASES if "dspark" in c.label)
+    case = next(c for c in CPU_CASES if row in c.label)
     job = compose_job([*case.overrides, *gpu_check.CPU_COMMON])
     # The checks a shard runs before its engine loads: vLLM's rule for the machine before the draft's own checks.
-    with pytest.raises(ConfigError, match="spec=dspark: vLLM 0.32 runs DSpark only on its newer"):
+    with pytest.raises(ConfigError, match=says):
         ShardGeneration(job).preflight(job)
+    assert any(row in c.label for c in GPU_CASES), "its GPU row"

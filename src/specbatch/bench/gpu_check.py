@@ -65,6 +65,13 @@ GPU_CASES = (
     Case("llama draft_model PARD k12, parallel drafting", (LLAMA, "spec=draft_model"), "llama none"),
     Case("llama eagle k3", (LLAMA, "spec=eagle"), "llama none"),
     Case("llama eagle3 k3", (LLAMA, "spec=eagle3"), "llama none"),
+    # vLLM's block verification (Sun et al.) runs on its newer model runner only, on a GPU: lossless, so greedy it
+    # must match its none; its AL and tok/s beside the row above are block against standard verification.
+    Case(
+        "llama eagle3 k3, block verification",
+        (LLAMA, "spec=eagle3", "spec.rejection_sample_method=block"),
+        "llama none",
+    ),
     Case("mimo none", (MIMO, "spec=none")),
     Case("mimo mtp k1", (MIMO, "spec=mtp"), "mimo none"),
     Case("qwen3-8b none", (QWEN3_8B, "spec=none")),
@@ -96,6 +103,12 @@ CPU_CASES = (
     ),
     Case("tiny eagle k3", (TINY, "spec=eagle", "dataset=humaneval"), "tiny none"),
     Case("tiny eagle3 k3", (TINY, "spec=eagle3", "dataset=humaneval"), "tiny none"),
+    # Refused before loading on a machine without a GPU (docs/methods.md, "Verification and drafting modes").
+    Case(
+        "tiny eagle3 k3, block verification",
+        (TINY, "spec=eagle3", "spec.rejection_sample_method=block", "dataset=humaneval"),
+        "tiny none",
+    ),
     Case("tiny-mimo none", (TINY_MIMO, "spec=none", "dataset=humaneval")),
     Case("tiny-mimo mtp k1", (TINY_MIMO, "spec=mtp", "dataset=humaneval"), "tiny-mimo none"),
     Case("tiny dflash k3", (TINY, "spec=dflash", "dataset=humaneval"), "tiny none"),
