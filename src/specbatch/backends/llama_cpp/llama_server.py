@@ -151,7 +151,8 @@ def spec_flags(job: JobConfig) -> list[str]:
         "draft_sample_method": spec.draft_sample_method not in (None, "greedy"),
         "use_heterogeneous_vocab": bool(spec.use_heterogeneous_vocab),
     }
-    for knob in (k for k, set_ in vllm_only.items() if set_):
+    knob = next((k for k, set_ in vllm_only.items() if set_), None)
+    if knob is not None:
         value = getattr(spec, knob)
         raise ConfigError(
             f"spec.{knob}={getattr(value, 'value', value)} is vLLM's: llama-server drafts its own way with no such "
