@@ -15,8 +15,10 @@ import pkgutil
 from typing import TYPE_CHECKING, Any
 
 from specbatch.methods.labels import (
+    MODE_DEFAULTS,
     READABLE_NAME_BYTES,
     Schedule,
+    modes_set,
     schedule_key,
     spec_caption,
     spec_label,
@@ -97,5 +99,7 @@ __all__ = [
     "schedule_key",
     "spec_caption",
     "variant_caption",
+    "modes_set",
+    "MODE_DEFAULTS",
     "spec_label",
 ]

@@ -3,7 +3,7 @@ tables. Labels name existing run folders and seed their samples, so a label that
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 # A k per batch size: [[first batch size, last batch size, k], ...] (spec.k_schedule), as plain lists or tuples.
@@ -49,18 +49,31 @@ def spec_caption(method: str, k: int | None, schedule: Schedule | None = None) -
     return method if k is None else f"{method} k={k}"
 
 
-def variant_caption(spec: dict[str, Any]) -> str | None:
+# vLLM's ways of verifying and drafting (spec knobs) and their defaults; null means the default too.
+MODE_DEFAULTS: dict[str, Any] = {
+    "rejection_sample_method": "standard",
+    "draft_sample_method": "greedy",
+    "use_heterogeneous_vocab": False,
+}
+
+
+def modes_set(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The modes a spec section (recorded, or a SpecConfig's values) sets other than vLLM's defaults, in
+    MODE_DEFAULTS' order; absent keys (runs recorded before these knobs) are defaults."""
+    values = {knob: spec.get(knob) for knob in MODE_DEFAULTS}
+    return {knob: v for knob, v in values.items() if v is not None and v != MODE_DEFAULTS[knob]}
+
+
+def variant_caption(spec: Mapping[str, Any]) -> str | None:
     """How a recorded ``spec`` section verifies or drafts other than vLLM's defaults, as compare names the set-up
     beside its method and k, e.g. ``block verification``; None for the defaults (and runs recorded before these
     knobs). Two runs of one method and k that differ here are two set-ups, never repeats of one."""
-    parts = []
-    if spec.get("rejection_sample_method") not in (None, "standard"):
-        parts.append(f"{spec['rejection_sample_method']} verification")
-    if spec.get("draft_sample_method") not in (None, "greedy"):
-        parts.append(f"{spec['draft_sample_method']} drafts")
-    if spec.get("use_heterogeneous_vocab"):
-        parts.append("heterogeneous vocabulary")
-    return ", ".join(parts) or None
+    words = {
+        "rejection_sample_method": "{} verification",
+        "draft_sample_method": "{} drafts",
+        "use_heterogeneous_vocab": "heterogeneous vocabulary",
+    }
+    return ", ".join(words[knob].format(value) for knob, value in modes_set(spec).items()) or None
 
 
 def schedule_key(schedule: Schedule | None) -> tuple[tuple[int, int, int], ...] | None:

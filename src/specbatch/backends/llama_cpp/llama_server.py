@@ -29,7 +29,7 @@ from specbatch.backends.llama_cpp import Options
 from specbatch.common.environment import PROJECT_ROOT
 from specbatch.config import ConfigError, JobConfig, compose_job
 from specbatch.config.engine import backend_options
-from specbatch.methods import SpecMethod
+from specbatch.methods import MODE_DEFAULTS, SpecMethod, modes_set
 from specbatch.serving.child_server import ChildServer, ServerStartError
 
 log = logging.getLogger(__name__)
@@ -146,14 +146,9 @@ def spec_flags(job: JobConfig) -> list[str]:
             f"spec.draft_gguf is not an option of spec.method={spec.method.value} (it belongs to draft_model): "
             "remove it or choose one of those methods (spec=draft_model)"
         )
-    vllm_only = {
-        "rejection_sample_method": spec.rejection_sample_method not in (None, "standard"),
-        "draft_sample_method": spec.draft_sample_method not in (None, "greedy"),
-        "use_heterogeneous_vocab": bool(spec.use_heterogeneous_vocab),
-    }
-    knob = next((k for k, set_ in vllm_only.items() if set_), None)
-    if knob is not None:
-        value = getattr(spec, knob)
+    vllm_only = modes_set({knob: getattr(spec, knob) for knob in MODE_DEFAULTS})
+    if vllm_only:
+        knob, value = next(iter(vllm_only.items()))
         raise ConfigError(
             f"spec.{knob}={getattr(value, 'value', value)} is vLLM's: llama-server drafts its own way with no such "
             f"option, so the run would not be what it says; drop spec.{knob} on engine.backend=llama_cpp"
