@@ -8,9 +8,9 @@
     .venv/bin/python jobs/bench.py --predict [--rows 64] [--two-turn-rows 32] [--predict-max-tokens 128] [--stamp S]
     .venv/bin/python jobs/bench.py --auto [--workloads humaneval_edit,humaneval,chat] [--setups none,ngram-k3]
         [--repeats 3] [--auto-batches full,16,4] [--rows 32] [--stamp S]
-    .venv/bin/python jobs/bench.py --sampling [--max-samples 16]
+    .venv/bin/python jobs/bench.py --sampling [--max-samples 16]  |  --simulate [--max-samples 16] [--repeats 3]
 
-(a)-(h), what each measures and its goals: the docstring of src/specbatch/bench/__init__.py.
+(a)-(i), what each measures and its goals: the docstring of src/specbatch/bench/__init__.py.
 One run per measurement on a shared, noisy 2-core machine: quote the ratios of one invocation together.
 """
 
@@ -25,18 +25,16 @@ from specbatch.bench.full_engine import streaming_bench
 from specbatch.bench.prediction_bench import PredictPlan, predict_report
 from specbatch.bench.sampling_bench import sampling_report
 from specbatch.bench.schedule_sweep import SweepPlan, int_list, schedule_report
+from specbatch.bench.simulate_bench import simulate_report
 from specbatch.bench.speedup import speedup_bench
 from specbatch.bench.startup import startup_bench
 from specbatch.config import register_configs
-
-log = logging.getLogger("bench")
-PROJECT = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-samples", type=int, default=16)
-    parser.add_argument("--output-root", type=Path, default=PROJECT / "outputs" / "bench")
+    parser.add_argument("--output-root", type=Path, default=Path(__file__).resolve().parents[1] / "outputs" / "bench")
     parser.add_argument("--skip-overhead", action="store_true")
     parser.add_argument("--streaming", action="store_true", help="run only (c), keeping the engine full")
     parser.add_argument("--rows", type=int, help="(c), (f), (g): rows (default 128 for (c), 64 for (f), all for (g))")
@@ -45,7 +43,7 @@ def main() -> int:
     parser.add_argument("--schedule", action="store_true", help="run (a) and (d), the k schedule")
     parser.add_argument("--batch-sizes", type=int_list, default=[1, 4, 16, 64], help="(d): e.g. 1,4,16,64")
     parser.add_argument("--ks", type=int_list, default=[1, 2, 3, 5, 8], help="(d): ngram's k, e.g. 1,2,3,5,8")
-    parser.add_argument("--repeats", type=int, default=3, help="(d), (g): repeats of every set-up (3 or more)")
+    parser.add_argument("--repeats", type=int, default=3, help="(d), (g), (i): repeats of each set-up")
     parser.add_argument("--schedule-prompts", type=int, default=64, help="(d): prompts (at least the largest batch)")
     parser.add_argument("--schedule-max-tokens", type=int, default=32, help="(d): new tokens per prompt")
     parser.add_argument("--schedule-dir", type=Path, help="(d): output root of its runs (reuse one to resume)")
@@ -59,6 +57,7 @@ def main() -> int:
     parser.add_argument("--auto-batches", type=batch_list, default=DEFAULT_BATCHES, help="(g): max_num_seqs")
     parser.add_argument("--startup", type=Path, nargs="+", metavar="CHECKOUT", help="run only (e), these checkouts")
     parser.add_argument("--sampling", action="store_true", help="run only (h), n=4 sampling and the lossless check")
+    parser.add_argument("--simulate", action="store_true", help="run only (i), spec=simulate against real n-gram")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     register_configs()
@@ -71,6 +70,8 @@ def main() -> int:
         return 0
     if args.sampling:
         return shown(sampling_report(args.max_samples, 4, root, stamp))
+    if args.simulate:
+        return shown(simulate_report(args.max_samples, args.repeats, root, stamp))
     if args.auto:
         return shown(auto_report(AutoPlan.from_args(args), root, stamp))
     if args.predict:
@@ -90,7 +91,7 @@ def main() -> int:
 
 def shown(report_and_path: tuple[str, Path]) -> int:
     print(report_and_path[0])
-    log.info("report written to %s", report_and_path[1])
+    logging.getLogger("bench").info("report written to %s", report_and_path[1])
     return 0
 
 

@@ -110,6 +110,24 @@ def test_speedup_comes_from_stored_timings_and_equal_rows_count(job_factory) -> 
     assert (rec.method, rec.k, rec.batch_size) == ("ngram", 3, 2)
 
 
+def test_a_simulated_run_is_never_checked_token_for_token_nor_recommended(job_factory) -> None:
+    # spec=simulate runs to max_tokens (sampling.ignore_eos): its baseline is spec=none at equal lengths too.
+    base = write_run(job_factory, SAME, 10.0, "spec=none", "sampling.ignore_eos=true")
+    other = {"r0": [1, 1, 1, 1], "r1": [5, 5, 5, 5]}
+    rates = "spec.synthetic_acceptance_rates=[0.8,0.5,0.2]"
+    simulated = write_run(job_factory, other, 30.0, "spec=simulate", rates)
+    real = write_run(job_factory, SAME, 25.0, "spec=ngram", "sampling.ignore_eos=true")
+    result = compare([load_run(base), load_run(simulated), load_run(real)])
+    rows = {r.method: r for r in result.rows}
+    assert rows["simulate"].speedup == pytest.approx(3.0)
+    assert (rows["simulate"].rows_compared, rows["simulate"].identical_share) == (0, None)
+    assert rows["simulate"].variant == "simulated at acceptance rates 0.8/0.5/0.2"
+    assert rows["ngram"].identical_share == 1.0
+    # The faster simulated set-up is shown, not recommended: the real n-gram is.
+    [rec] = result.recommendations
+    assert (rec.method, rec.k) == ("ngram", 3)
+
+
 AVX2 = Machine("AMD EPYC", ("avx2",), 2)
 AVX512 = Machine("AMD EPYC 9R14", ("avx2", "avx512f", "avx512_bf16"), 2)
 

@@ -10,7 +10,7 @@ import torch
 from specbatch.analysis.lossless.evidence import Evidence
 from specbatch.analysis.lossless.sampler import Sampler
 from specbatch.config import ConfigError
-from specbatch.config.schema import SamplingConfig
+from specbatch.config.sampling import SamplingConfig
 
 VOCAB = 400
 ASKED = Sampler(0.7, 0, 0.95)

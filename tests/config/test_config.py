@@ -31,6 +31,8 @@ NEEDS_PATH = {"local": ["dataset.template='{prompt}'"], "spec_bench": []}
 # where it has a stand-in, else the GPU preset vLLM's own tests pair it with (DSpark has no CPU stand-in: README).
 PAIRED_MODEL = "tiny_llama"
 PAIRED_MODELS = {"dspark": ["model=qwen3_4b_fp8", "engine=gpu"]}
+# Spec presets whose acceptance profile comes from the command line.
+NEEDS_PROFILE = {"simulate": ["spec.synthetic_acceptance_rates=[0.8,0.5,0.2]"]}
 
 
 def test_every_group_has_presets() -> None:
@@ -43,6 +45,8 @@ def test_every_preset_composes_and_validates(group: str, name: str) -> None:
     overrides = [f"{group}={name}"]
     if group == "spec" and SpecMethod(name) in CHECKPOINT_METHODS:
         overrides += PAIRED_MODELS.get(name, [f"model={PAIRED_MODEL}"])
+    if group == "spec":
+        overrides += NEEDS_PROFILE.get(name, [])
     if group == "model" and name == "tiny_mimo":
         overrides.append("spec=mtp")
     if group == "dataset" and name in NEEDS_PATH:
@@ -298,7 +302,7 @@ def _chain(exc: BaseException | None) -> str:
             # (medusa, the example before, is a method now: the list is the methods' modules, discovered.)
             ["spec.method=lookahead"],
             "Invalid value 'lookahead', expected one of "
-            "[none, ngram, suffix, draft_model, eagle, eagle3, mtp, dflash, dspark, medusa, auto]",
+            "[none, ngram, suffix, draft_model, eagle, eagle3, mtp, dflash, dspark, medusa, simulate, auto]",
         ),
         (["spec=eagle3", "spec.draft_sample_method=best"], "expected one of [greedy, probabilistic]"),
         # Unknown preset: Hydra lists the available ones.

@@ -56,6 +56,10 @@ def plain_before_server_keys(job: JobConfig) -> dict[str, Any]:
     # Nor vLLM's verification modes (issue 54): absent while null.
     assert plain["spec"].pop("rejection_sample_method") is None, "nor block verification"
     assert plain["spec"].pop("use_heterogeneous_vocab") is None, "nor drafts with another tokenizer"
+    # Nor spec=simulate's acceptance profile, nor equal lengths (issue 54): absent while null.
+    for knob in ("synthetic_acceptance_rates", "profile", "draft_coverage"):
+        assert plain["spec"].pop(knob) is None, f"nor spec.{knob}"
+    assert plain["sampling"].pop("ignore_eos") is None, "nor sampling.ignore_eos"
     # spec.parallel_drafting too: absent while null, counted like any knob when set (the PARD preset sets it).
     if plain["spec"]["parallel_drafting"] is None:
         del plain["spec"]["parallel_drafting"]
@@ -87,6 +91,9 @@ def old_workload(config: dict[str, Any]) -> str:
     # dataset.placeholder_prefix (SPEED-Bench) came later too: absent while null.
     if plain["dataset"].get("placeholder_prefix") is None:
         plain["dataset"].pop("placeholder_prefix", None)
+    # sampling.ignore_eos (issue 54) too.
+    if plain["sampling"].get("ignore_eos") is None:
+        plain["sampling"].pop("ignore_eos", None)
     plain["engine"].setdefault("backend", "vllm")
     return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:8]
 

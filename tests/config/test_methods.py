@@ -106,7 +106,7 @@ def test_each_method_module_names_what_exists() -> None:
     # Every drafting method has a stand-in, except those the tests run on the embedded model (no checkpoint) and
     # DSpark, which vLLM's CPU build cannot run.
     without = {m.value for m, e in METHODS.items() if m not in ROLES and e.stand_in is None}
-    assert without == {"ngram", "suffix", "dspark"}
+    assert without == {"ngram", "suffix", "dspark", "simulate"}
 
 
 def test_a_method_not_in_a_backends_table_is_refused_naming_what_it_offers(monkeypatch) -> None:
@@ -115,5 +115,5 @@ def test_a_method_not_in_a_backends_table_is_refused_naming_what_it_offers(monke
         vllm_method(SpecMethod.medusa)
     assert str(err.value) == (
         "spec.method=medusa is not available with vLLM 0.32: it runs "
-        "none, ngram, suffix, draft_model, eagle, eagle3, mtp, dflash, dspark"
+        "none, ngram, suffix, draft_model, eagle, eagle3, mtp, dflash, dspark, simulate"
     )

@@ -19,13 +19,14 @@ from mlflow.tracking import MlflowClient
 
 from conftest import compose_job, run_generate
 from specbatch.engine.spec_metrics import accepted_per_position_from_histogram
+from specbatch.methods.simulate import synthetic_acceptance_rates
 from specbatch.prediction.predict_run import log_prediction, predict, write_prediction
 from specbatch.prediction.replay import replay
 from specbatch.prediction.setups import NgramSetup, SuffixSetup
 from specbatch.prediction.turns import read_turns
 from specbatch.run.folder import RunFolder
 from specbatch.run.multirun import sweep_jobs
-from specbatch.run.profile_schema import schema_problems, synthetic_acceptance_rates
+from specbatch.run.profile_schema import schema_problems
 from specbatch.run.records.output_parts import SCHEMA, read_config_metadata
 from specbatch.tracking.comparison import folder_run_ids
 

@@ -9,11 +9,11 @@ import copy
 import pytest
 
 from specbatch.common.errors import ConfigError
+from specbatch.methods.simulate import synthetic_acceptance_rates
 from specbatch.run.profile_schema import (
     acceptance_figures,
     build_profile,
     schema_problems,
-    synthetic_acceptance_rates,
     validation,
 )
 

@@ -64,6 +64,8 @@ def rows(path: Path, figures: list[tuple[str, str | None, list[int]]]) -> Path:
             "spec_steps": sum(histogram),
             "draft_tokens": 3 * sum(histogram),
             "acceptance_histogram": histogram,
+            # The prefill's token, the drafting steps' and one step that drafted nothing.
+            "completion_tokens": 1 + sum((j + 1) * n for j, n in enumerate(histogram)) + 1,
         }
         for row_id, category, histogram in figures
     ]
@@ -98,6 +100,8 @@ def test_the_profile_adds_up_per_position_and_per_category(tmp_path: Path) -> No
         "draft_tokens": 12,
         "accepted_tokens": 6,
         "draft_acceptance_rate": 0.5,
+        # 4 drafting steps and one without a draft per row: spec=simulate's draft_coverage.
+        "draft_coverage": round(4 / 6, 6),
     }
     # What was measured, without the machine's folders; and under what conditions.
     assert profile["target_model"] == {
@@ -176,8 +180,11 @@ def test_a_profile_of_format_1_reads_as_todays_writer_writes_it(tmp_path: Path) 
         tmp_path / "p.parquet", [("a", "edit", [0, 1, 0, 1]), ("b", "chat", [1, 0, 1, 0]), ("c", "edit", [2, 1, 1, 0])]
     )
     today = speculation_profile([part], CONFIG, ACCEPTED)
-    # Every figure as today's writer makes it from the same rows; what format 1 did not record stays null.
+    # Every figure as today's writer makes it from the same rows; what format 1 did not record stays null (or, for
+    # the share of steps that drafted, absent: a profile without it simulates a drafter at every step).
     not_recorded = {"mean_accept_length_per_request", "target_model", "measurement_conditions"}
+    for ours in [today["specbatch"], *(c["specbatch"] for c in today["per_category"].values())]:
+        ours.pop("draft_coverage")
     assert {k: v for k, v in upgraded.items() if k not in not_recorded} == {
         k: v for k, v in today.items() if k not in not_recorded
     }

@@ -27,6 +27,8 @@ What jobs/bench.py measures:
     samples per prompt at temperature 0.7; then the lossless check (issue 53): spec=none, ngram, suffix (embedded
     model) and draft_model, EAGLE (tiny pair), each at most 20,000 sampled tokens in float32, scored by the referee,
     and two planted faults that must come out `differs`. See specbatch.bench.sampling_bench.
+(i) spec=simulate (issue 54; ``--simulate`` runs only this): real n-gram k=3 and spec=simulate at its own profile,
+    alternating, equal lengths. Goals: AL within 3 %, tok/s within 10 %. See specbatch.bench.simulate_bench.
 """
 
 from specbatch.common.machine import this_machine

@@ -30,17 +30,16 @@ from specbatch.config.identity import (
     workload_digest,
 )
 from specbatch.config.progress import ProgressConfig, ProgressDisplay
+from specbatch.config.sampling import SamplingConfig, sample_seed
 from specbatch.config.schema import (
     DataFormat,
     DatasetConfig,
     JobConfig,
     ModelConfig,
     PromptFormat,
-    SamplingConfig,
     ShardConfig,
     TrackingConfig,
     groups,
-    sample_seed,
 )
 from specbatch.config.serialise import public_config, to_plain_dict, to_yaml
 from specbatch.config.spec import SpecConfig

@@ -12,9 +12,8 @@ computes the run folder's digest, the engine's fingerprint and the comparison's 
 from __future__ import annotations
 
 import enum
-import hashlib
 import typing
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +27,9 @@ from specbatch.config.declarations import ABSENT_WHEN_NULL, OLD_RUNS_DEFAULT, Id
 from specbatch.config.dtype import Dtype, DtypeChoice, choose_dtype
 from specbatch.config.engine import EngineConfig, section_class
 from specbatch.config.progress import ProgressConfig
+from specbatch.config.sampling import SamplingConfig
 from specbatch.config.spec import SpecConfig
-from specbatch.methods import READABLE_NAME_BYTES
+from specbatch.methods import METHODS, READABLE_NAME_BYTES
 
 _FOLDER, _ENGINE, _WORKLOAD = Identity.run_folder, Identity.engine, Identity.workload
 # A run folder's name is run_name (or the spec label in its place), its digest and -rep<n>; file systems take 255
@@ -189,59 +189,6 @@ class DatasetConfig:
 
 
 @dataclass
-class SamplingConfig:
-    """vLLM ``SamplingParams`` (group ``sampling/``)."""
-
-    # 0 is greedy.
-    temperature: float = 0.0
-    top_p: float = 1.0
-    # 0 keeps every token (vLLM's "off").
-    top_k: int = 0
-    # New tokens per completion.
-    max_tokens: int = 256
-    # Per-request seed; makes sampled (temperature > 0) runs repeatable.
-    seed: int | None = 0
-    # Completions per prompt; one output row each. Each is a request of its own (n=1) with its own seed
-    # (sample_seed) and its own speculative figures: vLLM reports those only for n=1, and a rerun reproduces each.
-    n: int = 1
-
-    def __post_init__(self) -> None:
-        require(
-            self.temperature >= 0,
-            f"sampling.temperature={self.temperature} is negative: use 0 for greedy or a positive value",
-        )
-        require(0 < self.top_p <= 1, f"sampling.top_p={self.top_p} must be in (0, 1], e.g. sampling.top_p=1.0")
-        require(self.top_k >= 0, f"sampling.top_k={self.top_k} must be 0 (off) or 1 or more")
-        require(self.max_tokens >= 1, f"sampling.max_tokens={self.max_tokens} must be 1 or more")
-        require(self.n >= 1, f"sampling.n={self.n} must be 1 or more")
-        # Refused rather than warned: the n completions of a row would be one completion n times (the sample seeds
-        # differ, but with only one token allowed at each step they choose nothing), n times the cost for nothing.
-        only_one = "sampling.temperature=0 (greedy)" if self.temperature == 0 else "sampling.top_k=1"
-        require(
-            self.n == 1 or (self.temperature > 0 and self.top_k != 1),
-            f"sampling.n={self.n} with {only_one} gives {self.n} identical completions per row: one token can be "
-            "chosen at each step. Set sampling.n=1, or sample (e.g. sampling=sampled, or sampling.temperature=0.7)",
-        )
-
-    def for_sample(self, seed: int | None) -> SamplingConfig:
-        """One sample's request: this sampling with n=1 and that sample's seed (see :func:`sample_seed`)."""
-        return replace(self, n=1, seed=seed)
-
-
-def sample_seed(seed: int | None, setup: str, row_id: str, sample: int) -> int | None:
-    """The seed of one sample: a digest of ``sampling.seed``, the speculative set-up, the row and the sample index,
-    so a rerun reproduces every sample and a resumed shard regenerates the same ones. The set-up is in it because a
-    speculative run and its spec=none baseline are compared as two independent samples of one distribution
-    (specbatch.analysis.distribution): with one seed they would draw their first token from the same generator state
-    and share it. None (no seed) stays None: vLLM then draws from its own random state."""
-    if seed is None:
-        return None
-    digest = hashlib.sha256(f"{seed}\0{setup}\0{row_id}\0{sample}".encode()).digest()
-    # 31 bits: a seed every backend takes (the OpenAI API's is a signed integer).
-    return int.from_bytes(digest[:4], "big") >> 1
-
-
-@dataclass
 class TrackingConfig:
     """MLflow tracking (group ``tracking/``)."""
 
@@ -351,6 +298,14 @@ class JobConfig:
             "folder name (with the shard and repeat suffixes); choose a shorter run_name",
         )
         check_output_root(self.output_root)
+        if METHODS[self.spec.method].simulated:
+            # Its text (accepted placeholders) has no natural end: where it stops would be chance, and so its tok/s.
+            require(
+                self.sampling.ignore_eos is not False,
+                f"sampling.ignore_eos=false with spec.method={self.spec.method.value}: its text is placeholders with "
+                "no natural end, so it always runs to sampling.max_tokens: drop sampling.ignore_eos",
+            )
+            self.sampling.ignore_eos = True
 
 
 def check_output_root(value: str | None) -> None:

@@ -138,6 +138,12 @@ class SpecConfig:
     suffix_decoding_max_cached_requests: int | None = None
     suffix_decoding_max_spec_factor: float | None = None
     suffix_decoding_min_token_prob: float | None = None
+    # spec=simulate (specbatch.methods.simulate): the acceptance profile the target runs at, as vLLM's per-position
+    # rates (the chance the draft is accepted up to there), or a speculation_profile.json that fills them; and the
+    # share of steps that draft (null: every step, or the profile's). Left out of the digests while null.
+    synthetic_acceptance_rates: list[float] | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
+    profile: str | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
+    draft_coverage: float | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
     # A k per batch size instead of one k: [[first batch size, last batch size, k], ...], ranges contiguous from 1,
     # k=0 where speculation should stop; vLLM's num_speculative_tokens_per_batch_size. Sets num_speculative_tokens
     # to its largest k (vLLM caps every k of a schedule at it). Typed loosely so the checks below word the errors.
@@ -149,6 +155,9 @@ class SpecConfig:
     def __post_init__(self) -> None:
         if self.k_schedule is not None:
             self._take_k_from_schedule()
+        fills_k = METHODS[self.method].fills_k
+        if self.num_speculative_tokens is None and fills_k is not None:
+            fills_k(self)
         k = self.num_speculative_tokens
         if self.method is SpecMethod.none:
             require(

@@ -4,6 +4,7 @@ tables. Labels name existing run folders and seed their samples, so a label that
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import PurePath
 from typing import Any
 
 # A k per batch size: [[first batch size, last batch size, k], ...] (spec.k_schedule), as plain lists or tuples.
@@ -73,7 +74,24 @@ def variant_caption(spec: Mapping[str, Any]) -> str | None:
         "draft_sample_method": "{} drafts",
         "use_heterogeneous_vocab": "heterogeneous vocabulary",
     }
-    return ", ".join(words[knob].format(value) for knob, value in modes_set(spec).items()) or None
+    parts = [words[knob].format(value) for knob, value in modes_set(spec).items()]
+    rates = spec.get("synthetic_acceptance_rates")
+    if rates:
+        parts.insert(0, simulated_caption(rates, spec.get("profile"), spec.get("draft_coverage")))
+    return ", ".join(parts) or None
+
+
+def simulated_caption(rates: Sequence[float], profile: str | None, coverage: float | None) -> str:
+    """A set-up run at a given acceptance, e.g. ``simulated at the acceptance of ngram-k3-1a2b3c4d (drafts at 64%
+    of steps)``: the run folder its profile came from (a profile's file name is always the same), or the rates."""
+    share = "" if coverage is None or coverage >= 1 else f" (drafts at {coverage:.0%} of steps)"
+    if not profile:
+        return "simulated at acceptance rates " + "/".join(f"{r:g}" for r in rates) + share
+    path = PurePath(profile)
+    # <run>/merged/speculation_profile.json, <run>/stats/<shard>/speculation_profile.json, or any file.
+    parents = [p.name for p in path.parents]
+    source = parents[1] if parents[:1] == ["merged"] else parents[2] if parents[1:2] == ["stats"] else path.stem
+    return f"simulated at the acceptance of {source}{share}"
 
 
 def schedule_key(schedule: Schedule | None) -> tuple[tuple[int, int, int], ...] | None:

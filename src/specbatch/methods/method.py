@@ -58,6 +58,8 @@ class Method:
     checks: tuple[Check, ...] = ()
     # Checks of its own knob values, run when the config is built.
     knob_checks: tuple[KnobCheck, ...] = ()
+    # Fills a null k from its own knobs before k is checked (spec=simulate: the profile's k, or one per rate given).
+    fills_k: KnobCheck | None = None
     # spec.<knob> -> what to say instead of the generic advice when that knob of another method is set for it.
     foreign_knob_hints: dict[str, str] = field(default_factory=dict)
     # Why a k per batch size (spec.k_schedule) is not followed for it; None: it is. Refused when the config is
@@ -73,6 +75,9 @@ class Method:
     # measured at one k gives the acceptance length at every smaller k (NVIDIA ModelOpt's speculation profile says
     # "chain_analytic"; a method that re-plans its block or tree when k changes is measured at each k).
     chain_drafting: bool = False
+    # It runs the target at a given acceptance instead of verifying real drafts: its rows' text is not a real output,
+    # so it is never checked token for token against the baseline, nor recommended (specbatch.methods.simulate).
+    simulated: bool = False
 
 
 # The draft checkpoint and its hub revision (methods with a separate checkpoint).

@@ -8,7 +8,8 @@ at commit edf879d3daf7879acdeb2dab9f54a591837da7b0 (PR #2247: ``build_profile``,
 
 - ``marginal_accept_rates[i]`` = P(the first i+1 drafted tokens are all accepted): a survival function, never
   increasing, and AL = 1 + their sum. vLLM 0.32's ``synthetic_acceptance_rates`` is this vector ("per-position
-  *unconditional* acceptance rates", its config/speculative.py): :func:`synthetic_acceptance_rates` hands it over.
+  *unconditional* acceptance rates", its config/speculative.py), which spec=simulate hands over
+  (``specbatch.methods.simulate.synthetic_acceptance_rates``).
 - ``conditional_accept_rates[i]`` = P(token i+1 accepted | the first i were): what Dynamo's mocker draws.
 - ``acceptance_length_histogram``: steps by the tokens each produced, the target's bonus token included (``"1"``:
   none of the draft accepted), keyed by strings as JSON keeps them; ``mean_accept_length`` is its mean.
@@ -27,14 +28,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from specbatch.common.errors import ConfigError
 from specbatch.engine.spec_metrics import accepted_per_position_from_histogram
 from specbatch.methods import METHODS
+from specbatch.methods.simulate import OURS as PROFILE_OURS
 
 # The schema this module writes (ModelOpt's ``schema_version``); a reader takes any 1.x.
 MODELOPT_SCHEMA = "1.0"
-# The key of what the schema has no field for.
-OURS = "specbatch"
+# The key of what the schema has no field for: spec=simulate reads it too.
+OURS = PROFILE_OURS
 # Standard rejection sampling accepts the longest drafted prefix the target agrees with: what the vectors describe.
 LONGEST_PREFIX = "longest_prefix"
 # ModelOpt's own rounding and the tolerance of its mean-consistency check.
@@ -212,35 +213,6 @@ def checkpoint_id(path: str | None) -> str | None:
     logged and shared, carries no machine's folder layout; run.json keeps the whole path."""
     parts = [part for part in str(path or "").replace("\\", "/").split("/") if part]
     return "/".join(parts[-2:]) or None
-
-
-def synthetic_acceptance_rates(profile: dict[str, Any], k: int | None = None) -> list[float]:
-    """What vLLM's synthetic rejection sampler takes as ``synthetic_acceptance_rates`` (in ``speculative_config``,
-    with ``rejection_sample_method='synthetic'``) to run at ``profile``'s acceptance: its marginal rates, at the k it
-    was measured at, or at a smaller ``k`` (its first k rates) when its method drafts in a chain
-    (``accept_length_model`` ``chain_analytic``). ConfigError naming the field and the way out otherwise."""
-    measured_k = profile["num_speculative_tokens"]
-    rates = profile.get("marginal_accept_rates")
-    if rates is None:
-        why = profile.get("vectors_unavailable_reason") or f"verification_method={profile['verification_method']!r}"
-        raise ConfigError(
-            f"the profile has no marginal_accept_rates ({why}): take a profile measured with standard verification"
-        )
-    k = measured_k if k is None else k
-    chain = profile.get("accept_length_model") == "chain_analytic"
-    if not 1 <= k <= measured_k or (k < measured_k and not chain):
-        raise ConfigError(
-            f"the profile was measured at num_speculative_tokens={measured_k} and its method "
-            f"({profile.get('method')}, accept_length_model={profile.get('accept_length_model')!r}) gives no rates at "
-            f"k={k}: set num_speculative_tokens={measured_k}, or measure a profile at k={k}"
-        )
-    check = (profile.get("validation") or {}).get("marginal_monotonicity") or {"passed": True}
-    if not check["passed"]:
-        raise ConfigError(
-            f"the profile's marginal_accept_rates {rates} increase somewhere (validation.marginal_monotonicity), "
-            "which no acceptance can do and vLLM refuses: the profile is damaged, measure it again"
-        )
-    return [float(rate) for rate in rates[:k]]
 
 
 def _round(value: float | None) -> float | None:

@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from specbatch.config import spec_label
+from specbatch.methods.simulate import COVERAGE_FIELD
 from specbatch.run.folder import RunFolder
 from specbatch.run.output_rows import STATUS_OK
 from specbatch.run.profile_schema import OURS, acceptance_figures, build_profile, checkpoint_id
@@ -39,7 +40,7 @@ from specbatch.run.summary import Summary
 
 log = logging.getLogger(__name__)
 
-_COLUMNS = ["row_id", "category", "status", "spec_steps", "draft_tokens", "acceptance_histogram"]
+_COLUMNS = ["row_id", "category", "status", "spec_steps", "draft_tokens", "acceptance_histogram", "completion_tokens"]
 _SETUP_COLUMNS = ["method", "num_speculative_tokens"]
 # The category name of the figures over every row.
 OVERALL = "(all)"
@@ -54,6 +55,8 @@ class _Sums:
         self.draft_tokens = 0
         self.rows: set[str] = set()
         self.request_lengths: list[float] = []
+        # Decode steps without a draft: each gives one token; the first token of a completion is the prefill's.
+        self.steps_without_draft = 0
 
     def add(self, row: dict[str, Any]) -> None:
         histogram = row["acceptance_histogram"]
@@ -63,18 +66,25 @@ class _Sums:
             self.histogram[j] += steps
         self.draft_tokens += row["draft_tokens"] or 0
         self.rows.add(row["row_id"])
+        drafted = sum((j + 1) * n for j, n in enumerate(histogram))
+        self.steps_without_draft += max(0, (row["completion_tokens"] or 0) - 1 - drafted)
         if sum(histogram):
             self.request_lengths.append(1 + sum(j * n for j, n in enumerate(histogram)) / sum(histogram))
 
     def ours(self) -> dict[str, Any]:
-        """What the schema has no field for: rows, drafting steps, draft and accepted tokens, draft acceptance rate."""
+        """What the schema has no field for: rows, drafting steps, draft and accepted tokens, draft acceptance rate,
+        and the share of decode steps that drafted (spec=simulate's draft_coverage: n-gram finds nothing to draft at
+        some steps; a step cut short by max_tokens counts what it kept)."""
         accepted = sum(j * n for j, n in enumerate(self.histogram))
+        drafts = sum(self.histogram)
+        steps = drafts + self.steps_without_draft
         return {
             "rows": len(self.rows),
             "drafts": sum(self.histogram),
             "draft_tokens": self.draft_tokens,
             "accepted_tokens": accepted,
             "draft_acceptance_rate": accepted / self.draft_tokens if self.draft_tokens else 0.0,
+            COVERAGE_FIELD: round(drafts / steps, 6) if steps else None,
         }
 
     def at(self, k: int) -> list[int]:

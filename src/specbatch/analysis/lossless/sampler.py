@@ -13,7 +13,7 @@ import torch
 
 from specbatch.common.errors import require
 from specbatch.config import ConfigError
-from specbatch.config.schema import SamplingConfig
+from specbatch.config.sampling import SamplingConfig
 
 
 @dataclass(frozen=True)

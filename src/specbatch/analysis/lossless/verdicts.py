@@ -41,8 +41,9 @@ class LosslessRow:
 
 
 def lossless_rows(runs: list[RunData]) -> list[LosslessRow]:
-    """Every sampled run's row, greedy runs left out (token equality is their check)."""
-    return [_row(run) for run in runs if float(run.config["sampling"]["temperature"]) > 0]
+    """Every sampled run's row, greedy runs left out (token equality is their check), and simulated ones (their
+    text is not a real output)."""
+    return [_row(run) for run in runs if float(run.config["sampling"]["temperature"]) > 0 and not run.simulated]
 
 
 def _row(run: RunData) -> LosslessRow:

@@ -154,6 +154,8 @@ class DummyEngine(VllmFamily):
         self._totals["prompt_tokens"] += len(request.prompt_token_ids) * request.sampling.n
 
     def _length(self, request: Request, sample: int, draws: object) -> int:
+        if request.sampling.ignore_eos:
+            return request.sampling.max_tokens
         if self.length is not None:
             wanted = self.length(request) if callable(self.length) else self.length
             return max(1, min(wanted, request.sampling.max_tokens))

@@ -297,6 +297,9 @@ class ServerEngine(VllmFamily):
         extra: dict[str, Any] = {"return_token_ids": True}
         if sampling.top_k:
             extra["top_k"] = sampling.top_k
+        if sampling.ignore_eos:
+            # vLLM's, SGLang's and llama.cpp's servers read it beside the OpenAI fields.
+            extra["ignore_eos"] = True
         if self.target.api == "completions":
             response = await self._client.completions.create(
                 prompt=request.prompt_token_ids, extra_body=extra, **common

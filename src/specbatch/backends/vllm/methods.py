@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from specbatch.backends.vllm.simulate_carrier import CLASS_PATH, COVERAGE_ENV
 from specbatch.common.errors import ConfigError
 from specbatch.common.machine import this_machine
 from specbatch.methods import METHODS, ROLES, JobLike, SpecMethod
@@ -80,6 +83,18 @@ class VllmMethod:
     # vLLM 0.32's needs for it on this machine (packages, model runners), checked before the engine loads; not
     # with the config's rules, which are pure so GPU presets are checked on any machine.
     checks: tuple[Check, ...] = ()
+    # speculative_config entries it always has besides the method's name and k.
+    fixed: dict[str, Any] = field(default_factory=dict)
+    # The method's knobs that are ours, not vLLM's: never in speculative_config.
+    ours: tuple[str, ...] = ()
+    # Environment variables from the set-up's knobs (the spec), besides ``environment``.
+    environment_of: Callable[[Any], dict[str, str]] | None = None
+
+
+def simulate_environment(spec: Any) -> dict[str, str]:
+    """What spec=simulate's carrier reads in the engine's process: the share of steps it drafts at."""
+    coverage = spec.draft_coverage
+    return {} if coverage is None else {COVERAGE_ENV: repr(float(coverage))}
 
 
 TABLE: dict[str, VllmMethod] = {
@@ -93,6 +108,15 @@ TABLE: dict[str, VllmMethod] = {
     "dflash": VllmMethod("dflash"),
     "dspark": VllmMethod("dspark", checks=(check_dspark_runner,)),
     "medusa": VllmMethod("medusa"),
+    # The target alone at a given acceptance: vLLM's synthetic rejection sampler accepts by the rates, whatever a
+    # draft is, so the drafter is a free carrier of placeholders (vLLM's custom-class proposer; the CPU build's
+    # kernels take synthetic mode from vllm_cpu_fixes).
+    "simulate": VllmMethod(
+        "custom_class",
+        fixed={"model": CLASS_PATH, "rejection_sample_method": "synthetic"},
+        ours=("profile", "draft_coverage"),
+        environment_of=simulate_environment,
+    ),
 }
 
 
@@ -120,7 +144,9 @@ def check_method(job: JobLike) -> None:
     check_block_verification_here(job)
 
 
-def environment(method: SpecMethod) -> dict[str, str]:
-    """What the engine sets in the environment for the method (unless already set)."""
-    row = vllm_method(method)
-    return dict(row.environment) if row is not None else {}
+def environment(spec: Any) -> dict[str, str]:
+    """What the engine sets in the environment for the set-up's method (unless already set)."""
+    row = vllm_method(spec.method)
+    if row is None:
+        return {}
+    return dict(row.environment) | (row.environment_of(spec) if row.environment_of is not None else {})

@@ -14,6 +14,7 @@ from typing import Any
 
 from specbatch.backends.vllm import vllm_options
 from specbatch.backends.vllm.methods import environment, vllm_method
+from specbatch.backends.vllm.simulate_carrier import COVERAGE_ENV
 from specbatch.common.errors import require
 from specbatch.common.machine import this_machine
 from specbatch.config import ConfigError, JobConfig, SpecConfig
@@ -24,7 +25,7 @@ from specbatch.methods import SpecMethod
 # another kind undoes it, and a server tells it from what the user exported.
 _SET_FOR_ENGINES: dict[str, str] = {}
 # Variables the offline engine decides per engine, whatever an earlier engine of this process set.
-_PER_ENGINE = ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_RPC_BASE_PATH")
+_PER_ENGINE = ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_RPC_BASE_PATH", COVERAGE_ENV)
 
 
 def set_engine_environment(variables: dict[str, str]) -> None:
@@ -64,10 +65,10 @@ def speculative_config(spec: SpecConfig) -> dict[str, Any] | None:
         )
     row = vllm_method(spec.method)
     assert row is not None  # the roles returned above
-    out: dict[str, Any] = {"method": row.name, "num_speculative_tokens": spec.k}
+    out: dict[str, Any] = {"method": row.name, "num_speculative_tokens": spec.k, **row.fixed}
     for knob, owners in knob_owners().items():
         value = getattr(spec, knob)
-        if spec.method in owners and value is not None:
+        if spec.method in owners and value is not None and knob not in row.ours:
             out[knob] = value.value if isinstance(value, enum.Enum) else value
     if spec.k_schedule is not None:
         # vLLM's scheduler looks the k up by the number of requests in each step (dynamic speculative decoding).
@@ -154,7 +155,7 @@ def vllm_environment(job: JobConfig) -> dict[str, str]:
     space = vllm_options(job).cpu_kvcache_space_gib
     if space is not None:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(space)
-    return env | environment(job.spec.method)
+    return env | environment(job.spec)
 
 
 def runs_in_process(job: JobConfig) -> bool:

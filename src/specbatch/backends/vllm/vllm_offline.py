@@ -119,6 +119,7 @@ def sampling_params(cfg: SamplingConfig) -> Any:
         top_p=cfg.top_p,
         top_k=cfg.top_k,
         max_tokens=cfg.max_tokens,
+        ignore_eos=bool(cfg.ignore_eos),
         seed=cfg.seed,
         # Only the finished output: no partial outputs to build and throw away at every step.
         output_kind=RequestOutputKind.FINAL_ONLY,

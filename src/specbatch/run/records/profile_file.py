@@ -20,12 +20,13 @@ from typing import Any
 
 from specbatch.common.atomic_files import atomic_write_json
 from specbatch.engine.spec_metrics import histogram_from_accepted_per_position
+from specbatch.methods.simulate import PROFILE_NAME
 from specbatch.run.profile_schema import OURS, acceptance_figures, build_profile, checkpoint_id, schema_problems
 from specbatch.run.records.record_files import RecordError, refuse_newer
 
 PROFILE_FORMAT = 2
 # Its file name, a shard's and the merged run's.
-PROFILE_FILE = "speculation_profile.json"
+PROFILE_FILE = PROFILE_NAME
 # The schema's key that tells a profile of format 2 from one of format 1.
 _SCHEMA_KEY = "schema_version"
 # What mends a damaged one: it is made from the rows, which are whole (status names a shard's, merge and a rerun of
