@@ -9,55 +9,32 @@
     .venv/bin/python jobs/bench.py --auto [--workloads humaneval_edit,humaneval,chat] [--setups none,ngram-k3]
         [--repeats 3] [--auto-batches full,16,4] [--rows 32] [--stamp S]
     .venv/bin/python jobs/bench.py --sampling [--max-samples 16]  |  --simulate [--max-samples 16] [--repeats 3]
+    .venv/bin/python jobs/bench.py --verification [--max-samples 16] [--two-turn-rows 16]   (needs a GPU)
 
-(a)-(i), what each measures and its goals: the docstring of src/specbatch/bench/__init__.py.
+(a)-(j), what each measures and its goals: the docstring of src/specbatch/bench/__init__.py.
 One run per measurement on a shared, noisy 2-core machine: quote the ratios of one invocation together.
 """
 
-import argparse
 import logging
 import sys
 import time
 from pathlib import Path
 
-from specbatch.bench.auto_bench import DEFAULT_BATCHES, WORKLOADS, AutoPlan, auto_report, batch_list
+from specbatch.bench.arguments import bench_arguments
+from specbatch.bench.auto_bench import AutoPlan, auto_report
 from specbatch.bench.full_engine import streaming_bench
 from specbatch.bench.prediction_bench import PredictPlan, predict_report
 from specbatch.bench.sampling_bench import sampling_report
-from specbatch.bench.schedule_sweep import SweepPlan, int_list, schedule_report
+from specbatch.bench.schedule_sweep import SweepPlan, schedule_report
 from specbatch.bench.simulate_bench import simulate_report
 from specbatch.bench.speedup import speedup_bench
 from specbatch.bench.startup import startup_bench
+from specbatch.bench.verification_bench import verification_report
 from specbatch.config import register_configs
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-samples", type=int, default=16)
-    parser.add_argument("--output-root", type=Path, default=Path(__file__).resolve().parents[1] / "outputs" / "bench")
-    parser.add_argument("--skip-overhead", action="store_true")
-    parser.add_argument("--streaming", action="store_true", help="run only (c), keeping the engine full")
-    parser.add_argument("--rows", type=int, help="(c), (f), (g): rows (default 128 for (c), 64 for (f), all for (g))")
-    parser.add_argument("--two-turn-rows", type=int, help="(c), (f): two-turn rows (default 64 for (c), 32 for (f))")
-    parser.add_argument("--report", type=Path, help="(c): also write the report here (default: in --output-root)")
-    parser.add_argument("--schedule", action="store_true", help="run (a) and (d), the k schedule")
-    parser.add_argument("--batch-sizes", type=int_list, default=[1, 4, 16, 64], help="(d): e.g. 1,4,16,64")
-    parser.add_argument("--ks", type=int_list, default=[1, 2, 3, 5, 8], help="(d): ngram's k, e.g. 1,2,3,5,8")
-    parser.add_argument("--repeats", type=int, default=3, help="(d), (g), (i): repeats of each set-up")
-    parser.add_argument("--schedule-prompts", type=int, default=64, help="(d): prompts (at least the largest batch)")
-    parser.add_argument("--schedule-max-tokens", type=int, default=32, help="(d): new tokens per prompt")
-    parser.add_argument("--schedule-dir", type=Path, help="(d): output root of its runs (reuse one to resume)")
-    parser.add_argument("--predict", action="store_true", help="run only (f), predicted beside measured")
-    parser.add_argument("--predict-max-tokens", type=int, default=128, help="(f): new tokens per turn")
-    parser.add_argument("--stamp", help="(f), (g): an earlier run's stamp: its finished runs are read, not run again")
-    parser.add_argument("--auto", action="store_true", help="run only (g), spec=auto against the fixed set-ups")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"(g): some of {', '.join(WORKLOADS)}")
-    parser.add_argument("--setups", help="(g): fixed set-ups, e.g. none,ngram-k3 (default: auto's candidates)")
-    parser.add_argument("--auto-max-tokens", type=int, default=128, help="(g): new tokens per row")
-    parser.add_argument("--auto-batches", type=batch_list, default=DEFAULT_BATCHES, help="(g): max_num_seqs")
-    parser.add_argument("--startup", type=Path, nargs="+", metavar="CHECKOUT", help="run only (e), these checkouts")
-    parser.add_argument("--sampling", action="store_true", help="run only (h), n=4 sampling and the lossless check")
-    parser.add_argument("--simulate", action="store_true", help="run only (i), spec=simulate against real n-gram")
+    parser = bench_arguments(__doc__.splitlines()[0], Path(__file__).resolve().parents[1] / "outputs" / "bench")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     register_configs()
@@ -72,6 +49,8 @@ def main() -> int:
         return shown(sampling_report(args.max_samples, 4, root, stamp))
     if args.simulate:
         return shown(simulate_report(args.max_samples, args.repeats, root, stamp))
+    if args.verification:
+        return shown(verification_report(args.max_samples, args.two_turn_rows or 16, root, stamp))
     if args.auto:
         return shown(auto_report(AutoPlan.from_args(args), root, stamp))
     if args.predict:

@@ -29,6 +29,8 @@ What jobs/bench.py measures:
     and two planted faults that must come out `differs`. See specbatch.bench.sampling_bench.
 (i) spec=simulate (issue 54; ``--simulate`` runs only this): real n-gram k=3 and spec=simulate at its own profile,
     alternating, equal lengths. Goals: AL within 3 %, tok/s within 10 %. See specbatch.bench.simulate_bench.
+(j) Block against standard verification (issue 54; ``--verification`` runs only this, on a GPU machine): EAGLE3 k=3
+    on Llama 3.1 8B, AL and tok/s on humaneval_edit and the two-turn file. See specbatch.bench.verification_bench.
 """
 
 from specbatch.common.machine import this_machine
