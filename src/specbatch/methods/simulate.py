@@ -106,7 +106,7 @@ def read_profile_file(path: str) -> dict[str, Any]:
 def _require_a_source(spec: Any) -> None:
     require(
         spec.synthetic_acceptance_rates is not None or spec.profile is not None,
-        "spec=simulate needs an acceptance profile: spec.profile=<run>/merged/speculation_profile.json, or "
+        "spec=simulate needs an acceptance profile: spec.profile=<a finished run's folder or a profile file>, or "
         "spec.synthetic_acceptance_rates=[0.8,0.55,0.35] (per position: the chance the draft is accepted up to there)",
     )
 
@@ -121,7 +121,7 @@ def k_of_profile(spec: Any) -> None:
 
 
 def resolve_rates(spec: Any) -> None:
-    """Exactly one source of the rates; a profile fills them (and the coverage it records); the rates follow vLLM
+    """A source of the rates; a profile fills them (and the coverage it records); the rates follow vLLM
     0.32's rules (config/speculative.py: one per position up to k, each in [0, 1], never increasing), and a rate set
     beside a profile must be the profile's (a recorded config has both: a profile edited since is found here)."""
     _require_a_source(spec)
