@@ -13,7 +13,7 @@ from specbatch.common.machine import machine_line
 from specbatch.config import workload_digest
 from specbatch.config.engine import backend_keys
 from specbatch.engine import recorded_backend
-from specbatch.methods import METHODS, variant_caption
+from specbatch.methods import simulated, variant_caption
 from specbatch.run.folder import RunFolder, read_run, shard_folders
 from specbatch.run.output_rows import STATUS_OK
 from specbatch.run.records.output_parts import rows_with_seeds
@@ -72,8 +72,7 @@ class RunData:
     def simulated(self) -> bool:
         """Whether it ran at a given acceptance (methods.Method.simulated): its text is not a real output, so it is
         never checked against the baseline's tokens or distribution."""
-        entry = METHODS.get(self.method)  # type: ignore[call-overload]
-        return bool(entry and entry.simulated)
+        return simulated(self.method)
 
     @property
     def repeat(self) -> int:

@@ -241,6 +241,15 @@ def _last_error(output: str) -> str:
     return line if len(line) <= ERROR_CHARS else line[: ERROR_CHARS - 1] + "…"
 
 
+def identical_rows(outcome: Outcome, reference: Outcome | None) -> str:
+    """``identical/compared`` rows of ``outcome`` against ``reference``'s (on the rows both have), or ``-`` when
+    either has no completions."""
+    if outcome.completions is None or reference is None or reference.completions is None:
+        return "-"
+    common = [r for r in reference.completions if r in outcome.completions]
+    return f"{sum(outcome.completions[r] == reference.completions[r] for r in common)}/{len(common)}"
+
+
 def table(outcomes: list[Outcome]) -> str:
     """One Markdown table, a row per case."""
     by_label = {o.case.label: o for o in outcomes}
@@ -250,11 +259,7 @@ def table(outcomes: list[Outcome]) -> str:
     ]
     for outcome in outcomes:
         base = by_label.get(outcome.case.baseline or "")
-        same = "-"
-        if outcome.completions is not None and base is not None and base.completions is not None:
-            common = [r for r in base.completions if r in outcome.completions]
-            identical = sum(outcome.completions[r] == base.completions[r] for r in common)
-            same = f"{identical}/{len(common)}"
+        same = identical_rows(outcome, base)
         loaded = "yes" if outcome.error is None else f"no: {outcome.error}"
         rate = "-" if outcome.tokens_per_second is None else f"{outcome.tokens_per_second:.1f}"
         al = "-" if outcome.acceptance_length is None else f"{outcome.acceptance_length:.2f}"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from specbatch.bench import machine_header
 from specbatch.bench.full_engine import write_two_turn_file
-from specbatch.bench.gpu_check import LLAMA, TINY, Case, Outcome, check_gpu, run_case
+from specbatch.bench.gpu_check import LLAMA, TINY, Case, Outcome, check_gpu, identical_rows, run_case
 from specbatch.common.atomic_files import atomic_write_text
 from specbatch.common.machine import this_machine
 
@@ -76,15 +76,11 @@ def table(outcomes: dict[str, dict[str, Outcome]]) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for name, modes in outcomes.items():
-        standard = modes["standard"].completions or {}
         for mode, o in modes.items():
             if o.error is not None:
                 lines.append(f"| {name} | {mode} | failed: {o.error} | - | - |")
                 continue
-            same = "-"
-            if mode != "standard" and o.completions is not None and standard:
-                common = [r for r in standard if r in o.completions]
-                same = f"{sum(o.completions[r] == standard[r] for r in common)}/{len(common)}"
+            same = "-" if mode == "standard" else identical_rows(o, modes["standard"])
             al = "-" if o.acceptance_length is None else f"{o.acceptance_length:.2f}"
             lines.append(f"| {name} | {mode} | {al} | {o.tokens_per_second:.1f} | {same} |")
     return lines

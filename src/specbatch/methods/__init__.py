@@ -76,6 +76,13 @@ def methods_owning(knob: str) -> frozenset[SpecMethod]:
     return frozenset(method for method, entry in METHODS.items() if knob in entry.knobs)
 
 
+def simulated(method: str) -> bool:
+    """Whether a (recorded) spec.method runs at a given acceptance (Method.simulated): its text is not a real output.
+    False for a name this version does not know."""
+    entry = METHODS.get(method)  # type: ignore[call-overload]
+    return bool(entry and entry.simulated)
+
+
 def preflight(job: JobLike) -> None:
     """Every check of the job's method that can run before the engine, in its order; raises ConfigError."""
     for check in METHODS[job.spec.method].checks:
@@ -96,6 +103,7 @@ __all__ = [
     "SpecMethod",
     "methods_owning",
     "preflight",
+    "simulated",
     "schedule_key",
     "spec_caption",
     "variant_caption",

@@ -23,7 +23,7 @@ from specbatch.common.errors import require
 from specbatch.common.machine import this_machine
 from specbatch.common.png import pyplot, save_png
 from specbatch.config.sampling import SamplingConfig
-from specbatch.methods import METHODS
+from specbatch.methods import simulated
 from specbatch.run.folder import read_run, shard_folders
 from specbatch.run.output_rows import STATUS_OK
 from specbatch.run.status_merge import finished_summary
@@ -60,9 +60,8 @@ def check_run(root: Path, asked: Sampler | None = None) -> dict[str, Any]:
     root = Path(root).resolve()
     finished_summary(root)  # RunIncompleteError for a run that is not finished: its rows are not all there
     config = read_run(root)["config"]
-    entry = METHODS.get(config["spec"]["method"])
     require(
-        not (entry and entry.simulated),
+        not simulated(config["spec"]["method"]),
         f"{root} ran spec.method={config['spec']['method']}, at a given acceptance: its text is not a real output "
         "(accepted placeholders are in it), so there is no distribution to check. Check the run of the method itself",
     )
