@@ -31,6 +31,7 @@ LAYERS = [
     "backends",
     "run",
     "tracking",
+    "cluster",
     "prediction",
     "analysis",
     "auto",

@@ -30,6 +30,7 @@ from specbatch.config.identity import (
     workload_digest,
 )
 from specbatch.config.progress import ProgressConfig, ProgressDisplay
+from specbatch.config.ray_launch import RayConfig
 from specbatch.config.sampling import SamplingConfig, sample_seed
 from specbatch.config.schema import (
     DataFormat,
@@ -70,6 +71,7 @@ __all__ = [
     "Method",
     "ModelConfig",
     "ProgressConfig",
+    "RayConfig",
     "ProgressDisplay",
     "PromptFormat",
     "SamplingConfig",

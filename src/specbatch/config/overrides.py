@@ -74,7 +74,13 @@ def check_overrides(argv: list[str], conf_dir: Path) -> None:
     if unknown:
         raise ConfigError(unknown_key_message(unknown[0]))
     parsed = _command_line(argv)
-    for override in parsed[1] if parsed else []:
+    overrides = parsed[1] if parsed else []
+    launcher = [o for o in overrides if o.key_or_group == "launcher" and not o.is_delete()]
+    ray_keys = [o.key_or_group for o in overrides if o.key_or_group.split(".")[0] == "ray"]
+    if ray_keys and not launcher:
+        # Without it the section is null (the job runs in this process) and Hydra's answer is an assertion.
+        raise ConfigError(f"{ray_keys[0]} is set but the job runs in this process: add launcher=ray to run it on Ray")
+    for override in overrides:
         value = override.value()
         # One value as written; a sweep's, or one Hydra interpolates, is checked by each job's config.
         plain = value is None or (isinstance(value, str) and "${" not in value)

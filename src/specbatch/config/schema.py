@@ -27,6 +27,7 @@ from specbatch.config.declarations import ABSENT_WHEN_NULL, OLD_RUNS_DEFAULT, Id
 from specbatch.config.dtype import Dtype, DtypeChoice, choose_dtype
 from specbatch.config.engine import EngineConfig, section_class
 from specbatch.config.progress import ProgressConfig
+from specbatch.config.ray_launch import RayConfig
 from specbatch.config.sampling import SamplingConfig
 from specbatch.config.spec import SpecConfig
 from specbatch.methods import METHODS, READABLE_NAME_BYTES
@@ -270,6 +271,8 @@ class JobConfig:
     stop_grace_seconds: float = field(default=20.0, metadata=identities())
     # How the shard shows its progress while it generates (specbatch.config.progress).
     progress: ProgressConfig = field(default_factory=ProgressConfig, metadata=identities())
+    # launcher=ray: the rows go through Ray Data to engine replicas (specbatch.config.ray_launch); null: this process.
+    ray: RayConfig | None = field(default=None, metadata=identities())
 
     def __post_init__(self) -> None:
         require(

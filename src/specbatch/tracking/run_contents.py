@@ -25,6 +25,7 @@ from specbatch.config import spec_caption, spec_label
 from specbatch.engine import recorded_backend
 from specbatch.engine.acceptance_settings import as_params
 from specbatch.run.folder import RunFolder, read_run, shard_folders
+from specbatch.run.records.replica_figures import read_all_replica_figures
 from specbatch.run.summary import Summary
 from specbatch.tracking.logger import RunLogger, flatten
 from specbatch.tracking.store import open_client, recorded_tracking
@@ -153,9 +154,29 @@ def log_shard_results(
     decision = folder.read_decision()
     if decision is not None:
         log_decision(run, decision)
+    log_replicas(run, read_all_replica_figures(folder.stats_dir))
     if summary.acceptance_rate_per_position:
         with tempfile.TemporaryDirectory() as tmp:
             run.log_artifact(plot_run_acceptance(summary, Path(tmp) / "acceptance_by_position.png"))
+
+
+# What each Ray replica's metrics are (replica_<n>/<name>), from its figures (specbatch.run.records.replica_figures).
+_REPLICA_METRICS = ("chunks", "rows", "output_tokens", "output_tok_s", "acceptance_length", "startup_seconds")
+
+
+def log_replicas(run: RunLogger, replicas: list[dict[str, Any]]) -> None:
+    """A Ray launch's replicas (launcher=ray), each with its own figures beside the run's, which add up all of
+    theirs: a table (one row per replica, every launch's) and replica_<n>/* metrics; nothing for a local launch."""
+    if not replicas:
+        return
+    run.set_tag("launcher", "ray")
+    run.log_table({key: [r.get(key) for r in replicas] for key in replicas[0]}, "ray_replicas.json")
+    metrics = {}
+    for number, replica in enumerate(replicas):
+        for name in _REPLICA_METRICS:
+            if replica.get(name) is not None:
+                metrics[f"replica_{number}/{name}"] = float(replica[name])
+    run.log_metrics(metrics)
 
 
 # The columns of spec=auto's candidates table in MLflow (decision.json's candidates, one row each).

@@ -129,7 +129,7 @@ class DummyEngine(VllmFamily):
             k=job.spec.k,
             concurrency=job.engine.max_num_seqs,
             k_schedule=job.spec.k_schedule,
-            step_cost=cls.start_step_cost,
+            step_cost=cls.start_step_cost or _step_cost(job),
         )
         if engine.step_cost is not None:
             # With a time model its start-up is the model's too (one empty step), not what the machine the tests
@@ -280,3 +280,9 @@ class DummyEngine(VllmFamily):
 
     def counters(self) -> Counters:
         return Counters(**self._totals, accepted_per_position=tuple(self._per_position))
+
+
+def _step_cost(job: JobConfig) -> StepCost | None:
+    """engine.step_seconds as a time model: each step sleeps that long."""
+    seconds = getattr(job.engine, "step_seconds", None)
+    return None if seconds is None else StepCost(base=float(seconds))

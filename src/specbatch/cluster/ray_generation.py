@@ -1,0 +1,226 @@
+"""The generation steps of a shard on Ray (``launcher=ray``): the driver's side.
+
+Everything around the generation is a local launch's (specbatch.run.executor): the resume plan, the run record, the
+shard's lock (two drivers on one run: the second refuses), the checks before anything loads, the shard summary, the
+done marker, the MLflow run. Only ``generate`` differs: the chunks to do become a Ray Data data set (one item per
+chunk, its rows pickled by the driver, which read them), ``map_batches`` hands them to ``ray.replicas`` actors of
+specbatch.cluster.ray_replica (each holding one of the job's own engines), and the driver writes each chunk's Parquet
+part as its result comes back, with the same chunk writer as a local launch. Ray schedules the replicas, starts a
+dead one again (``ray.max_restarts``) and asks its chunk again; the driver writes a chunk once, whichever attempt
+answered, so the run holds every (row, turn, sample) exactly once. A driver killed mid-run loses the chunks in
+flight (its actors end with it); the next launch finds the written parts by their markers and does the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from specbatch.cluster.ray_replica import EngineReplica, ReplicaChunk, ReplicaInfo
+from specbatch.common.collector import resume_after_start
+from specbatch.common.interrupts import StopRequested, raise_if_stopped, stop_signals_deferred
+from specbatch.config import JobConfig, RayConfig
+from specbatch.engine.spec_metrics import Counters, acceptance_length
+from specbatch.run.chunks import ChunkWriter
+from specbatch.run.folder import RunFolder
+from specbatch.run.generate import ShardGeneration
+from specbatch.run.records.replica_figures import replica_figures_path, write_replica_figures
+from specbatch.run.records.steps_file import write_steps
+from specbatch.run.shard_summary import summarize_shard
+from specbatch.run.streaming import StreamResult
+from specbatch.run.summary import Summary
+
+log = logging.getLogger(__name__)
+
+# Seconds the driver waits for a result before it looks at its progress and stop signals again.
+POLL_SECONDS = 1.0
+
+
+class RayShardGeneration(ShardGeneration):
+    """A shard's generation with its rows on Ray Data and its engines in Ray actors (module docstring)."""
+
+    def __init__(self, job: JobConfig) -> None:
+        super().__init__(job)
+        assert job.ray is not None, "launcher=ray sets the ray section"
+        self.ray_cfg: RayConfig = job.ray
+        # Whether this job started (or connected) Ray, and so shuts it down.
+        self._connected = False
+        # The replicas that answered this launch's chunks, by their id (a restarted one is a new id), and the
+        # chunks each answered.
+        self.replicas: dict[str, ReplicaInfo] = {}
+        self._answered: dict[str, list[ReplicaChunk]] = {}
+
+    def load_engine(self) -> None:
+        # The driver holds no engine; Ray's client library is its import of seconds.
+        import ray  # noqa: F401
+        import ray.data  # noqa: F401
+
+    def start_engine(self, todo: list[int]) -> None:
+        if todo:
+            raise_if_stopped(f"connecting to Ray for {len(todo)} chunk(s)")
+            self._connected = connect(self.ray_cfg)
+        resume_after_start()
+
+    def _generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
+        writer = ChunkWriter(folder, config, self.job.engine.max_num_seqs, len(todo))
+        log.info(
+            "streaming %d chunks through Ray Data to %d engine replica(s) (launch %s)",
+            len(todo),
+            self.ray_cfg.replicas,
+            writer.launch,
+        )
+        began = time.time()
+        with stop_signals_deferred(self.job.stop_grace_seconds) as stop_requested:
+            for result in self._results(todo, stop_requested):
+                if result.number in writer.written:
+                    # A chunk asked twice (its replica died after answering) is written once.
+                    log.info("chunk %d came back again (a retried replica): already written", result.number)
+                    continue
+                self._write(folder, writer, result, began)
+        streamed = self._stream_result(writer)
+        writer.write_launch_record(streamed)
+        self._record_replicas(folder, writer.launch)
+        if stop_requested():
+            raise StopRequested(
+                f"stopped by {stop_requested.name} after {len(writer.written)} of {len(todo)} chunks of shard "
+                f"{folder.shard_tag}; the chunks in flight on the replicas were abandoned, finished chunks are kept: "
+                "rerun the same command to generate the rest",
+                stop_requested.signum or 15,
+            )
+
+    def _results(self, todo: list[int], stop_requested: Any) -> Iterator[ReplicaChunk]:
+        """The chunks' results as Ray Data returns them, read on a thread so that this one keeps the progress and
+        the stop signals; a stop ends the iteration (what is in flight is abandoned with the actors)."""
+        results: queue.Queue[Any] = queue.Queue()
+        done = object()
+        dataset = self._dataset(todo)
+
+        def consume() -> None:
+            try:
+                for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
+                    for blob in batch["result"]:
+                        results.put(pickle.loads(blob))
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which raises it
+                results.put(exc)
+            results.put(done)
+
+        threading.Thread(target=consume, name="ray-results", daemon=True).start()
+        while not stop_requested():
+            try:
+                item = results.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                if self.progress is not None:
+                    self.progress.tick()
+                continue
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def _dataset(self, todo: list[int]) -> Any:
+        """The chunks to do as a Ray Data data set (one block per chunk), mapped by the engine replicas."""
+        import ray.data
+
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False  # the shard's own progress says it (specbatch.run.shard_progress)
+        items = [{"chunk": number, "rows": pickle.dumps(self._rows(number))} for number in todo]
+        cfg, job = self.ray_cfg, self.job
+        return ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+            EngineReplica,
+            fn_constructor_kwargs={"job": job},
+            batch_size=1,
+            concurrency=cfg.replicas,
+            num_cpus=cfg.cpus_per_replica,
+            num_gpus=cfg.gpus(job.engine.name, job.model.tensor_parallel_size),
+            # One chunk at a time per replica: a chunk is as many rows as the engine's batch holds.
+            max_concurrency=1,
+            max_restarts=cfg.max_restarts,
+            max_task_retries=-1,
+        )
+
+    def _write(self, folder: RunFolder, writer: ChunkWriter, result: ReplicaChunk, began: float) -> None:
+        # The batch its engine ran (the replicas share one config, so one figure), as a local launch's parts say.
+        writer.concurrency = result.replica.concurrency
+        writer.write(result.chunk_result(result.finished_at - began))
+        self.replicas.setdefault(result.replica.replica, result.replica)
+        if result.steps is not None:
+            write_steps(folder.steps_dir, result.steps)
+        self._answered.setdefault(result.replica.replica, []).append(result)
+        if self.progress is not None:
+            self.progress.answered(result.counters)
+            samples = self.job.sampling.n
+            for _ in range(result.rows):
+                self.progress.finished(samples, row=True)
+            self.progress.tick()
+
+    def _stream_result(self, writer: ChunkWriter) -> StreamResult:
+        """This launch's loop as a local launch records it: its chunks, and its seconds from the first replica's
+        engine ready to the last chunk back (the engines' start-up is counted apart, as a local launch's is).
+        Per-request figures only: the replicas' engine counters are not the driver's to difference."""
+        chunks = [c for each in self._answered.values() for c in each]
+        seconds = 0.0
+        if chunks:
+            seconds = max(c.finished_at for c in chunks) - min(r.ready_at for r in self.replicas.values())
+        return StreamResult(chunks=list(writer.written), seconds=max(seconds, 0.0), counters_scope="requests")
+
+    def _record_replicas(self, folder: RunFolder, launch: str) -> None:
+        """Each replica's own figures (its node, engine start-up, chunks, rows, tokens, AL, tok/s), beside the
+        launch's record; the shard's figures are its parts', as for any launch."""
+        figures = []
+        for info in self.replicas.values():
+            mine = self._answered.get(info.replica, [])
+            counters = sum((c.counters for c in mine), Counters())
+            seconds = max((c.finished_at for c in mine), default=info.ready_at) - info.ready_at
+            al = acceptance_length(counters.accepted_tokens, counters.drafts) if counters.drafts else None
+            figures.append(
+                {
+                    **asdict(info),
+                    "chunks": len(mine),
+                    "rows": sum(c.rows for c in mine),
+                    "output_tokens": counters.generation_tokens,
+                    "acceptance_length": al,
+                    "seconds": seconds,
+                    "output_tok_s": counters.generation_tokens / seconds if seconds > 0 else 0.0,
+                }
+            )
+            log.info("replica %s", ", ".join(f"{key} {value}" for key, value in figures[-1].items()))
+        write_replica_figures(replica_figures_path(folder.stats_dir, launch), figures)
+
+    def summarize(self, folder: RunFolder, parts: list[Path]) -> Summary:
+        # The engines' start-up: the slowest replica's (the launch waited for the first, the others overlapped).
+        startup = max((r.startup_seconds for r in self.replicas.values()), default=0.0)
+        warmup = max((r.warmup_seconds for r in self.replicas.values()), default=0.0)
+        return summarize_shard(folder, self.job, parts, startup, warmup)
+
+    def release(self) -> None:
+        connected, self._connected = self._connected, False
+        if connected:
+            import ray
+
+            # Ends the actors of this job (and a local Ray the job started, with every process of it).
+            ray.shutdown()
+
+
+def connect(cfg: RayConfig) -> bool:
+    """Connect to the cluster ray.address (or RAY_ADDRESS) names, or start a local Ray; True when this call did
+    (False: the caller had connected already, and stays connected)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = cfg.address or os.environ.get("RAY_ADDRESS") or None
+    runtime_env = {"env_vars": dict(cfg.env)} if cfg.env else None
+    log.info(
+        "Ray: %s", f"connecting to {address}" if address else "starting a local Ray (ray.address to use a cluster)"
+    )
+    ray.init(address=address, runtime_env=runtime_env, include_dashboard=False, logging_level=logging.WARNING)
+    return True
