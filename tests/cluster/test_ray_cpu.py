@@ -265,3 +265,25 @@ def test_real_vllm_on_ray_equals_the_local_run_sample_for_sample(cluster: RayClu
     assert all(firsts[i]["seed"] != seconds[i]["seed"] for i in firsts)
     assert sum(firsts[i]["completion"] != seconds[i]["completion"] for i in firsts) >= 8
     assert len({(r["spec_steps"], r["accepted_tokens"]) for r in rows}) > 2
+
+
+def test_a_replica_dying_more_often_than_ray_restarts_it_ends_the_job_with_one_line(
+    cluster: RayCluster, tmp_path: Path
+) -> None:
+    out, data = tmp_path / "out", _data(tmp_path, 60)
+    args = _dummy_args(out, data, "chunk_size=10", "engine.step_seconds=0.05")
+    job = _launch(cluster, [*args, "ray.max_restarts=0"], tmp_path / "job.log")
+    try:
+        _wait(lambda: _parts(out), "part written", proc=job)
+        (victim,) = cluster.replica_processes()
+        os.kill(victim.pid, signal.SIGKILL)
+        assert job.wait(timeout=JOB_BOUND) == 1
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    said = (tmp_path / "job.log").read_text()
+    assert "the engine replicas on Ray failed" in said and "rerun the same command" in said, said[-3000:]
+    kept = len(_parts(out))
+    again = run_generate(args, env=cluster.env, timeout=JOB_BOUND)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert _keys(_rows(out)) == Counter({(f"r{i}", 1, 0): 1 for i in range(60)}) and 0 < kept < 6

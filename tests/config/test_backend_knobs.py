@@ -35,6 +35,8 @@ RECORDED_ENGINE_KEYS = {
     "request_timeout_seconds",
     "retries",
     "llama_server",
+    # the dummy's (engine.step_seconds: a job that lasts, without a model)
+    "step_seconds",
 }
 
 

@@ -35,10 +35,12 @@ OLD_NOT_WORKLOAD = ("spec", "tracking", "output_root", "run_name", "shard", "rep
 # How long a stop may take and how progress is shown were added later and are in no identity (the old rules predate
 # them).
 OLD_NOT_WORKLOAD += ("stop_grace_seconds", "progress")
+# Where the engines run (launcher=ray, issue 55) too.
+OLD_NOT_WORKLOAD += ("ray",)
 # Engine keys the server backend added later; only its jobs count them (the old rules predate them).
 SERVER_KEYS = ("url", "api_key_env", "served_model", "api", "max_concurrency", "request_timeout_seconds", "retries")
-# And the llama_cpp backend's.
-LLAMA_CPP_KEYS = ("llama_server",)
+# And the llama_cpp backend's, and the dummy's engine.step_seconds (issue 55: absent while null).
+LLAMA_CPP_KEYS = ("llama_server", "step_seconds")
 # And the vllm backend's engine.multiprocessing: absent while null, in the folder and engine digests when set.
 VLLM_KEYS = ("multiprocessing",)
 

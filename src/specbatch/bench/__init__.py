@@ -31,6 +31,9 @@ What jobs/bench.py measures:
     alternating, equal lengths. Goals: AL within 3 %, tok/s within 10 %. See specbatch.bench.simulate_bench.
 (j) Block against standard verification (issue 54; ``--verification`` runs only this, on a GPU machine): EAGLE3 k=3
     on Llama 3.1 8B, AL and tok/s on humaneval_edit and the two-turn file. See specbatch.bench.verification_bench.
+(k) Ray (issue 55; ``--ray`` runs only this): the same 128 rows as a local launch and with launcher=ray on a local Ray
+    (1 replica), alternating. Goal: Ray / local throughput at least 0.90, start-up listed apart. See
+    specbatch.bench.ray_bench.
 """
 
 from specbatch.common.machine import this_machine

@@ -1,4 +1,4 @@
-"""jobs/bench.py's command line: which benchmark of specbatch.bench (a)-(j) runs, and its sizes."""
+"""jobs/bench.py's command line: which benchmark of specbatch.bench (a)-(k) runs, and its sizes."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ def bench_arguments(description: str, output_root: Path) -> argparse.ArgumentPar
     parser.add_argument("--output-root", type=Path, default=output_root)
     parser.add_argument("--skip-overhead", action="store_true")
     parser.add_argument("--streaming", action="store_true", help="run only (c), keeping the engine full")
-    parser.add_argument("--rows", type=int, help="(c), (f), (g): rows (default 128 for (c), 64 for (f), all for (g))")
+    parser.add_argument(
+        "--rows", type=int, help="(c), (f), (g), (k): rows (default 128 for (c), (k); 64 for (f); all for (g))"
+    )
     parser.add_argument("--two-turn-rows", type=int, help="(c), (f): two-turn rows (default 64 for (c), 32 for (f))")
     parser.add_argument("--report", type=Path, help="(c): also write the report here (default: in --output-root)")
     parser.add_argument("--schedule", action="store_true", help="run (a) and (d), the k schedule")
@@ -27,7 +29,7 @@ def bench_arguments(description: str, output_root: Path) -> argparse.ArgumentPar
     parser.add_argument("--schedule-max-tokens", type=int, default=32, help="(d): new tokens per prompt")
     parser.add_argument("--schedule-dir", type=Path, help="(d): output root of its runs (reuse one to resume)")
     parser.add_argument("--predict", action="store_true", help="run only (f), predicted beside measured")
-    parser.add_argument("--predict-max-tokens", type=int, default=128, help="(f): new tokens per turn")
+    parser.add_argument("--predict-max-tokens", type=int, default=128, help="(f), (k): new tokens per turn")
     parser.add_argument("--stamp", help="(f), (g): an earlier run's stamp: its finished runs are read, not run again")
     parser.add_argument("--auto", action="store_true", help="run only (g), spec=auto against the fixed set-ups")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"(g): some of {', '.join(WORKLOADS)}")
@@ -37,5 +39,6 @@ def bench_arguments(description: str, output_root: Path) -> argparse.ArgumentPar
     parser.add_argument("--startup", type=Path, nargs="+", metavar="CHECKOUT", help="run only (e), these checkouts")
     parser.add_argument("--sampling", action="store_true", help="run only (h), n=4 sampling and the lossless check")
     parser.add_argument("--simulate", action="store_true", help="run only (i), spec=simulate against real n-gram")
+    parser.add_argument("--ray", action="store_true", help="run only (k), a local launch against launcher=ray")
     parser.add_argument("--verification", action="store_true", help="run only (j), block against standard (GPU)")
     return parser

@@ -24,10 +24,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from specbatch.cluster.ray_progress import LaunchProgress, ProgressBoard
 from specbatch.cluster.ray_replica import EngineReplica, ReplicaChunk, ReplicaInfo
 from specbatch.common.collector import resume_after_start
 from specbatch.common.interrupts import StopRequested, raise_if_stopped, stop_signals_deferred
 from specbatch.config import JobConfig, RayConfig
+from specbatch.engine import EngineUnavailable
 from specbatch.engine.spec_metrics import Counters, acceptance_length
 from specbatch.run.chunks import ChunkWriter
 from specbatch.run.folder import RunFolder
@@ -37,6 +39,7 @@ from specbatch.run.records.steps_file import write_steps
 from specbatch.run.shard_summary import summarize_shard
 from specbatch.run.streaming import StreamResult
 from specbatch.run.summary import Summary
+from specbatch.serving.reaper import Reaper
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +56,15 @@ class RayShardGeneration(ShardGeneration):
         self.ray_cfg: RayConfig = job.ray
         # Whether this job started (or connected) Ray, and so shuts it down.
         self._connected = False
+        # A local Ray's watchdog: ends Ray's processes (its agents outlive a kill -9 of the driver otherwise).
+        self._reaper: Reaper | None = None
         # The replicas that answered this launch's chunks, by their id (a restarted one is a new id), and the
         # chunks each answered.
         self.replicas: dict[str, ReplicaInfo] = {}
         self._answered: dict[str, list[ReplicaChunk]] = {}
+        # The written chunks' figures and the replicas' reports of the ones in flight (made with the data set).
+        self._launch_progress: LaunchProgress | None = None
+        self._board_failed = False
 
     def load_engine(self) -> None:
         # The driver holds no engine; Ray's client library is its import of seconds.
@@ -66,7 +74,7 @@ class RayShardGeneration(ShardGeneration):
     def start_engine(self, todo: list[int]) -> None:
         if todo:
             raise_if_stopped(f"connecting to Ray for {len(todo)} chunk(s)")
-            self._connected = connect(self.ray_cfg)
+            self._connected, self._reaper = connect(self.ray_cfg)
         resume_after_start()
 
     def _generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
@@ -117,13 +125,12 @@ class RayShardGeneration(ShardGeneration):
             try:
                 item = results.get(timeout=POLL_SECONDS)
             except queue.Empty:
-                if self.progress is not None:
-                    self.progress.tick()
+                self._show_progress(read_board=True)
                 continue
             if item is done:
                 return
             if isinstance(item, BaseException):
-                raise item
+                raise _replicas_failed(item) from item
             yield item
 
     def _dataset(self, todo: list[int]) -> Any:
@@ -134,15 +141,15 @@ class RayShardGeneration(ShardGeneration):
         context.enable_progress_bars = False  # the shard's own progress says it (specbatch.run.shard_progress)
         items = [{"chunk": number, "rows": pickle.dumps(self._rows(number))} for number in todo]
         cfg, job = self.ray_cfg, self.job
+        board = ProgressBoard.remote()  # type: ignore[attr-defined]
+        self._launch_progress = LaunchProgress(board)
         return ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
             EngineReplica,
-            fn_constructor_kwargs={"job": job},
+            fn_constructor_kwargs={"job": job, "board": board},
             batch_size=1,
-            concurrency=cfg.replicas,
+            compute=ray.data.ActorPoolStrategy(size=cfg.replicas),
             num_cpus=cfg.cpus_per_replica,
             num_gpus=cfg.gpus(job.engine.name, job.model.tensor_parallel_size),
-            # One chunk at a time per replica: a chunk is as many rows as the engine's batch holds.
-            max_concurrency=1,
             max_restarts=cfg.max_restarts,
             max_task_retries=-1,
         )
@@ -155,12 +162,26 @@ class RayShardGeneration(ShardGeneration):
         if result.steps is not None:
             write_steps(folder.steps_dir, result.steps)
         self._answered.setdefault(result.replica.replica, []).append(result)
-        if self.progress is not None:
-            self.progress.answered(result.counters)
-            samples = self.job.sampling.n
-            for _ in range(result.rows):
-                self.progress.finished(samples, row=True)
-            self.progress.tick()
+        assert self._launch_progress is not None, "made with the data set"
+        self._launch_progress.chunk_written(
+            result.number, result.rows, result.rows * self.job.sampling.n, result.counters
+        )
+        self._show_progress(read_board=False)
+
+    def _show_progress(self, read_board: bool) -> None:
+        """The shard's progress from the written chunks and the replicas' latest reports of the ones in flight."""
+        if self.progress is None or self._launch_progress is None:
+            return
+        if read_board:
+            try:
+                self._launch_progress.read_board()
+            except Exception as exc:  # noqa: BLE001 - progress never stops the job; the written chunks still count
+                if not self._board_failed:
+                    log.warning("the replicas' progress reports could not be read (%s): showing written chunks", exc)
+                self._board_failed = True
+        figures = self._launch_progress.total()
+        self.progress.restate(figures.rows, figures.samples, figures.counters)
+        self.progress.tick(open_chunks=len(self._launch_progress.in_flight))
 
     def _stream_result(self, writer: ChunkWriter) -> StreamResult:
         """This launch's loop as a local launch records it: its chunks, and its seconds from the first replica's
@@ -208,19 +229,49 @@ class RayShardGeneration(ShardGeneration):
 
             # Ends the actors of this job (and a local Ray the job started, with every process of it).
             ray.shutdown()
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None:
+            reaper.stop()
 
 
-def connect(cfg: RayConfig) -> bool:
+def connect(cfg: RayConfig) -> tuple[bool, Reaper | None]:
     """Connect to the cluster ray.address (or RAY_ADDRESS) names, or start a local Ray; True when this call did
-    (False: the caller had connected already, and stays connected)."""
+    (False: the caller had connected already, and stays connected), and for a local Ray the reaper that ends its
+    processes if the job is killed (Ray's dashboard and runtime-env agents outlive a kill -9 of the driver)."""
     import ray
 
     if ray.is_initialized():
-        return False
+        return False, None
     address = cfg.address or os.environ.get("RAY_ADDRESS") or None
     runtime_env = {"env_vars": dict(cfg.env)} if cfg.env else None
     log.info(
         "Ray: %s", f"connecting to {address}" if address else "starting a local Ray (ray.address to use a cluster)"
     )
-    ray.init(address=address, runtime_env=runtime_env, include_dashboard=False, logging_level=logging.WARNING)
-    return True
+    reaper = None
+    if not address:
+        # Ray starts its workers at niceness 15, below its own processes; on a machine of the job's own the replica
+        # is the work, so it runs at the job's priority as a local launch's engine does (RAY_worker_niceness wins).
+        os.environ.setdefault("RAY_worker_niceness", "0")
+        reaper = Reaper.start()
+    try:
+        ray.init(address=address, runtime_env=runtime_env, include_dashboard=False, logging_level=logging.WARNING)
+    except BaseException:
+        if reaper is not None:
+            reaper.stop()
+        raise
+    return True, reaper
+
+
+def _replicas_failed(error: BaseException) -> BaseException:
+    """What the job says when Ray gives up on the replicas (a replica's start failed, or it died more than
+    ray.max_restarts times): one line with Ray's own first line of why; finished chunks are kept. Ray's other
+    errors (a lost connection to the cluster) say themselves."""
+    import ray.exceptions
+
+    if not isinstance(error, ray.exceptions.RayError):
+        return error
+    why = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    return EngineUnavailable(
+        f"the engine replicas on Ray failed ({type(error).__name__}: {why[:400]}); the chunks written so far are "
+        "kept: fix the cause (the replicas' log lines above say it) and rerun the same command for the rest"
+    )

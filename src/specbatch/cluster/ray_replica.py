@@ -22,6 +22,7 @@ from typing import Any
 
 import ray
 
+from specbatch.cluster.ray_progress import ReplicaProgress
 from specbatch.config import ConfigError, JobConfig
 from specbatch.data.prompts import load_tokenizer
 from specbatch.engine import import_engine_library, start_engine
@@ -71,9 +72,27 @@ class ReplicaChunk:
 class EngineReplica:
     """The callable class Ray Data runs as actors: map_batches(EngineReplica, fn_constructor_kwargs={"job": job})."""
 
-    def __init__(self, job: JobConfig) -> None:
+    def __init__(self, job: JobConfig, board: Any = None) -> None:
         logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
-        self.job = job
+        self.job, self.board = job, board
+        self.engine: Any = None
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
+        if self.engine is None:
+            self._start()
+        numbers, results = [], []
+        for number, rows in zip(batch["chunk"], batch["rows"], strict=True):
+            numbers.append(int(number))
+            results.append(pickle.dumps(self.generate(int(number), pickle.loads(rows))))
+        return {"chunk": numbers, "result": results}
+
+    def _start(self) -> None:
+        """The engine, built on the thread that runs the calls, not in __init__: Ray Data runs a callable class's
+        calls on a thread of their own, and the engine's OpenMP threads belong to the thread that first ran a
+        parallel region. Built in __init__, the calls would get a second team beside the first, more threads than
+        cores; libgomp then sleeps between regions instead of spinning (measured on 2 cores: the engine's two
+        threads at 1.66 cores of 2 and 86 % of a local launch's tok/s; built here, as in a local launch)."""
+        job = self.job
         if job.model.embedded is not None:
             # The embedded model is built on first use on each machine (a no-op where it is ready).
             from specbatch.assets.cache import EmbeddedAssetError
@@ -96,21 +115,18 @@ class EngineReplica:
             concurrency=self.engine.concurrency,
             ready_at=time.time(),
         )
+        # How far its chunk is, told to the driver's board (specbatch.cluster.ray_progress) while it runs.
+        self.progress = ReplicaProgress(self.board) if self.board is not None else None
         # One loop object for the replica's life: the order its requests were answered in runs on across chunks.
-        self.streamer = ChunkStreamer(self.engine, job, self.tokenizer, job.spec.label)
+        self.streamer = ChunkStreamer(self.engine, job, self.tokenizer, job.spec.label, self.progress)
         log.info("replica %s ready on %s (pid %d)", self.info.replica, self.info.node, self.info.pid)
-
-    def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        numbers, results = [], []
-        for number, rows in zip(batch["chunk"], batch["rows"], strict=True):
-            numbers.append(int(number))
-            results.append(pickle.dumps(self.generate(int(number), pickle.loads(rows))))
-        return {"chunk": numbers, "result": results}
 
     def generate(self, number: int, rows: list[Any]) -> ReplicaChunk:
         """Chunk ``number`` through this replica's engine, with its own step log."""
         job, finished = self.job, []
         self.streamer.steps = StepLog(job.spec.label, job.spec.k_schedule, self.engine.concurrency)
+        if self.progress is not None:
+            self.progress.start(number)
         self.streamer.run([(number, rows)], finished.append)
         (chunk,) = finished
         steps = self.streamer.steps.table if len(self.streamer.steps) else None

@@ -168,6 +168,14 @@ class ShardProgress:
         self._samples += samples
         self._rows += row
 
+    def restate(self, rows: int, samples: int, counters: Counters) -> None:
+        """This launch's rows, samples and figures so far as a whole, for a caller that learns them in sums rather
+        than request by request (a Ray launch, from its replicas' reports); ``tick`` then shows them."""
+        self._rows = self._rows_before + rows
+        self._samples = self._rows_before * self._per_row + samples
+        self._tokens, self._drafts = counters.generation_tokens, counters.drafts
+        self._accepted = counters.accepted_tokens
+
     def tick(self, in_engine: int = 0, open_chunks: int = 0) -> None:
         """After each engine step: redraw the bar, and once per interval log a line (no bar) and report."""
         now = self._clock()

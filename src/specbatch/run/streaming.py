@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from specbatch.common.interrupts import StopRequested, signal_name
 from specbatch.config import JobConfig, sample_seed
@@ -32,10 +32,20 @@ from specbatch.data.rows import SourceRow
 from specbatch.engine import Completion, Engine, Request, RequestRefused
 from specbatch.engine.spec_metrics import Counters
 from specbatch.run.output_rows import build_output_rows, error_output_row
-from specbatch.run.shard_progress import ShardProgress
 from specbatch.run.step_log import StepLog
 
 log = logging.getLogger(__name__)
+
+
+class StreamProgress(Protocol):
+    """What the loop tells of every finished request, sample and row, and after every engine step: the shard's
+    progress (specbatch.run.shard_progress), or a Ray replica's reports (specbatch.cluster.ray_progress)."""
+
+    def answered(self, counters: Counters) -> None: ...
+
+    def finished(self, samples: int, row: bool) -> None: ...
+
+    def tick(self, in_engine: int = 0, open_chunks: int = 0) -> None: ...
 
 
 @dataclass
@@ -94,7 +104,7 @@ class ChunkStreamer:
         job: JobConfig,
         tokenizer: Any,
         seed_setup: str | None = None,
-        progress: ShardProgress | None = None,
+        progress: StreamProgress | None = None,
     ) -> None:
         self.engine, self.job, self.tokenizer = engine, job, tokenizer
         self.method, self.k = job.spec.method.value, job.spec.k
