@@ -1,7 +1,7 @@
 """An engine replica on Ray: an actor Ray Data hands chunks of rows to, holding one of the job's own engines.
 
-Ray Data's ``map_batches`` builds it once per actor (the engine starts there, as a local launch starts its one) and
-calls it with one chunk at a time: a batch of one item, the chunk's number and its rows (pickled by the driver, which
+Ray Data's ``map_batches`` builds it once per actor (its engine starts at the first call, see ``_start``) and calls
+it with one chunk at a time: a batch of one item, the chunk's number and its rows (pickled by the driver, which
 read the data: a replica on another node needs no access to the data set's files). The chunk streams through the
 engine with the same loop a local launch runs (specbatch.run.streaming), so its rows, their per-request acceptance
 figures and every sample are exactly what a local launch writes; what comes back is the chunk's result, pickled, for
