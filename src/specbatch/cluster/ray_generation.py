@@ -17,6 +17,7 @@ import logging
 import os
 import pickle
 import queue
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -58,13 +59,16 @@ class RayShardGeneration(ShardGeneration):
         self._connected = False
         # A local Ray's watchdog: ends Ray's processes (its agents outlive a kill -9 of the driver otherwise).
         self._reaper: Reaper | None = None
-        # The replicas that answered this launch's chunks, by their id (a restarted one is a new id), and the
-        # chunks each answered.
-        self.replicas: dict[str, ReplicaInfo] = {}
+        # The chunks each replica answered (written), by the replica's id: a restarted one is a new id.
         self._answered: dict[str, list[ReplicaChunk]] = {}
         # The written chunks' figures and the replicas' reports of the ones in flight (made with the data set).
         self._launch_progress: LaunchProgress | None = None
         self._board_failed = False
+
+    @property
+    def replicas(self) -> list[ReplicaInfo]:
+        """The replicas that answered this launch's chunks (each chunk's result names its replica)."""
+        return [chunks[0].replica for chunks in self._answered.values()]
 
     def load_engine(self) -> None:
         # The driver holds no engine; Ray's client library is its import of seconds.
@@ -101,7 +105,7 @@ class RayShardGeneration(ShardGeneration):
                 f"stopped by {stop_requested.name} after {len(writer.written)} of {len(todo)} chunks of shard "
                 f"{folder.shard_tag}; the chunks in flight on the replicas were abandoned, finished chunks are kept: "
                 "rerun the same command to generate the rest",
-                stop_requested.signum or 15,
+                stop_requested.signum or signal.SIGTERM,
             )
 
     def _results(self, todo: list[int], stop_requested: Any) -> Iterator[ReplicaChunk]:
@@ -158,7 +162,6 @@ class RayShardGeneration(ShardGeneration):
         # The batch its engine ran (the replicas share one config, so one figure), as a local launch's parts say.
         writer.concurrency = result.replica.concurrency
         writer.write(result.chunk_result(result.finished_at - began))
-        self.replicas.setdefault(result.replica.replica, result.replica)
         if result.steps is not None:
             write_steps(folder.steps_dir, result.steps)
         self._answered.setdefault(result.replica.replica, []).append(result)
@@ -190,15 +193,15 @@ class RayShardGeneration(ShardGeneration):
         chunks = [c for each in self._answered.values() for c in each]
         seconds = 0.0
         if chunks:
-            seconds = max(c.finished_at for c in chunks) - min(r.ready_at for r in self.replicas.values())
+            seconds = max(c.finished_at for c in chunks) - min(r.ready_at for r in self.replicas)
         return StreamResult(chunks=list(writer.written), seconds=max(seconds, 0.0), counters_scope="requests")
 
     def _record_replicas(self, folder: RunFolder, launch: str) -> None:
         """Each replica's own figures (its node, engine start-up, chunks, rows, tokens, AL, tok/s), beside the
         launch's record; the shard's figures are its parts', as for any launch."""
         figures = []
-        for info in self.replicas.values():
-            mine = self._answered.get(info.replica, [])
+        for info in self.replicas:
+            mine = self._answered[info.replica]
             counters = sum((c.counters for c in mine), Counters())
             seconds = max((c.finished_at for c in mine), default=info.ready_at) - info.ready_at
             al = acceptance_length(counters.accepted_tokens, counters.drafts) if counters.drafts else None
@@ -218,8 +221,8 @@ class RayShardGeneration(ShardGeneration):
 
     def summarize(self, folder: RunFolder, parts: list[Path]) -> Summary:
         # The engines' start-up: the slowest replica's (the launch waited for the first, the others overlapped).
-        startup = max((r.startup_seconds for r in self.replicas.values()), default=0.0)
-        warmup = max((r.warmup_seconds for r in self.replicas.values()), default=0.0)
+        startup = max((r.startup_seconds for r in self.replicas), default=0.0)
+        warmup = max((r.warmup_seconds for r in self.replicas), default=0.0)
         return summarize_shard(folder, self.job, parts, startup, warmup)
 
     def release(self) -> None:
