@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from conftest import compose_config, compose_job
+from conftest import PROJECT_ROOT, compose_config, compose_job
 from specbatch.analysis.report import find_runs, run_compare
 from specbatch.analysis.tables import format_comparison
 from specbatch.backends.dummy.dummy import DummyEngine
@@ -133,6 +134,24 @@ def test_engines_without_the_modes_refuse_them() -> None:
         sglang_argv(compose_job([*EAGLE3_GPU, "spec.rejection_sample_method=block"]))
     with pytest.raises(ConfigError, match="spec.rejection_sample_method=block is vLLM's: llama-server"):
         spec_flags(compose_job(["spec=ngram", "spec.rejection_sample_method=block", "engine.backend=llama_cpp"]))
+
+
+@pytest.mark.parametrize(
+    "knob",
+    ["spec.rejection_sample_method=standard", "spec.draft_sample_method=greedy", "spec.use_heterogeneous_vocab=false"],
+)
+def test_llama_cpp_refuses_the_modes_even_at_vllms_defaults(knob: str) -> None:
+    """docs/methods.md says every one of these knobs is refused on llama.cpp, which has no such option: vLLM's
+    default value too (llama-server keeps the drafts equal to a sample of the target, which is not vLLM's standard
+    rejection sampler under sampling), so a run never records a verification it did not have."""
+    spec = "spec=draft_model" if "draft" in knob or "vocab" in knob else "spec=ngram"
+    name = knob.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"{re.escape(knob)} is vLLM's: .* drop {re.escape(name)} on"):
+        spec_flags(compose_job([spec, knob, "engine.backend=llama_cpp"]))
+    docs = " ".join((PROJECT_ROOT / "docs" / "methods.md").read_text().split())
+    assert "any value of them on llama.cpp" in docs, "docs/methods.md no longer says llama.cpp refuses every value"
+    # Unset, the method runs there.
+    assert spec_flags(compose_job(["spec=ngram", "engine.backend=llama_cpp"]))
 
 
 def test_a_heterogeneous_draft_passes_the_vocabulary_check(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from specbatch.backends.llama_cpp import Options
 from specbatch.common.environment import PROJECT_ROOT
 from specbatch.config import ConfigError, JobConfig, compose_job
 from specbatch.config.engine import backend_options
-from specbatch.methods import MODE_DEFAULTS, SpecMethod, modes_set
+from specbatch.methods import MODE_DEFAULTS, SpecMethod
 from specbatch.serving.child_server import ChildServer, ServerStartError
 
 log = logging.getLogger(__name__)
@@ -146,11 +146,15 @@ def spec_flags(job: JobConfig) -> list[str]:
             f"spec.draft_gguf is not an option of spec.method={spec.method.value} (it belongs to draft_model): "
             "remove it or choose one of those methods (spec=draft_model)"
         )
-    vllm_only = modes_set({knob: getattr(spec, knob) for knob in MODE_DEFAULTS})
+    # Any value, vLLM's default included: llama-server has none of these options, and its verification (sample the
+    # target, keep the drafts equal to the sample) is not vLLM's standard rejection sampler under sampling, so a run
+    # recorded as "standard" would not be what it says (docs/methods.md, "Verification and drafting modes").
+    vllm_only = {knob: getattr(spec, knob) for knob in MODE_DEFAULTS if getattr(spec, knob) is not None}
     if vllm_only:
         knob, value = next(iter(vllm_only.items()))
+        text = str(value).lower() if isinstance(value, bool) else getattr(value, "value", value)
         raise ConfigError(
-            f"spec.{knob}={getattr(value, 'value', value)} is vLLM's: llama-server drafts its own way with no such "
+            f"spec.{knob}={text} is vLLM's: llama-server drafts and verifies its own way with no such "
             f"option, so the run would not be what it says; drop spec.{knob} on engine.backend=llama_cpp"
         )
     return METHOD_FLAGS[spec.method](job)
