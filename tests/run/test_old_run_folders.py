@@ -4,7 +4,7 @@ finishes one cut short, reports and merges them, and compares them.
 
 The fixture was made in a folder holding its ``rows.jsonl`` (8 rows), with ``SPECBATCH_CACHE=cache`` (a link to the
 cache of the embedded model, so that the recorded model path is relative and the folders' digests do not depend on
-the machine), by main's own jobs:
+the machine), on a machine with native bf16 (model.dtype=auto became bfloat16), by main's own jobs:
 
     python jobs/generate.py engine.backend=dummy dataset=local dataset.path=rows.jsonl "dataset.template='{q}'"
         dataset.id_column=id chunk_size=2 tracking=off output_root=outputs sampling.max_tokens=16 spec=<setup>
@@ -50,6 +50,9 @@ COMMON = [
     "tracking=off",
     "output_root=outputs",
     "sampling.max_tokens=16",
+    # Recorded on a machine with native bf16, where model.dtype=auto meant bfloat16 (their run.json and digests say
+    # so); on an AVX2-only machine auto means float32 and names other folders, so the dtype that ran is given.
+    "model.dtype=bfloat16",
 ]
 SETUPS = {
     "none-65f58448": ["spec=none"],
