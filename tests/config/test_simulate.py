@@ -135,7 +135,7 @@ def test_a_run_folder_names_its_profile(tmp_path: Path) -> None:
         ("{not json", "cannot be read as JSON"),
         ('{"acceptance_length": 2.0}', "not a speculation profile in ModelOpt's schema 1.x (no schema_version)"),
         ('{"schema_version": "2.0"}', "(schema_version 2.0)"),
-        ('{"schema_version": "1.0"}', "lacks num_speculative_tokens, verification_method"),
+        ('{"schema_version": "1.0"}', "num_speculative_tokens is missing; verification_method is missing"),
     ],
 )
 def test_a_broken_profile_is_refused_before_loading(tmp_path: Path, content: str, expected: str) -> None:

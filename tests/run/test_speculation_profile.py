@@ -202,7 +202,7 @@ def test_a_profile_of_format_1_reads_as_todays_writer_writes_it(tmp_path: Path) 
     [
         ({"schema_version": "2.0"}, "schema 2.0 (this version reads 1.x)"),
         ({"format": 3, "schema_version": "1.0"}, "speculation profile format 3"),
-        ({"schema_version": "1.0", "measured": 1}, "measured is int, not bool"),
+        ({"schema_version": "1.0", "measured": 1}, "measured is 1, not true or false"),
         ("[1, 2]", "not a JSON object"),
         ('{"schema_ver', "not JSON"),
         ({}, "damaged (it lacks schema_version)"),

@@ -25,12 +25,16 @@ under a key of our own, ``specbatch``, beside the schema's fields.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from specbatch.engine.spec_metrics import accepted_per_position_from_histogram
 from specbatch.methods import METHODS
 from specbatch.methods.simulate import OURS as PROFILE_OURS
+
+# The schema's fields and their check (what keeps a dict from being a profile its readers can take, each problem
+# naming its field) live with spec=simulate, the lower layer, so that it and the run's records check a profile with
+# the same code before reading it; re-exported as the schema's.
+from specbatch.methods.simulate import schema_problems as schema_problems
 
 # The schema this module writes (ModelOpt's ``schema_version``); a reader takes any 1.x.
 MODELOPT_SCHEMA = "1.0"
@@ -41,73 +45,6 @@ LONGEST_PREFIX = "longest_prefix"
 # ModelOpt's own rounding and the tolerance of its mean-consistency check.
 DECIMALS = 6
 MEAN_TOLERANCE = 0.02
-
-_NULL = type(None)
-_NUMBER = (int, float)
-# The fields a reader of schema 1.0 can count on, and the JSON types each may hold: ModelOpt's build_profile writes
-# them all; its stub_profile (nothing measured) leaves the mean and the validation null. Its docstring calls the
-# checkpoints "dicts describing what was measured"; its checkpoint_id makes an "org/model" string, taken too.
-FIELDS: dict[str, tuple[type, ...]] = {
-    "schema_version": (str,),
-    "measured": (bool,),
-    "method": (str, _NULL),
-    "draft_checkpoint": (dict, str, _NULL),
-    "target_model": (dict, str, _NULL),
-    "num_speculative_tokens": (int,),
-    "block_size": (int, _NULL),
-    "max_supported_k": (int,),
-    "verification_method": (str,),
-    "conditional_accept_rates": (list, _NULL),
-    "marginal_accept_rates": (list, _NULL),
-    "mean_accept_length": (*_NUMBER, _NULL),
-    "accept_length_model": (str,),
-    "accept_length_by_k": (dict,),
-    "acceptance_length_histogram": (dict, _NULL),
-    "per_category": (dict, _NULL),
-    "measurement_conditions": (dict, _NULL),
-    "validation": (dict, _NULL),
-}
-# Written by the revision read above but not by every one before it: checked when present.
-OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {"mean_accept_length_per_request": (*_NUMBER, _NULL)}
-
-
-def _is(value: Any, types: tuple[type, ...]) -> bool:
-    # JSON's true is no number: bool is a subclass of int in Python.
-    return bool in types if isinstance(value, bool) else isinstance(value, types)
-
-
-def _is_rate(value: Any) -> bool:
-    return _is(value, _NUMBER) and math.isfinite(value) and 0.0 <= value <= 1.0
-
-
-def schema_problems(profile: Any) -> list[str]:
-    """What keeps ``profile`` from being a schema 1.x profile (empty when nothing): a field missing or of another
-    type, a version other than 1.x, rates that are not k probabilities, a histogram that is no count per length."""
-    if not isinstance(profile, dict):
-        return ["not a JSON object"]
-    problems = []
-    for fields, required in ((FIELDS, True), (OPTIONAL_FIELDS, False)):
-        for key, types in fields.items():
-            if key not in profile:
-                problems += [f"{key} is missing"] if required else []
-            elif not _is(profile[key], types):
-                names = " or ".join("null" if t is _NULL else t.__name__ for t in types)
-                problems.append(f"{key} is {type(profile[key]).__name__}, not {names}")
-    if problems:
-        return problems
-    if profile["schema_version"].split(".")[0] != "1":
-        problems.append(f"schema_version is {profile['schema_version']!r}, not 1.x")
-    k = profile["num_speculative_tokens"]
-    for key in ("conditional_accept_rates", "marginal_accept_rates"):
-        rates = profile[key]
-        if rates is not None and (len(rates) != k or not all(_is_rate(r) for r in rates)):
-            problems.append(f"{key} is not {k} probabilities: {rates}")
-    histogram = profile["acceptance_length_histogram"] or {}
-    if not all(key.isdigit() and int(key) >= 1 and _is(n, (int,)) and n >= 0 for key, n in histogram.items()):
-        problems.append(f"acceptance_length_histogram is not steps per length from 1: {histogram}")
-    if not all(key.isdigit() and _is(al, _NUMBER) for key, al in profile["accept_length_by_k"].items()):
-        problems.append(f"accept_length_by_k is not a mean per k: {profile['accept_length_by_k']}")
-    return problems
 
 
 def acceptance_figures(histogram: list[int], k: int) -> dict[str, Any]:

@@ -71,6 +71,9 @@ def read_profile(path: Path) -> dict[str, Any] | None:
             # Neither schema 1.x nor format 1 whole: a keyless (emptied) file says the schema's key is what it lacks.
             lacks = missing if len(missing) < len(_FORMAT_1_KEYS) else [_SCHEMA_KEY]
             raise RecordError(f"{path} is damaged (it lacks {', '.join(lacks)})", REBUILD)
+        problems = _format_1_problems(profile)
+        if problems:
+            raise RecordError(f"{path} is damaged (a profile of format 1: {'; '.join(problems)})", REBUILD)
         profile = upgrade_profile(profile, measured=True)
     elif str(profile[_SCHEMA_KEY]).split(".")[0] != "1":
         raise RecordError(
@@ -81,6 +84,42 @@ def read_profile(path: Path) -> dict[str, Any] | None:
     if problems:
         raise RecordError(f"{path} is damaged (not a speculation profile: {'; '.join(problems)})", REBUILD)
     return profile
+
+
+def _format_1_problems(old: dict[str, Any]) -> list[str]:
+    """What keeps a profile of format 1 from being upgraded, each naming its field: the counts its histograms are
+    made from, overall and per category, and the names it is described by. Counts that disagree with each other
+    (more accepted than drafted) upgrade into rates that schema_problems refuses."""
+
+    def count(value: Any) -> bool:
+        # JSON's true is no count: bool is a subclass of int in Python.
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    k, categories = old["k"], old.get("categories")
+    problems = [] if count(k) and k >= 1 else [f"k is {json.dumps(k)}, not an integer of 1 or more"]
+    problems += [
+        f"{key} is {json.dumps(old[key])}, not a name" for key in ("method", "model", "engine") if not _name(old, key)
+    ]
+    if not isinstance(categories, dict | None):
+        problems.append(f"categories is {json.dumps(categories)}, not an object of figures per category")
+        categories = None
+    for where, figures in [("", old), *((f"categories.{name}.", f) for name, f in (categories or {}).items())]:
+        if not isinstance(figures, dict):
+            problems.append(f"{where[:-1]} is {json.dumps(figures)}, not an object of figures")
+            continue
+        drafts, accepted = figures.get("drafts"), figures.get("accepted_per_position")
+        if not count(drafts):
+            problems.append(f"{where}drafts is {json.dumps(drafts)}, not a count of steps (0 or more)")
+        if not isinstance(accepted, list) or not all(count(n) for n in accepted):
+            problems.append(
+                f"{where}accepted_per_position is {json.dumps(accepted)}, not a count (0 or more) per position"
+            )
+    return problems
+
+
+def _name(old: dict[str, Any], key: str) -> bool:
+    # The method is required (read_profile checked it is there); the model and the engine may be absent or null.
+    return isinstance(old[key], str) if key == "method" else isinstance(old.get(key), str | None)
 
 
 def upgrade_profile(old: dict[str, Any], measured: bool, ours: dict[str, Any] | None = None) -> dict[str, Any]:
