@@ -65,8 +65,10 @@ touch "$SET_UP"
 # core busy (imports, Python between engine steps, servers and Slurm waited for), so two side by side fill both cores.
 # Each worker runs its engines on one thread, in a temporary folder of its own; files go in the order
 # tests/conftest.py sorts them (not xdist's, which reorders by test count). Later arguments win:
-# make test PYTEST_ARGS="-n 0" runs the tests one after another.
-SPECBATCH_LLAMA_BUILD_PID=$build "$VENV/bin/python" -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"
+# make test PYTEST_ARGS="-n 0" runs the tests one after another. The slowest tests close the report, so that every run
+# (CI's too) shows where the suite's budget goes.
+SPECBATCH_LLAMA_BUILD_PID=$build "$VENV/bin/python" -m pytest -n 2 --dist loadfile --no-loadscope-reorder \
+  --durations=30 "$@"
 tests=$?
 
 wait "$build"
