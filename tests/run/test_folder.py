@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import runpy
+import sys
+from pathlib import Path
 
 import pytest
 
+from conftest import PROJECT_ROOT, fake_engine
 from specbatch.config import ConfigError, run_folder_digest
 from specbatch.pipeline import run_job
 from specbatch.run.folder import RunFolder, read_run, shard_folders
@@ -79,3 +84,40 @@ def test_an_os_error_for_a_name_too_long_names_it_and_how_to_shorten_it(tmp_path
     assert "choose a shorter output_root, or set run_name=<a shorter name>" in message and "disk" not in message
     full = RunFolder.describe_os_error(OSError(errno.ENOSPC, "No space left on device"))
     assert "fix the cause (e.g. free disk space)" in full
+
+
+# The jobs that read run folders, each with the flags that keep it off MLflow.
+READERS = {
+    "status.py": [],
+    "merge.py": ["--no-mlflow"],
+    "predict.py": ["--no-mlflow"],
+    "check_lossless.py": ["--no-mlflow"],
+    "compare.py": ["--no-mlflow"],
+}
+
+
+def run_reader(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch, caplog) -> tuple[int, list[str]]:
+    """jobs/<script> on ``args`` and its own flags (READERS) in this process: its exit code and its error lines."""
+    monkeypatch.setattr(sys, "argv", [script, *args, *READERS[script]])
+    caplog.clear()
+    with caplog.at_level(logging.ERROR):
+        code = runpy.run_path(str(PROJECT_ROOT / "jobs" / script))["main"]()
+    return code, [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_file_given_for_a_run_folder_is_one_line_naming_the_folder_to_pass(
+    local_job_factory, tmp_path: Path, monkeypatch, caplog
+) -> None:
+    # Each said NotADirectoryError in a traceback: the run folder's records were looked for below the file.
+    job = local_job_factory("tracking=off", rows=2)
+    root = run_job(job, engine=fake_engine(job)).folder.root
+    plain = tmp_path / "notes.txt"
+    plain.write_text("not a run\n")
+    said = f"{root / 'run.json'} is a file of the run folder {root}, not the folder: pass the folder, {root}"
+    for script in ("status.py", "merge.py", "predict.py", "check_lossless.py"):
+        code, errors = run_reader(script, [str(root / "run.json")], monkeypatch, caplog)
+        assert code == 2 and len(errors) == 1 and said in errors[0], (script, errors)
+        code, errors = run_reader(script, [str(plain)], monkeypatch, caplog)
+        assert code == 2 and len(errors) == 1, (script, errors)
+        assert f"{plain} is a file, not a run folder: pass outputs/runs/<dataset>/<model>/<run>" in errors[0]
+    assert not (root / "prediction").exists() and not (root / "lossless").exists()

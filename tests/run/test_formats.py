@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_folder import run_reader
 
 from conftest import PROJECT_ROOT, fake_engine
 from specbatch.analysis.report import find_runs, run_compare
-from specbatch.config import ConfigError
-from specbatch.config.identity import workload_digest
+from specbatch.config import ConfigError, run_folder_digest
+from specbatch.config.identity import recorded_run_folder_digest, workload_digest
 from specbatch.pipeline import merge_run, run_job
 from specbatch.run.folder import RunFolder, read_run
 from specbatch.run.records.decision_file import DECISION_FORMAT
@@ -166,3 +167,50 @@ def test_a_damaged_record_is_one_error_naming_the_file_and_what_to_do(tmp_path: 
     assert message.startswith(f"{path} {DAMAGES[damage]}") and "\n" not in message
     assert (fix if damage != "newer" else "read it with that version, or update this checkout") in message
     assert isinstance(caught.value, ConfigError), "a job refuses it in one line (jobs/generate.py)"
+
+
+def test_a_run_json_edited_by_hand_is_refused_by_every_reader_naming_the_digest_and_the_fix(
+    local_job_factory, tmp_path: Path, monkeypatch, caplog
+) -> None:
+    """The folder's name carries the digest of the config its rows were generated from; a run.json holding another
+    (edited by hand) was read as the run's by every reader. Now each says so in one line, the job's relaunch too."""
+    job = local_job_factory("tracking=off", "repeat=2", rows=2)
+    folder = run_job(job, engine=fake_engine(job)).folder
+    digest = run_folder_digest(job)
+    assert folder.root.name.endswith(f"-{digest}-rep2")
+    record = json.loads(folder.run_json.read_text())
+    record["config"]["sampling"]["max_tokens"] += 1
+    folder.run_json.write_text(json.dumps(record))
+    edited = recorded_run_folder_digest(record["config"])
+    moved = folder.root.with_name(folder.root.name.replace(digest, edited))
+    said = (
+        f"{folder.run_json} does not hold the config its folder was made for: the folder's name carries "
+        f"{digest}-rep2, the config in it gives {edited}-rep2 (edited by hand?): restore run.json from a copy of "
+        f"the run folder, or, to keep the edit, move the folder to {moved} (then it is a run of the edited config)"
+    )
+    with pytest.raises(RecordError) as caught:
+        read_run(folder.root)
+    assert str(caught.value) == said
+    for script in ("status.py", "merge.py", "predict.py", "check_lossless.py", "compare.py"):
+        args = [str(folder.root)] + (["--out", str(tmp_path / "comparison")] if script == "compare.py" else [])
+        code, errors = run_reader(script, args, monkeypatch, caplog)
+        assert code == 2 and len(errors) == 1 and said in errors[0], (script, errors)
+    assert not {"merged", "prediction", "lossless"} & {p.name for p in folder.root.iterdir()}
+    # The job's relaunch of an unfinished shard reads run.json before it generates anything.
+    folder.done_marker.unlink()
+    with pytest.raises(RecordError, match="does not hold the config its folder was made for"):
+        run_job(job, engine=fake_engine(job))
+    # Moved as the line says, the folder is a run of the edited config again.
+    folder.root.rename(moved)
+    assert read_run(moved) == {**record, "format": RUN_FORMAT}
+
+
+def test_a_run_whose_config_held_a_secret_is_read_though_its_record_is_masked(local_job_factory, monkeypatch) -> None:
+    # The folder's digest is of the real value, run.json holds it masked: there is nothing to hold the record to.
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_in_the_template")
+    job = local_job_factory("tracking=off", "dataset.template='{q} hf_secret_in_the_template'", rows=2)
+    folder = run_job(job, engine=fake_engine(job)).folder
+    assert "hf_secret_in_the_template" not in folder.run_json.read_text()
+    assert recorded_run_folder_digest(read_run(folder.root)["config"]) is None
+    folder.done_marker.unlink()
+    assert not run_job(job, engine=fake_engine(job)).generated

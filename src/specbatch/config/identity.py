@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from specbatch.common.masking import MASK
 from specbatch.config.declarations import ABSENT_WHEN_NULL, IDENTITY, OLD_RUNS_DEFAULT, ONLY_BACKENDS, Identity
 from specbatch.config.schema import JobConfig, composed_hints
 from specbatch.config.serialise import to_plain_dict
@@ -128,6 +129,16 @@ def run_folder_config(job: JobConfig) -> dict[str, Any]:
 def run_folder_digest(job: JobConfig, length: int = SHORT_DIGEST) -> str:
     """The ``<digest>`` of the run folder ``<spec>[-k<k>]-<digest>``."""
     return _digest(run_folder_config(job))[:length]
+
+
+def recorded_run_folder_digest(plain: dict[str, Any]) -> str | None:
+    """The ``<digest>`` of a run's recorded plain config (upgraded: old runs' fields filled in), as
+    :func:`run_folder_digest` gave it for the job that wrote it; None when a secret of it was masked before it was
+    recorded (the digest was taken of the real value, which the record no longer holds)."""
+    identity = project(plain, Identity.run_folder)
+    if MASK in json.dumps(identity):
+        return None
+    return _digest(identity)[:SHORT_DIGEST]
 
 
 def engine_identity(job: JobConfig) -> str:

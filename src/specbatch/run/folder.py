@@ -19,7 +19,8 @@ Each record is read and written through its owner in :mod:`specbatch.run.records
 versions wrote); this class only knows where each one is. The records that readers other than the MLflow observer rely
 on (run.json, a shard's source record and launch records, the decision, the plan) are checked as they are read: one
 that is cut short, is not a JSON object, lacks a key its readers index, or comes from a newer version raises
-RecordError, whose one line names the file, what is wrong and what to do.
+RecordError, whose one line names the file, what is wrong and what to do; so does a run.json whose config is not
+the one the folder's name carries the digest of (edited by hand).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class RunFolder:
             / "runs"
             / _safe(job.dataset.name)
             / _safe(job.model.name)
-            / f"{_safe(readable)}-{run_folder_digest(job)}{f'-rep{job.repeat}' if job.repeat else ''}"
+            / f"{_safe(readable)}{run_json.name_suffix(run_folder_digest(job), job.repeat)}"
         )
         return cls(root=root, shard_index=shard_index, shard_count=shard_count)
 
@@ -110,11 +111,10 @@ class RunFolder:
 
     def read_run_record(self) -> dict[str, Any]:
         """The run record in today's shape, whichever version wrote it (specbatch.run.records.run_json)."""
-        record = run_json.read_run_record(self.run_json)
+        # A file in its place (run.json itself, a part) has no run.json below it: said as such, not as an OS error.
+        record = run_json.read_run_record(self.run_json) if self.root.is_dir() else None
         if record is None:
-            raise FileNotFoundError(
-                f"{self.root} is not a run folder (no run.json): pass outputs/runs/<dataset>/<model>/<run>"
-            )
+            raise FileNotFoundError(not_a_run_folder(self.root))
         return record
 
     def claim_run_record(self, record: dict[str, Any]) -> bool:
@@ -316,6 +316,18 @@ class RunFolder:
 def is_run_folder(path: Path) -> bool:
     """Whether ``path`` is a run folder (it has a run record)."""
     return (Path(path) / RUN_RECORD).is_file()
+
+
+def not_a_run_folder(path: Path) -> str:
+    """The one line refusing ``path`` where a run folder is asked for: a file of a run folder (its run.json, a part)
+    names the folder to pass instead."""
+    path = Path(path)
+    if not path.is_file():
+        return f"{path} is not a run folder (no run.json): pass outputs/runs/<dataset>/<model>/<run>"
+    holder = next((folder for folder in path.parents if is_run_folder(folder)), None)
+    if holder is None:
+        return f"{path} is a file, not a run folder: pass outputs/runs/<dataset>/<model>/<run>"
+    return f"{path} is a file of the run folder {holder}, not the folder: pass the folder, {holder}"
 
 
 def run_folders_below(path: Path) -> list[Path]:
