@@ -7,7 +7,8 @@ transformers, nothing of the engine's path), tested token by token against the d
 (temperature, top-k, top-p). Prints the verdict (differs / consistent / too few tokens, with what the run could have
 caught), writes RUN_FOLDER/lossless/lossless.json and pit.png (the PIT's deciles against the uniform band), and
 logs the verdict to the run's MLflow run (metrics lossless.*, tag lossless, both files). Exit status: 0, or 1
-when a run differs, 2 when one could not be checked (not finished, greedy, unreadable).
+when a run differs, 2 when one could not be checked (not finished, greedy, unreadable, or no model sampled its
+tokens: spec=simulate, engine.backend=dummy).
 """
 
 import argparse

@@ -128,6 +128,9 @@ class Engine(ABC):
     # Why a job cannot choose this backend's speculative set-up phase by phase (spec=auto), with what to do instead;
     # None: it starts an engine per set-up.
     fixed_speculation: str | None = None
+    # What its tokens come from when no model sampled them (the dummy makes them up); None: a model did. A check of
+    # a run against its model's distribution (jobs/check_lossless.py) has nothing to test in such a run.
+    tokens_without_a_model: str | None = None
 
     # The settings that change acceptance silently, as the started engine resolved them
     # (specbatch.engine.acceptance_settings); None when the backend cannot tell (a server's, the dummy's).

@@ -23,14 +23,19 @@ from specbatch.common.errors import require
 from specbatch.common.machine import this_machine
 from specbatch.common.png import pyplot, save_png
 from specbatch.config.sampling import SamplingConfig
+from specbatch.engine import recorded_backend
 from specbatch.methods import simulated
 from specbatch.run.folder import read_run, shard_folders
 from specbatch.run.output_rows import STATUS_OK
+from specbatch.run.records.record_files import RecordError
+from specbatch.run.records.run_json import DAMAGED_FIX, RUN_RECORD
 from specbatch.run.status_merge import finished_summary
 
 log = logging.getLogger(__name__)
 
 COLUMNS = ["row_id", "turn", "sample_index", "status", "prompt_token_ids", "completion_token_ids"]
+# The recorded sampling keys the referee redoes, each with the types its value may have (JSON numbers).
+_SAMPLER_KEYS: dict[str, tuple[type, ...]] = {"temperature": (int, float), "top_p": (int, float), "top_k": (int,)}
 
 
 def result_path(root: Path) -> Path:
@@ -46,12 +51,19 @@ def sampled_rows(root: Path) -> Iterator[dict[str, Any]]:
                     yield row
 
 
-def run_sampler(config: dict[str, Any]) -> Sampler:
-    """The run's sampler from its recorded config (ConfigError for a greedy run)."""
-    recorded = config["sampling"]
-    return Sampler.of(
-        SamplingConfig(temperature=recorded["temperature"], top_p=recorded["top_p"], top_k=recorded["top_k"])
-    )
+def run_sampler(config: dict[str, Any], record: Path) -> Sampler:
+    """The run's sampler from its recorded config (ConfigError for a greedy run); RecordError naming ``record`` (the
+    run.json it was read from) and the key when a sampling key is missing or not a number."""
+    recorded = config.get("sampling")
+    values = {}
+    for key, kinds in _SAMPLER_KEYS.items():
+        value = recorded.get(key) if isinstance(recorded, dict) else None
+        # bool is an int to Python, not a number to JSON.
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            wrong = f"it lacks sampling.{key}" if value is None else f"sampling.{key} is {value!r}, not a number"
+            raise RecordError(f"{record} is damaged ({wrong})", DAMAGED_FIX)
+        values[key] = value
+    return Sampler.of(SamplingConfig(**values))
 
 
 def check_run(root: Path, asked: Sampler | None = None) -> dict[str, Any]:
@@ -65,7 +77,13 @@ def check_run(root: Path, asked: Sampler | None = None) -> dict[str, Any]:
         f"{root} ran spec.method={config['spec']['method']}, at a given acceptance: its text is not a real output "
         "(accepted placeholders are in it), so there is no distribution to check. Check the run of the method itself",
     )
-    sampler = asked or run_sampler(config)
+    made_up = recorded_backend(config).tokens_without_a_model
+    require(
+        made_up is None,
+        f"{root} ran engine.backend={config['engine']['backend']}: its tokens were {made_up}, so no lossless verdict "
+        "applies. Check a run of a real backend (e.g. engine.backend=vllm)",
+    )
+    sampler = asked or run_sampler(config, root / RUN_RECORD)
     model = config["model"]
     referee = Referee(model["path"], model.get("revision"))
     verdict = referee.score(sampled_rows(root), sampler).verdict()

@@ -73,6 +73,7 @@ class DummyEngine(VllmFamily):
     """Answers every prompt with made-up tokens; ``refuse`` and ``die_after`` play a bad request and a crash."""
 
     name = "dummy"
+    tokens_without_a_model = "made up by the dummy backend, which has no model"
     # What each step of an engine start() builds costs (StepCost; None: no time at all): how tests give spec=auto a
     # machine to measure.
     start_step_cost: StepCost | None = None
