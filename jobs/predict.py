@@ -3,11 +3,12 @@
 python jobs/predict.py RUN_FOLDER [RUN_FOLDER ...] [--methods ngram,suffix] [--ngram-k 1,2,3,5,8]
     [--ngram-window 2-4 ...] [--suffix-k 5] [--no-mlflow]
 
-Replays each completion of the run (any method, greedy) through vLLM's n-gram matcher and arctic-inference's
-suffix cache, step by step as the engine drafts and verifies, and prints per set-up the drafts, draft tokens,
-accepted tokens, AL, acceptance rate and per-position acceptance. Writes RUN_FOLDER/prediction/predicted.{json,
-parquet} (the JSON holds each set-up's acceptance profile, overall and per category, with the
-synthetic_acceptance_rates vLLM's synthetic rejection sampler takes) and logs the table to the run's MLflow run.
+Replays each completion of the run (any method but spec=simulate, greedy) through vLLM's n-gram matcher and
+arctic-inference's suffix cache, step by step as the engine drafts and verifies, and prints per set-up the drafts,
+draft tokens, accepted tokens, AL, acceptance rate and per-position acceptance. Writes
+RUN_FOLDER/prediction/predicted.{json,parquet} (the JSON holds each set-up's acceptance profile, overall and per
+category, with the synthetic_acceptance_rates vLLM's synthetic rejection sampler takes) and logs the table to the
+run's MLflow run.
 """
 
 import argparse
@@ -15,6 +16,7 @@ import logging
 import sys
 from pathlib import Path
 
+from specbatch.config import ConfigError
 from specbatch.prediction.predict_run import format_prediction, log_prediction, predict, write_prediction
 from specbatch.prediction.setups import (
     DEFAULT_NGRAM_KS,
@@ -27,7 +29,6 @@ from specbatch.prediction.setups import (
 )
 from specbatch.prediction.turns import NoTokenIds
 from specbatch.run.folder import read_run
-from specbatch.run.records.record_files import RecordError
 from specbatch.run.status_merge import RunIncompleteError
 from specbatch.tracking.store import TrackingUnreachable
 
@@ -52,7 +53,8 @@ def main() -> int:
             ngram_ks = args.ngram_k if "ngram" in args.methods else ()
             suffix_ks = args.suffix_k if "suffix" in args.methods else ()
             prediction = predict(root, default_setups(config, ngram_ks, tuple(args.ngram_window), suffix_ks))
-        except (NoTokenIds, FileNotFoundError, RecordError, RunIncompleteError) as exc:
+        # ConfigError: a damaged record (RecordError), or a run there is nothing to predict from (spec=simulate).
+        except (NoTokenIds, FileNotFoundError, ConfigError, RunIncompleteError) as exc:
             log.error("%s", exc)
             status = 2
             continue

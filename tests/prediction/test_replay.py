@@ -106,8 +106,10 @@ def test_suffix_drafts_from_earlier_responses_and_the_batch_decides_how_much_it_
     assert together["b"].accepted == 0
 
 
-def write_run(tmp_path: Path, job_factory, rows: list[dict], concurrency: int = 2) -> Path:
-    job = job_factory("tracking=off", "model.dtype=float32", f"output_root={tmp_path}")
+def write_run(
+    tmp_path: Path, job_factory, rows: list[dict], concurrency: int = 2, overrides: tuple[str, ...] = ()
+) -> Path:
+    job = job_factory("tracking=off", "model.dtype=float32", f"output_root={tmp_path}", *overrides)
     layout = RunFolder.for_job(job)
     config = to_plain_dict(job)
     atomic_write_json(layout.run_json, {"format": RUN_FORMAT, "config": config, "shard_count": 1})
@@ -201,6 +203,22 @@ def test_a_damaged_or_unfinished_run_is_refused_in_one_line_each(
         assert str(tmp_path / name) in line and said in line and "\n" not in line, (name, line)
         assert not (tmp_path / name / "prediction").exists()
     assert (good / "prediction" / "predicted.json").is_file()
+
+
+def test_a_simulated_run_is_refused_in_one_line_and_nothing_is_written(
+    tmp_path: Path, job_factory, monkeypatch, caplog
+) -> None:
+    # Its text holds the accepted placeholders, not answers: a prediction replayed on them was written into it.
+    simulated = ("spec=simulate", "spec.synthetic_acceptance_rates=[0.8,0.5]")
+    row = {"row_id": "ok", "prompt_token_ids": [1, 2], "completion_token_ids": [1]}
+    root = write_run(tmp_path, job_factory, [row], overrides=simulated)
+    monkeypatch.setattr(sys, "argv", ["predict.py", str(root), "--no-mlflow"])
+    main = runpy.run_path(str(PROJECT_ROOT / "jobs" / "predict.py"))["main"]
+    with caplog.at_level(logging.ERROR, logger="specbatch.prediction"):
+        assert main() == 2
+    [error] = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert error.startswith(f"{root} ran spec.method=simulate, at a given acceptance: its text is not a real output")
+    assert "Predict from a run of a real method" in error and not (root / "prediction").exists()
 
 
 @pytest.mark.parametrize(

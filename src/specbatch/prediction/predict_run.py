@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specbatch.common.errors import require
 from specbatch.engine.spec_metrics import histogram_from_accepted_per_position
+from specbatch.methods import simulated
 from specbatch.prediction.figures import OVERALL, predicted_rows
 from specbatch.prediction.replay import replay
 from specbatch.prediction.setups import Setup
@@ -37,9 +39,17 @@ def predict(root: Path, setups: list[Setup]) -> Prediction:
 
     A run with a shard not done or damaged is refused (RunIncompleteError names them and how to finish them), as
     merge and compare refuse it: what is there is not the run, yet its prediction would be written into the run as
-    the run's."""
+    the run's. A run at a given acceptance (spec=simulate) is refused too (ConfigError), as compare and
+    check_lossless refuse it: its text holds the accepted placeholders, not an answer to draft from."""
     finished_summary(root)
     run = read_turns(root)
+    method = run.config["spec"]["method"]
+    require(
+        not simulated(method),
+        f"{run.root} ran spec.method={method}, at a given acceptance: its text is not a real output (accepted "
+        "placeholders are in it), so drafting replayed on it predicts nothing. Predict from a run of a real method "
+        "on the same data (e.g. its spec=none run)",
+    )
     max_model_len = int(run.config["model"]["max_model_len"])
     began = time.perf_counter()
     rows = []
