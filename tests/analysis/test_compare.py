@@ -269,6 +269,9 @@ def test_find_runs_in_sweeps_and_folders(job_factory, tmp_path: Path) -> None:
     assert find_runs([a]).run_folders == [a] and find_runs([a]).parent_run_id is None
     with pytest.raises(CompareError, match="does not exist"):
         find_runs([tmp_path / "nope"])
+    # A file of a run folder names the folder to pass instead.
+    with pytest.raises(CompareError, match=rf"is a file of the run folder {a}, not the folder: pass the folder, {a}"):
+        find_runs([a / "run.json"])
 
 
 def test_repeat_config_and_sweep_callback_are_wired(job_factory) -> None:

@@ -26,7 +26,7 @@ from specbatch.analysis.tables import format_comparison, write_comparison
 from specbatch.common.masking import mask_uri
 from specbatch.config import ConfigError, JobConfig, check_known_keys, job_schema, spec_caption, to_job_config
 from specbatch.engine import backend_class
-from specbatch.run.folder import is_run_folder, read_run, run_folders_below
+from specbatch.run.folder import is_run_folder, not_a_run_folder, read_run, run_folders_below
 from specbatch.run.multirun import SWEEP_FILE, read_sweep, sweep_failures, sweep_run_folders
 from specbatch.run.status_merge import RunIncompleteError
 from specbatch.tracking.comparison import attach_to_run, compared_runs_link, log_run_figures, nested_runs
@@ -72,6 +72,8 @@ def find_runs(paths: list[Path]) -> Sources:
             if not found:
                 raise CompareError(f"{path} holds no run folder (no run.json below it)")
             folders += found
+        elif path.is_file():
+            raise CompareError(f"{not_a_run_folder(path)}, a sweep folder, or outputs/runs")
         else:
             raise CompareError(f"{path} does not exist: pass run folders, a sweep folder, or outputs/runs")
     unique = list(dict.fromkeys(folders))
