@@ -19,6 +19,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 
+from specbatch.cluster.ray_checks import check_runs_on_ray
 from specbatch.cluster.ray_manifest import manifest_yaml, rayjob_manifest, with_ray_launcher
 from specbatch.config import ConfigError, JobConfig, register_configs, to_job_config
 from specbatch.config.overrides import check_overrides
@@ -37,6 +38,8 @@ def compose_job(overrides: list[str]) -> JobConfig:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         job = to_job_config(compose(config_name="config", overrides=overrides))
     validate_job(job)
+    # What jobs/generate.py launcher=ray refuses, refused here: a RayJob whose job can only fail is no use.
+    check_runs_on_ray(job)
     return job
 
 

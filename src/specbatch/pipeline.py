@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specbatch.cluster.ray_checks import check_runs_on_ray
 from specbatch.common.interrupts import StopRequested, signal_name, stop_received
-from specbatch.config import ConfigError, JobConfig
+from specbatch.config import JobConfig
 from specbatch.config.dtype import log_dtype_choice
 from specbatch.engine import Engine
 from specbatch.methods import SpecMethod
@@ -38,11 +39,7 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
     if job.ray is not None:
         if engine is not None:
             raise ValueError("launcher=ray starts its engines in Ray actors: do not pass one in")
-        if job.spec.method is SpecMethod.auto:
-            raise ConfigError(
-                "spec=auto measures its candidates on one engine and switches it: it does not run on Ray yet; run "
-                "it without launcher=ray, then run its winner (jobs/compare.py names it) with launcher=ray"
-            )
+        check_runs_on_ray(job)
         # Imported here: Ray's client library is seconds of import a local job does without.
         from specbatch.cluster.ray_generation import RayShardGeneration
 

@@ -163,6 +163,8 @@ def test_a_job_that_runs_in_its_own_process_has_no_rayjob() -> None:
         (["--print", "ray.replicas=0"], "ray.replicas"),
         (["--print", "--name", "Bad_Name"], "RayJob name"),
         (["ray.replicas=2"], "--print"),
+        # The job would refuse it: a RayJob of it could only fail.
+        (["--print", "spec=auto"], "spec=auto"),
     ],
 )
 def test_a_mistake_exits_2_with_one_line(args: list[str], named: str) -> None:

@@ -9,12 +9,18 @@ part as its result comes back, with the same chunk writer as a local launch. Ray
 dead one again (``ray.max_restarts``) and asks its chunk again; the driver writes a chunk once, whichever attempt
 answered, so the run holds every (row, turn, sample) exactly once. A driver killed mid-run loses the chunks in
 flight (its actors end with it); the next launch finds the written parts by their markers and does the rest.
+
+A stop (SIGTERM, Ctrl-C) abandons the chunks in flight at once: Ray Data cannot stop handing out chunks without
+ending the ones running. The driver then shuts Ray Data's execution down and waits for its reading thread before
+``ray.shutdown()``, so that nothing of Ray Data runs on without Ray (its threads would print "Ray is not
+initialized" tracebacks, and start a second local Ray). Connecting, starting a local Ray and ending it are
+specbatch.cluster.ray_connect's; what a launch refuses (before the run folder, and once Ray is up) is
+specbatch.cluster.ray_checks'.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import pickle
 import queue
 import signal
@@ -25,6 +31,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from specbatch.cluster.ray_checks import check_cluster_answers, replicas_that_fit, wait_for_room
+from specbatch.cluster.ray_connect import RayConnection, connect, forget_executions, stop_execution
 from specbatch.cluster.ray_progress import LaunchProgress, ProgressBoard
 from specbatch.cluster.ray_replica import EngineReplica, ReplicaChunk, ReplicaInfo
 from specbatch.common.collector import resume_after_start
@@ -40,12 +48,16 @@ from specbatch.run.records.steps_file import write_steps
 from specbatch.run.shard_summary import summarize_shard
 from specbatch.run.streaming import StreamResult
 from specbatch.run.summary import Summary
-from specbatch.serving.reaper import Reaper
 
 log = logging.getLogger(__name__)
 
 # Seconds the driver waits for a result before it looks at its progress and stop signals again.
 POLL_SECONDS = 1.0
+# What the first stop signal does on Ray (the job's warning; specbatch.common.interrupts).
+ABANDON_ON_STOP = (
+    "stopping now: the chunks in flight on the Ray replicas are abandoned (Ray Data cannot finish them without "
+    "starting others), the written ones are kept"
+)
 
 
 class RayShardGeneration(ShardGeneration):
@@ -55,10 +67,11 @@ class RayShardGeneration(ShardGeneration):
         super().__init__(job)
         assert job.ray is not None, "launcher=ray sets the ray section"
         self.ray_cfg: RayConfig = job.ray
-        # Whether this job started (or connected) Ray, and so shuts it down.
-        self._connected = False
-        # A local Ray's watchdog: ends Ray's processes (its agents outlive a kill -9 of the driver otherwise).
-        self._reaper: Reaper | None = None
+        # Whether this job started (or connected) Ray, and so shuts it down; a local Ray's watchdog (its agents
+        # outlive a kill -9 of the driver otherwise) and session folder.
+        self._ray = RayConnection()
+        # The replicas the launch runs: ray.replicas, or as many as a local Ray holds.
+        self._replicas = self.ray_cfg.replicas
         # The chunks each replica answered (written), by the replica's id: a restarted one is a new id.
         self._answered: dict[str, list[ReplicaChunk]] = {}
         # The written chunks' figures and the replicas' reports of the ones in flight (made with the data set).
@@ -70,6 +83,11 @@ class RayShardGeneration(ShardGeneration):
         """The replicas that answered this launch's chunks (each chunk's result names its replica)."""
         return [chunks[0].replica for chunks in self._answered.values()]
 
+    def check(self) -> None:
+        super().check()
+        # Before the run folder is written: a cluster that does not answer is one line now, not a hang.
+        check_cluster_answers(self.ray_cfg)
+
     def load_engine(self) -> None:
         # The driver holds no engine; Ray's client library is its import of seconds.
         import ray  # noqa: F401
@@ -78,19 +96,45 @@ class RayShardGeneration(ShardGeneration):
     def start_engine(self, todo: list[int]) -> None:
         if todo:
             raise_if_stopped(f"connecting to Ray for {len(todo)} chunk(s)")
-            self._connected, self._reaper = connect(self.ray_cfg)
+            self._ray = connect(self.ray_cfg)
+            self._check_room()
         resume_after_start()
+
+    def _check_room(self) -> None:
+        """A replica that can never be placed is refused, rather than waited for: on the job's local Ray against its
+        resources (and replicas beyond what it holds are not started: no autoscaler will add room), on a cluster by
+        waiting a bounded time for room for one."""
+        import ray
+
+        cfg, job = self.ray_cfg, self.job
+        gpus = cfg.gpus(job.engine.name, job.model.tensor_parallel_size)
+        if not self._ray.local:
+            wait_for_room(cfg, gpus)
+            return
+        resources = ray.cluster_resources()
+        self._replicas = replicas_that_fit(cfg, gpus, resources)
+        if self._replicas < cfg.replicas:
+            log.warning(
+                "ray.replicas=%d but the local Ray (this machine: %g CPUs, %g GPUs) holds %d replica(s) of "
+                "ray.cpus_per_replica=%g: running %d; a cluster (ray.address) runs more",
+                cfg.replicas,
+                resources.get("CPU", 0),
+                resources.get("GPU", 0),
+                self._replicas,
+                cfg.cpus_per_replica,
+                self._replicas,
+            )
 
     def _generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
         writer = ChunkWriter(folder, config, self.job.engine.max_num_seqs, len(todo))
         log.info(
             "streaming %d chunks through Ray Data to %d engine replica(s) (launch %s)",
             len(todo),
-            self.ray_cfg.replicas,
+            self._replicas,
             writer.launch,
         )
         began = time.time()
-        with stop_signals_deferred(self.job.stop_grace_seconds) as stop_requested:
+        with stop_signals_deferred(self.job.stop_grace_seconds, first_stop=ABANDON_ON_STOP) as stop_requested:
             for result in self._results(todo, stop_requested):
                 if result.number in writer.written:
                     # A chunk asked twice (its replica died after answering) is written once.
@@ -114,6 +158,7 @@ class RayShardGeneration(ShardGeneration):
         results: queue.Queue[Any] = queue.Queue()
         done = object()
         dataset = self._dataset(todo)
+        stopping = threading.Event()
 
         def consume() -> None:
             try:
@@ -121,21 +166,30 @@ class RayShardGeneration(ShardGeneration):
                     for blob in batch["result"]:
                         results.put(pickle.loads(blob))
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which raises it
-                results.put(exc)
+                if not stopping.is_set():
+                    results.put(exc)
             results.put(done)
 
-        threading.Thread(target=consume, name="ray-results", daemon=True).start()
-        while not stop_requested():
-            try:
-                item = results.get(timeout=POLL_SECONDS)
-            except queue.Empty:
-                self._show_progress(read_board=True)
-                continue
-            if item is done:
-                return
-            if isinstance(item, BaseException):
-                raise _replicas_failed(item) from item
-            yield item
+        reader = threading.Thread(target=consume, name="ray-results", daemon=True)
+        reader.start()
+        try:
+            while not stop_requested():
+                try:
+                    item = results.get(timeout=POLL_SECONDS)
+                except queue.Empty:
+                    self._show_progress(read_board=True)
+                    continue
+                if item is done:
+                    return
+                if isinstance(item, BaseException):
+                    raise _replicas_failed(item) from item
+                yield item
+        finally:
+            if reader.is_alive():
+                stopping.set()
+                stop_execution(reader)
+            else:
+                forget_executions()
 
     def _dataset(self, todo: list[int]) -> Any:
         """The chunks to do as a Ray Data data set (one block per chunk), mapped by the engine replicas."""
@@ -151,7 +205,7 @@ class RayShardGeneration(ShardGeneration):
             EngineReplica,
             fn_constructor_kwargs={"job": job, "board": board},
             batch_size=1,
-            compute=ray.data.ActorPoolStrategy(size=cfg.replicas),
+            compute=ray.data.ActorPoolStrategy(size=self._replicas),
             num_cpus=cfg.cpus_per_replica,
             num_gpus=cfg.gpus(job.engine.name, job.model.tensor_parallel_size),
             max_restarts=cfg.max_restarts,
@@ -226,43 +280,8 @@ class RayShardGeneration(ShardGeneration):
         return summarize_shard(folder, self.job, parts, startup, warmup)
 
     def release(self) -> None:
-        connected, self._connected = self._connected, False
-        if connected:
-            import ray
-
-            # Ends the actors of this job (and a local Ray the job started, with every process of it).
-            ray.shutdown()
-        reaper, self._reaper = self._reaper, None
-        if reaper is not None:
-            reaper.stop()
-
-
-def connect(cfg: RayConfig) -> tuple[bool, Reaper | None]:
-    """Connect to the cluster ray.address (or RAY_ADDRESS) names, or start a local Ray; True when this call did
-    (False: the caller had connected already, and stays connected), and for a local Ray the reaper that ends its
-    processes if the job is killed (Ray's dashboard and runtime-env agents outlive a kill -9 of the driver)."""
-    import ray
-
-    if ray.is_initialized():
-        return False, None
-    address = cfg.address or os.environ.get("RAY_ADDRESS") or None
-    runtime_env = {"env_vars": dict(cfg.env)} if cfg.env else None
-    log.info(
-        "Ray: %s", f"connecting to {address}" if address else "starting a local Ray (ray.address to use a cluster)"
-    )
-    reaper = None
-    if not address:
-        # Ray starts its workers at niceness 15, below its own processes; on a machine of the job's own the replica
-        # is the work, so it runs at the job's priority as a local launch's engine does (RAY_worker_niceness wins).
-        os.environ.setdefault("RAY_worker_niceness", "0")
-        reaper = Reaper.start()
-    try:
-        ray.init(address=address, runtime_env=runtime_env, include_dashboard=False, logging_level=logging.WARNING)
-    except BaseException:
-        if reaper is not None:
-            reaper.stop()
-        raise
-    return True, reaper
+        # Ends the actors of this job (and a local Ray the job started, with every process and its session folder).
+        self._ray.close()
 
 
 def _replicas_failed(error: BaseException) -> BaseException:

@@ -172,10 +172,11 @@ def stop_signals_raise(what: str = "before any chunk was generated") -> Iterator
 
 
 @contextlib.contextmanager
-def stop_signals_deferred(grace_seconds: float) -> Iterator[StopSignal]:
+def stop_signals_deferred(grace_seconds: float, first_stop: str | None = None) -> Iterator[StopSignal]:
     """Inside, the first SIGTERM/SIGINT only sets the yielded flag and starts a timer: ``grace_seconds`` later (or at
     a second signal) StopRequested is raised wherever the main thread is, abandoning what is in flight. The previous
-    handlers come back after. Outside the main thread nothing changes and the flag stays unset."""
+    handlers come back after. Outside the main thread nothing changes and the flag stays unset. ``first_stop`` is
+    what the warning says the first signal does, for a caller that does not finish the chunks in flight (Ray)."""
     stop = StopSignal()
     if not _in_main_thread():
         yield stop
@@ -197,10 +198,10 @@ def stop_signals_deferred(grace_seconds: float) -> Iterator[StopSignal]:
             return
         stop.signum, stop.at = signum, time.monotonic()
         _record(signum)
-        stop.message = (
-            f"{stop.name} received: finishing the chunks in flight for at most {grace_seconds:g} s "
-            "(stop_grace_seconds), then stopping (the shard is marked done only if none of it is left); send it "
-            "again to stop at once"
+        stop.message = f"{stop.name} received: " + (
+            first_stop
+            or f"finishing the chunks in flight for at most {grace_seconds:g} s (stop_grace_seconds), then stopping "
+            "(the shard is marked done only if none of it is left); send it again to stop at once"
         )
         signal.setitimer(signal.ITIMER_REAL, max(grace_seconds, 0.001))
 

@@ -7,9 +7,30 @@ a run started locally can be finished on Ray and the other way round, into the s
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from specbatch.common.errors import require
+
+# host:port (a name, an IPv4 address or a bracketed IPv6 one), optionally ray:// (Ray Client): the forms ray.init
+# takes besides "auto" and "local"; anything else Ray only refuses with a traceback, or retries for ever.
+_ADDRESS = re.compile(r"(ray://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})")
+ADDRESS_FORMS = (
+    "host:6379 (the head's GCS), ray://host:10001 (Ray Client) or auto (the cluster `ray start` started on this "
+    "machine)"
+)
+
+
+def address_form_problem(address: str, key: str) -> str | None:
+    """Why ``address`` (the value of ``key``: ray.address or RAY_ADDRESS) is no address Ray connects to, or None."""
+    if address in ("auto", "local"):
+        return None
+    found = _ADDRESS.fullmatch(address.strip())
+    if found is None:
+        return f"{key}={address!r} is not a Ray address: use {ADDRESS_FORMS}"
+    if not 0 < int(found.group(3)) < 65536:
+        return f"{key}={address!r} has no valid port (1-65535): use {ADDRESS_FORMS}"
+    return None
 
 
 @dataclass
@@ -30,11 +51,20 @@ class RayConfig:
     max_restarts: int = 3
     # Environment variables of the replicas' processes (Ray's runtime_env), e.g. +ray.env.HF_HOME=/data/hf.
     env: dict[str, str] = field(default_factory=dict)
+    # On a cluster: how long the job waits for room for one replica (its CPUs and GPUs free, or added by the
+    # cluster's autoscaler) before it stops saying so, rather than wait for ever.
+    placement_timeout_seconds: float = 600.0
 
     def __post_init__(self) -> None:
         require(
             self.address is None or bool(self.address.strip()),
             "ray.address is empty: drop it (a local Ray, or RAY_ADDRESS), or set ray.address=auto or host:6379",
+        )
+        problem = address_form_problem(self.address, "ray.address") if self.address is not None else None
+        require(problem is None, f"{problem} (or drop ray.address for a local Ray)")
+        require(
+            self.placement_timeout_seconds > 0,
+            f"ray.placement_timeout_seconds={self.placement_timeout_seconds} must be more than 0, e.g. 600",
         )
         require(self.replicas >= 1, f"ray.replicas={self.replicas} must be 1 or more, e.g. ray.replicas=2")
         require(
