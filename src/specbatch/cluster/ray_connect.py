@@ -26,7 +26,7 @@ from typing import Any
 
 from specbatch.common.interrupts import STOP_SIGNALS, StopRequested, raise_if_stopped
 from specbatch.config import RayConfig
-from specbatch.serving.reaper import Reaper
+from specbatch.serving.reaper import RAY_DIR_PREFIX, Reaper
 
 log = logging.getLogger(__name__)
 
@@ -132,9 +132,12 @@ def connect(cfg: RayConfig) -> RayConnection:
             # the job's children, at its niceness); the replica is the work, so it runs at the job's priority, as a
             # local launch's engine does: 0 more, not the job's niceness again.
             os.environ.setdefault("RAY_worker_niceness", "0")
-            connection.reaper = Reaper.start()
-            # Its own session folder, removed after; short: Ray's socket paths in it must fit in 107 bytes.
-            connection.temp_dir = Path(tempfile.mkdtemp(prefix="sbray-", dir=os.environ.get("RAY_TMPDIR") or "/tmp"))
+            # Its own session folder, removed after (by the reaper too, after a kill -9 of the job); short: Ray's
+            # socket paths in it must fit in 107 bytes.
+            connection.temp_dir = Path(
+                tempfile.mkdtemp(prefix=RAY_DIR_PREFIX, dir=os.environ.get("RAY_TMPDIR") or "/tmp")
+            )
+            connection.reaper = Reaper.start(ipc_dir=connection.temp_dir)
         with _stop_put_off_while_ray_starts():
             ray.init(
                 address=address,

@@ -145,6 +145,9 @@ class Reaper:
 # the reaper after a kill, or, for an engine in the job's own process (which has no reaper), at the next start of an
 # engine once its job is gone: its name says whose it is, <prefix><host>-<pid of the job>-<random>.
 IPC_PREFIX = "specbatch-vllm-ipc-"
+# A local Ray's session folder (specbatch.cluster.ray_connect), handed to its reaper as its folder to remove if the
+# job dies: short, since Ray's socket paths inside it must fit in 107 bytes.
+RAY_DIR_PREFIX = "sbray-"
 _OWNED = re.compile(rf"^{re.escape(IPC_PREFIX)}(?P<host>[0-9a-f]{{8}})-(?P<pid>\d+)-")
 # How much later than a folder's last change its owner's pid may have been started and still be its owner
 # (process start times are known to the clock tick, folder times to the nanosecond).
@@ -191,9 +194,11 @@ def _runs_since(pid: int, changed: float) -> bool:
 
 
 def remove_ipc_dir(path: Path) -> None:
-    """Remove an engine's IPC folder: only one :func:`make_ipc_dir` made (its name, this user's)."""
+    """Remove an engine's IPC folder: only one :func:`make_ipc_dir` (or a local Ray's start) made (its name, this
+    user's)."""
     with contextlib.suppress(OSError):
-        if path.name.startswith(IPC_PREFIX) and path.is_dir() and path.stat().st_uid == os.getuid():
+        owned = path.name.startswith((IPC_PREFIX, RAY_DIR_PREFIX))
+        if owned and path.is_dir() and path.stat().st_uid == os.getuid():
             shutil.rmtree(path, ignore_errors=True)
 
 
