@@ -4,7 +4,11 @@ could never place (specbatch.cluster.ray_checks). No Ray is started: the probes 
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,11 +38,39 @@ def _refused(job: JobConfig, tmp_path: Path) -> str:
     return said
 
 
-@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1", "10.255.255.1:6379"])
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port on loopback that accepts connections and never answers: a host that is there but is no Ray cluster
+    (a proxy, another server, a firewall that accepts), where Ray would retry for ever or fail a minute later."""
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError, OSError):
+                accepted.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for connection in accepted:
+            connection.close()
+        server.close()
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1", "silent"])
 def test_a_cluster_that_does_not_answer_is_refused_before_the_run_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, address: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, silent_port: int, address: str
 ) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    if address == "silent":
+        address = f"127.0.0.1:{silent_port}"
     said = _refused(_ray_job(tmp_path, f"ray.address={address}"), tmp_path)
     assert said.startswith("no Ray cluster answers at ") and f"ray.address={address}" in said, said
 
