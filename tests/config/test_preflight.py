@@ -61,6 +61,23 @@ def test_matching_vocabulary_passes_including_multimodal_text_config(job_factory
     preflight(job_factory(f"model.path={target}", "model.embedded=null", "spec=draft_model", f"spec.model={draft}"))
 
 
+def test_a_head_in_speculators_format_is_checked_by_its_transformer_layer_config(job_factory, tmp_path: Path) -> None:
+    """speculators (and jobs/train_drafter.py) keep the head's vocabulary in transformer_layer_config, where vLLM reads
+    it: a head for the target passes, one of another vocabulary is refused as any draft is."""
+    target = fake_checkpoint(tmp_path / "target", vocab_size=49152)
+    for name, vocab in (("ours", 49152), ("other", 32000)):
+        fake_checkpoint(
+            tmp_path / name,
+            speculators_model_type="eagle3",
+            speculators_config={"algorithm": "eagle3"},
+            transformer_layer_config={"model_type": "llama", "vocab_size": vocab},
+        )
+    common = [f"model.path={target}", "model.embedded=null", "spec=eagle3"]
+    preflight(job_factory(*common, f"spec.model={tmp_path / 'ours'}"))
+    with pytest.raises(ConfigError, match="has vocab_size=32000 but model.path=.* has vocab_size=49152"):
+        preflight(job_factory(*common, f"spec.model={tmp_path / 'other'}"))
+
+
 def test_mtp_on_a_target_without_mtp_layers(job_factory) -> None:
     # The embedded SmolLM2 is a plain Llama.
     with pytest.raises(ConfigError) as err:

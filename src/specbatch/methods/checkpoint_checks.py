@@ -18,10 +18,15 @@ log = logging.getLogger(__name__)
 
 
 def config_value(config: dict[str, Any], key: str) -> Any:
-    """A key of the config or, for multimodal wrappers, of its text_config."""
+    """A key of the config or, for multimodal wrappers, of its text_config, or, for a head in speculators' format
+    (what ``speculators train`` and jobs/train_drafter.py write), of its transformer_layer_config, where vLLM reads
+    the draft's own layer from (vllm/transformers_utils/configs/speculators)."""
     if key in config:
         return config[key]
-    return (config.get("text_config") or {}).get(key)
+    for nested in ("text_config", "transformer_layer_config"):
+        if isinstance(config.get(nested), dict) and key in config[nested]:
+            return config[nested][key]
+    return None
 
 
 def target_config(job: JobLike) -> dict[str, Any] | None:
