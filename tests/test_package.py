@@ -35,6 +35,7 @@ LAYERS = [
     "prediction",
     "analysis",
     "auto",
+    "drafter",
     "pipeline",
     "bench",
 ]
