@@ -34,8 +34,7 @@ from typing import Any
 from specbatch.common.atomic_files import atomic_write_json
 from specbatch.common.errors import require
 from specbatch.config import ConfigError
-from specbatch.engine import recorded_backend
-from specbatch.methods import simulated
+from specbatch.engine import not_a_models_answers
 from specbatch.prediction.turns import ReplayTurn, read_turns
 from specbatch.run.folder import read_run
 from specbatch.run.status_merge import finished_summary
@@ -80,12 +79,6 @@ def check_exportable(root: Path) -> dict[str, Any]:
     """The run's recorded config when the run can be exported; one-line errors otherwise (before any model loads)."""
     finished_summary(root)
     config = read_run(root)["config"]
-    method = config["spec"]["method"]
-    require(
-        not simulated(method),
-        f"{root} ran spec.method={method}, at a given acceptance: its text holds accepted placeholders, not the "
-        "target's answers; export a run of a real method (spec=none or any other) on the same prompts",
-    )
     # What the job refuses today (specbatch.config.sampling), found in a run recorded before that rule.
     sampling = config["sampling"]
     one_token = float(sampling["temperature"]) == 0 or int(sampling.get("top_k", 0)) == 1
@@ -95,11 +88,11 @@ def check_exportable(root: Path) -> dict[str, Any]:
         f"{sampling.get('top_k')}) with sampling.n={sampling.get('n')}: its samples of a prompt are the same tokens, "
         "and the head would learn each one n times; export a run with sampling.n=1, or one that samples",
     )
-    made_up = recorded_backend(config).tokens_without_a_model
+    why = not_a_models_answers(config)
     require(
-        made_up is None,
-        f"{root} ran engine.backend={config['engine']['backend']}: its tokens were {made_up}, not the target's "
-        "answers; export a run of a real backend (engine.backend=vllm)",
+        why is None,
+        f"{root} {why}, not the target's answers; export a run of a real method on a real backend (spec=none or any "
+        "other, engine.backend=vllm)",
     )
     return config
 

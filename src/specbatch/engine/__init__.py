@@ -24,7 +24,7 @@ from specbatch.engine.base import (
     Sample,
     StepLoad,
 )
-from specbatch.methods import SpecMethod
+from specbatch.methods import SpecMethod, simulated
 
 
 def backend_class(name: str) -> type[Engine]:
@@ -38,6 +38,23 @@ def backend_class(name: str) -> type[Engine]:
 def recorded_backend(config: dict[str, Any]) -> type[Engine]:
     """The backend of a run from its recorded config (run.json's ``config`` as RunFolder.read_run_record gives it)."""
     return backend_class(config["engine"]["backend"])
+
+
+def not_a_models_answers(config: dict[str, Any]) -> str | None:
+    """Why a run's tokens are not its target's answers, from its recorded config (None: they are), e.g. ``ran
+    engine.backend=dummy: its tokens were made up by ...``: a run at a given acceptance (spec=simulate: accepted
+    placeholders in its text), or a backend without a model. What checks or learns from the target's distribution
+    (jobs/check_lossless.py, jobs/export_drafter_data.py) has nothing to take from such a run."""
+    method = config["spec"]["method"]
+    if simulated(method):
+        return (
+            f"ran spec.method={method}, at a given acceptance: its text is not a real output (accepted placeholders "
+            "are in it)"
+        )
+    made_up = recorded_backend(config).tokens_without_a_model
+    if made_up is not None:
+        return f"ran engine.backend={config['engine']['backend']}: its tokens were {made_up}"
+    return None
 
 
 def validate_job(job: JobConfig) -> None:
@@ -87,6 +104,7 @@ def start_engine(job: JobConfig) -> Engine:
 
 __all__ = [
     "backend_class",
+    "not_a_models_answers",
     "figures_from_a_server",
     "Completion",
     "Engine",

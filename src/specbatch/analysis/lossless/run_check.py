@@ -23,8 +23,7 @@ from specbatch.common.errors import require
 from specbatch.common.machine import this_machine
 from specbatch.common.png import pyplot, save_png
 from specbatch.config.sampling import SamplingConfig
-from specbatch.engine import recorded_backend
-from specbatch.methods import simulated
+from specbatch.engine import not_a_models_answers
 from specbatch.run.folder import read_run, shard_folders
 from specbatch.run.output_rows import STATUS_OK
 from specbatch.run.records.record_files import RecordError
@@ -72,16 +71,11 @@ def check_run(root: Path, asked: Sampler | None = None) -> dict[str, Any]:
     root = Path(root).resolve()
     finished_summary(root)  # RunIncompleteError for a run that is not finished: its rows are not all there
     config = read_run(root)["config"]
+    why = not_a_models_answers(config)
     require(
-        not simulated(config["spec"]["method"]),
-        f"{root} ran spec.method={config['spec']['method']}, at a given acceptance: its text is not a real output "
-        "(accepted placeholders are in it), so there is no distribution to check. Check the run of the method itself",
-    )
-    made_up = recorded_backend(config).tokens_without_a_model
-    require(
-        made_up is None,
-        f"{root} ran engine.backend={config['engine']['backend']}: its tokens were {made_up}, so no lossless verdict "
-        "applies. Check a run of a real backend (e.g. engine.backend=vllm)",
+        why is None,
+        f"{root} {why}, so no lossless verdict applies. Check a run of the method itself on a real backend (e.g. "
+        "engine.backend=vllm)",
     )
     sampler = asked or run_sampler(config, root / RUN_RECORD)
     model = config["model"]
