@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specbatch.cluster.ray_checks import job_address
 from specbatch.common.interrupts import STOP_SIGNALS, StopRequested, raise_if_stopped
 from specbatch.config import RayConfig
 from specbatch.serving.reaper import RAY_DIR_PREFIX, Reaper
@@ -112,9 +113,8 @@ def connect(cfg: RayConfig) -> RayConnection:
 
     if ray.is_initialized():
         return RayConnection()
-    address = cfg.address or os.environ.get("RAY_ADDRESS") or None
-    if address == "local":
-        address = None
+    # The address the checks before loading probed (ray.address, else RAY_ADDRESS; None: a local Ray).
+    address, _ = job_address(cfg)
     runtime_env = {"env_vars": dict(cfg.env)} if cfg.env else None
     log.info(
         "Ray: %s", f"connecting to {address}" if address else "starting a local Ray (ray.address to use a cluster)"
