@@ -1,6 +1,6 @@
 """Train an EAGLE-3 head on exported runs, in speculators' format: vLLM runs it as spec=eagle3 spec.model=OUT.
 
-python jobs/train_drafter.py DATA [DATA ...] OUT [--epochs 2] [--learning-rate 1e-4] [--tokens-per-step 1024]
+python jobs/train_drafter.py DATA [DATA ...] OUT [--epochs 3] [--learning-rate 1e-3] [--tokens-per-step 1024]
     [--draft-vocab-size 8192] [--max-steps N] [--seed 0] [--no-mlflow]
 
 DATA are folders jobs/export_drafter_data.py wrote (runs of one model); OUT is a new folder. Shows a progress bar
@@ -29,6 +29,7 @@ def main() -> int:
     parser.add_argument("--tokens-per-step", type=int, default=defaults.tokens_per_step)
     parser.add_argument("--draft-vocab-size", type=int, default=defaults.draft_vocab_size)
     parser.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (a smoke test)")
+    parser.add_argument("--max-sequences", type=int, default=None, help="train on the data's first N sequences")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--no-mlflow", action="store_true", help="do not log the training to MLflow")
     args = parser.parse_args()
@@ -44,6 +45,7 @@ def main() -> int:
             draft_vocab_size=args.draft_vocab_size,
             seed=args.seed,
             max_steps=args.max_steps,
+            max_sequences=args.max_sequences,
         )
         train_drafter(data, out, settings, log_to_mlflow=not args.no_mlflow)
     except ConfigError as exc:
