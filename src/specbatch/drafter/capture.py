@@ -8,7 +8,8 @@ speculators' own, ``[2, L // 2, L - 3]``. The last slot is read by a hook on the
 ``hidden_states[L]`` has the final norm applied, and speculators applies the target's norm itself when it builds the
 targets (storing the normed state would norm it twice: the greedy tokens are then reproduced half as often).
 
-A GPU user captures the same layers through vLLM's ``extract_hidden_states`` method (docs: "Train a drafter").
+A GPU user captures the same layers through vLLM's ``extract_hidden_states`` method
+(:mod:`specbatch.drafter.capture_vllm`, ``--capture vllm``).
 """
 
 from __future__ import annotations
@@ -67,3 +68,7 @@ class HiddenStateCapture:
         slots = [out.hidden_states[k][0] for k in self.aux_layers] + [self._last[0]]
         self._last = None
         return torch.stack(slots, dim=1)
+
+    def many(self, sequences: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """:meth:`__call__` of each sequence (one at a time: no padding to compute on a CPU)."""
+        return [self(ids) for ids in sequences]

@@ -115,8 +115,15 @@ def _check_out(out: Path, record: dict[str, Any]) -> None:
     require(not others, f"{out} is not empty and holds no export ({', '.join(sorted(others)[:3])}): choose a new OUT")
 
 
-def export_run(root: Path, out: Path, aux_layers: list[int] | None = None) -> ExportResult:
+# Where the hidden states are computed: transformers on the CPU, or vLLM on a GPU (specbatch.drafter.capture_vllm).
+CAPTURES = ("transformers", "vllm")
+
+
+def export_run(
+    root: Path, out: Path, aux_layers: list[int] | None = None, capture: str = "transformers"
+) -> ExportResult:
     """Export the finished run at ``root`` into ``out`` (module docstring); the shards already there are kept."""
+    require(capture in CAPTURES, f"--capture {capture}: choose {' or '.join(CAPTURES)}")
     root, out = Path(root).resolve(), Path(out)
     config = check_exportable(root)
     turns = read_turns(root)
@@ -136,15 +143,15 @@ def export_run(root: Path, out: Path, aux_layers: list[int] | None = None) -> Ex
     began = time.monotonic()
     sequences = tokens = 0
     if todo:
-        from specbatch.drafter.capture import HiddenStateCapture
-
         model = config["model"]
-        log.info("loading %s to capture its hidden states (float32, on the CPU)", model["path"])
-        capture = HiddenStateCapture(model["path"], model.get("revision"), aux_layers)
-        for index in todo:
-            shard = sorted(by_shard.get(index, []), key=lambda t: t.position)
-            n, t = _write_shard(out, shard_name(index, shard_count), shard, capture)
-            sequences, tokens = sequences + n, tokens + t
+        capturer = _capturer(capture, model, aux_layers)
+        try:
+            for index in todo:
+                shard = sorted(by_shard.get(index, []), key=lambda t: t.position)
+                n, t = _write_shard(out, shard_name(index, shard_count), shard, capturer)
+                sequences, tokens = sequences + n, tokens + t
+        finally:
+            getattr(capturer, "close", lambda: None)()
     seconds = time.monotonic() - began
     log.info(
         "exported %d sequences (%d tokens) of %s into %s in %.1f s (%d shard(s) written, %d already there)",
@@ -159,6 +166,22 @@ def export_run(root: Path, out: Path, aux_layers: list[int] | None = None) -> Ex
     return ExportResult(out, len(todo), shard_count - len(todo), sequences, tokens, seconds)
 
 
+def _capturer(capture: str, model: dict[str, Any], aux_layers: list[int] | None) -> Any:
+    if capture == "vllm":
+        from specbatch.drafter.capture_vllm import VllmHiddenStateCapture
+
+        log.info("starting vLLM on %s to capture its hidden states (extract_hidden_states, on the GPU)", model["path"])
+        return VllmHiddenStateCapture(model["path"], model.get("revision"), aux_layers)
+    from specbatch.drafter.capture import HiddenStateCapture
+
+    log.info("loading %s to capture its hidden states (float32, on the CPU)", model["path"])
+    return HiddenStateCapture(model["path"], model.get("revision"), aux_layers)
+
+
+# Sequences handed to the capture at once (vLLM batches them; transformers takes them one by one).
+_CAPTURE_BATCH = 64
+
+
 def _write_shard(out: Path, name: str, shard: list[ReplayTurn], capture: Any) -> tuple[int, int]:
     """One shard's speculators data folder, built aside and renamed into place; (sequences, tokens)."""
     import torch
@@ -170,17 +193,22 @@ def _write_shard(out: Path, name: str, shard: list[ReplayTurn], capture: Any) ->
     building = out / f"{_BUILDING}{name}-{os.getpid()}"
     (building / "hidden_states").mkdir(parents=True)
     columns: dict[str, list[Any]] = {"input_ids": [], "loss_mask": [], "seq_len": []}
-    for i, turn in enumerate(tqdm(shard, desc=f"capturing {name}", unit="seq", mininterval=2.0)):
-        ids = [int(x) for x in turn.prompt] + [int(x) for x in turn.completion]
-        mask = [0] * len(turn.prompt) + [1] * len(turn.completion)
-        states = capture(ids).to(torch.bfloat16).contiguous()
-        save_file(
-            {"token_ids": torch.tensor(ids, dtype=torch.long), "hidden_states": states},
-            str(building / "hidden_states" / f"hs_{i}.safetensors"),
-        )
-        columns["input_ids"].append(ids)
-        columns["loss_mask"].append(mask)
-        columns["seq_len"].append(len(ids))
+    with tqdm(total=len(shard), desc=f"capturing {name}", unit="seq", mininterval=2.0) as bar:
+        for start in range(0, len(shard), _CAPTURE_BATCH):
+            batch = shard[start : start + _CAPTURE_BATCH]
+            every_ids = [[int(x) for x in turn.prompt] + [int(x) for x in turn.completion] for turn in batch]
+            for offset, (turn, ids, states) in enumerate(zip(batch, every_ids, capture.many(every_ids), strict=True)):
+                save_file(
+                    {
+                        "token_ids": torch.tensor(ids, dtype=torch.long),
+                        "hidden_states": states.to(torch.bfloat16).contiguous(),
+                    },
+                    str(building / "hidden_states" / f"hs_{start + offset}.safetensors"),
+                )
+                columns["input_ids"].append(ids)
+                columns["loss_mask"].append([0] * len(turn.prompt) + [1] * len(turn.completion))
+                columns["seq_len"].append(len(ids))
+            bar.update(len(batch))
     dataset = Dataset.from_dict(columns)
     dataset.set_format("torch")  # speculators' loader compares the rows with its hidden states as tensors
     dataset.save_to_disk(str(building))
