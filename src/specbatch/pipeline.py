@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specbatch.assets.cache import unbuilt_embedded_head
 from specbatch.cluster.ray_checks import check_runs_on_ray
 from specbatch.common.interrupts import StopRequested, signal_name, stop_received
 from specbatch.config import JobConfig
@@ -35,6 +36,12 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
     at most the chunks that were in flight. The done marker is written last.
     """
     log_dtype_choice(job.model.dtype_choice)
+    if unbuilt_embedded_head(job.spec.model):
+        # model_spec=smollm2_135m_eagle3 names the embedded model's own head: built here on its first use, before
+        # the checks that read it. Imported here: the export and training a job of a built head never needs.
+        from specbatch.drafter.embedded_head import ensure_embedded_head
+
+        ensure_embedded_head(job.spec.model)
     steps: ShardGeneration
     if job.ray is not None:
         if engine is not None:

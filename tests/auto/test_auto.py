@@ -78,7 +78,11 @@ def composed(overrides: list[str]):
     return to_job_config(compose_config(overrides))
 
 
-def test_defaults_list_the_checkpoint_free_set_ups_and_the_models_own_checkpoints() -> None:
+def test_defaults_list_the_checkpoint_free_set_ups_and_the_models_own_checkpoints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cache without the embedded head (auto weighs it once built: tests/drafter/test_embedded_head.py).
+    monkeypatch.setenv("SPECBATCH_CACHE", str(tmp_path))
     job = compose_job(["spec=auto"])
     assert [c.label for c in candidates(job)] == [
         "none",
@@ -110,7 +114,7 @@ def test_auto_pairings_agree_with_the_fixed_pairings(model: str) -> None:
     ("override", "named"),
     [
         ("spec.auto.candidates=[none,ngram-3]", "'ngram-3' is not a set-up"),
-        ("spec.auto.candidates=[none,eagle3-k3]", "spec.auto.checkpoints.eagle3.model"),
+        ("spec.auto.candidates=[none,eagle-k3]", "spec.auto.checkpoints.eagle.model"),
         ("spec.auto.candidates=[none,ngram-k40]", "spec.auto.candidates: ngram-k40: spec.num_speculative_tokens=40"),
         ("spec.num_speculative_tokens=3", "spec.auto.candidates, e.g."),
         ("spec.auto.repeats=0", "spec.auto.repeats=0"),
@@ -164,7 +168,7 @@ def test_the_winners_overrides_are_shell_words_that_compose_the_same_set_up(tmp_
         [
             f"output_root={tmp_path}",
             "spec=auto",
-            f"+spec.auto.checkpoints.eagle3.model='{head}'",
+            f"++spec.auto.checkpoints.eagle3.model='{head}'",
             "spec.auto.candidates=[none,eagle3-k3]",
         ]
     )
@@ -687,7 +691,7 @@ def test_a_candidate_whose_checkpoint_is_missing_is_named_before_anything_loads(
         [
             f"output_root={tmp_path}",
             "spec=auto",
-            "+spec.auto.checkpoints.eagle3.model=/no/such/head",
+            "++spec.auto.checkpoints.eagle3.model=/no/such/head",
             "spec.auto.candidates=[none,ngram-k3,eagle3-k3]",
             "tracking=off",
         ]
