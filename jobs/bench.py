@@ -11,6 +11,7 @@
     .venv/bin/python jobs/bench.py --sampling [--max-samples 16]  |  --simulate [--max-samples 16] [--repeats 3]
     .venv/bin/python jobs/bench.py --verification [--max-samples 16] [--two-turn-rows 16]   (needs a GPU)
     .venv/bin/python jobs/bench.py --ray [--rows 128] [--predict-max-tokens 128] [--repeats 3]
+    .venv/bin/python jobs/bench.py --drafter [--rows 48] [--stamp S]   (builds the embedded head first: about an hour)
 
 (a)-(k), what each measures and its goals: the docstring of src/specbatch/bench/__init__.py.
 One run per measurement on a shared, noisy 2-core machine: quote the ratios of one invocation together.
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from specbatch.bench.arguments import bench_arguments
 from specbatch.bench.auto_bench import AutoPlan, auto_report
+from specbatch.bench.drafter_bench import DrafterPlan, drafter_report
 from specbatch.bench.full_engine import streaming_bench
 from specbatch.bench.prediction_bench import PredictPlan, predict_report
 from specbatch.bench.ray_bench import ray_report
@@ -55,6 +57,8 @@ def main() -> int:
         return shown(verification_report(args.max_samples, args.two_turn_rows or 16, root, stamp))
     if args.ray:
         return shown(ray_report(args.rows or 128, args.predict_max_tokens, args.repeats, root, stamp))
+    if args.drafter:
+        return shown(drafter_report(DrafterPlan(rows=args.rows or 48), root, stamp))
     if args.auto:
         return shown(auto_report(AutoPlan.from_args(args), root, stamp))
     if args.predict:

@@ -1,4 +1,4 @@
-"""The drafter hand-off on real vLLM (CPU build): a spec=none run of the embedded model on rows of two turns is
+"""The drafter hand-off on real vLLM (CPU build): a spec=none run of the embedded model on 8 rows of two turns is
 exported as speculators' training data, which speculators' own loader reads; a few training steps give a head in
 speculators' format that vLLM loads as spec=eagle3 spec.model=<head> and that reproduces spec=none token for token
 (float32, greedy); the training is an MLflow run in the data's store. A smoke test: the head is barely trained, so
@@ -23,13 +23,17 @@ from specbatch.run.folder import shard_folders
 
 pytestmark = pytest.mark.slow
 
-ROWS, MAX_TOKENS = 4, 32
+ROWS, MAX_TOKENS = 8, 32
 # Two turns a row: the second turn's prompt is the conversation so far, the first answer in it.
 TURNS = [
     ["Name a fruit.", "What colour is it?"],
     ["Write a Python function that adds two numbers.", "Now make it add three."],
     ["What is the capital of France?", "And of Italy?"],
     ["Give me a word that rhymes with cat.", "Another one, please."],
+    ["Translate 'good morning' into French.", "And into German?"],
+    ["List three prime numbers.", "What is their sum?"],
+    ["Write a haiku about the sea.", "Now one about a mountain."],
+    ["What does a Python list comprehension do?", "Show an example."],
 ]
 COMMON = [
     "model.dtype=float32",

@@ -34,6 +34,10 @@ What jobs/bench.py measures:
 (k) Ray (issue 55; ``--ray`` runs only this): the same 128 rows as a local launch and with launcher=ray on a local Ray
     (1 replica), alternating. Goal: Ray / local throughput at least 0.90, start-up listed apart. See
     specbatch.bench.ray_bench.
+(l) A trained EAGLE-3 head (issue 66; ``--drafter`` runs only this): the embedded head and one trained on half its
+    data, AL per k and position on held-out chat and code, tok/s against spec=none and n-gram k3 at batch 1, 4, 16,
+    token equality and the lossless verdict at T 0.7. Goal: the larger head's AL at k 3 on chat at least 1.6 and
+    above the smaller's. See specbatch.bench.drafter_bench.
 """
 
 from specbatch.common.machine import this_machine

@@ -40,5 +40,6 @@ def bench_arguments(description: str, output_root: Path) -> argparse.ArgumentPar
     parser.add_argument("--sampling", action="store_true", help="run only (h), n=4 sampling and the lossless check")
     parser.add_argument("--simulate", action="store_true", help="run only (i), spec=simulate against real n-gram")
     parser.add_argument("--ray", action="store_true", help="run only (k), a local launch against launcher=ray")
+    parser.add_argument("--drafter", action="store_true", help="run only (l), a trained EAGLE-3 head (--rows 48)")
     parser.add_argument("--verification", action="store_true", help="run only (j), block against standard (GPU)")
     return parser
