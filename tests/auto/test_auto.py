@@ -168,7 +168,7 @@ def test_the_winners_overrides_are_shell_words_that_compose_the_same_set_up(tmp_
         [
             f"output_root={tmp_path}",
             "spec=auto",
-            f"++spec.auto.checkpoints.eagle3.model='{head}'",
+            f"+spec.auto.checkpoints.eagle3.model='{head}'",
             "spec.auto.candidates=[none,eagle3-k3]",
         ]
     )
@@ -691,7 +691,7 @@ def test_a_candidate_whose_checkpoint_is_missing_is_named_before_anything_loads(
         [
             f"output_root={tmp_path}",
             "spec=auto",
-            "++spec.auto.checkpoints.eagle3.model=/no/such/head",
+            "+spec.auto.checkpoints.eagle3.model=/no/such/head",
             "spec.auto.candidates=[none,ngram-k3,eagle3-k3]",
             "tracking=off",
         ]

@@ -27,6 +27,8 @@ MAY_IMPORT_VLLM = {
     # The backend's temp-file owner moves the rendezvous file vLLM's in-process executor names into its own folder.
     SRC / "backends" / "vllm" / "vllm_temp_files.py",
     SRC / "prediction" / "replay.py",
+    # The drafter's capture on a GPU starts vLLM itself with extract_hidden_states (not the job's engine).
+    SRC / "drafter" / "capture_vllm.py",
 }
 
 

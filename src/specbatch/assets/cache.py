@@ -67,6 +67,12 @@ def default_heads_dir() -> Path:
     return default_cache_dir() / "heads"
 
 
+def embedded_heads(kind: str | None) -> dict[str, Path]:
+    """The trained heads of an embedded model (``model.embedded``), by method: what ``spec=auto`` weighs for it once
+    built (the same folder its ``model_spec/<model>_<method>.yaml`` names)."""
+    return {"eagle3": default_heads_dir() / EMBEDDED_HEADS[0]} if kind == "smollm2" else {}
+
+
 def unbuilt_embedded_head(path: str | Path | None) -> bool:
     """Whether ``path`` names one of the embedded heads and it is not built on this machine yet."""
     if not path:

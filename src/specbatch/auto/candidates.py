@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from specbatch.assets.cache import unbuilt_embedded_head
+from specbatch.assets.cache import embedded_heads, unbuilt_embedded_head
 from specbatch.common.environment import PROJECT_ROOT
 from specbatch.config import ConfigError, JobConfig
 from specbatch.config.overrides import hydra_override
@@ -62,21 +62,26 @@ def candidates(job: JobConfig) -> list[Candidate]:
     candidate's own key) when one is not a set-up this job can describe."""
     auto = job.spec.auto
     assert auto is not None, "spec=auto jobs only"
+    # The embedded model's own trained heads are its checkpoints unless spec.auto.checkpoints names others. Added
+    # here, not by a preset: listed in the config, they would change the run-folder digest of every spec=auto run of
+    # the embedded model made before they existed (a relaunch would no longer find its finished run).
+    embedded = {method: {"model": str(path)} for method, path in embedded_heads(job.model.embedded).items()}
+    checkpoints = {**embedded, **auto.checkpoints}
     if auto.candidates is None:
-        labels = [*AUTO_DEFAULT_CANDIDATES, *(m for m, pairing in auto.checkpoints.items() if _built(m, pairing))]
+        labels = [*AUTO_DEFAULT_CANDIDATES, *(m for m, pairing in checkpoints.items() if _built(m, pairing))]
     else:
         labels = [str(c).strip() for c in auto.candidates]
     # One set-up however it is spelled: the first spelling's place is kept, and the candidate knows the others.
     by_label: dict[str, Candidate] = {}
     for spelling in labels:
-        candidate = _candidate(spelling, auto.checkpoints)
+        candidate = _candidate(spelling, checkpoints)
         first = by_label.setdefault(candidate.label, candidate)
         if spelling not in first.spellings:
             by_label[candidate.label] = dataclasses.replace(first, spellings=(*first.spellings, spelling))
     out = list(by_label.values())
     if not any(c.method is SpecMethod.none for c in out):
         # The pilot is spec=none and every speedup is measured against it: it is always a candidate.
-        out.insert(0, _candidate("none", auto.checkpoints))
+        out.insert(0, _candidate("none", checkpoints))
     out.sort(key=lambda c: c.method is not SpecMethod.none)
     return out
 
