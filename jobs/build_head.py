@@ -3,7 +3,7 @@
 python jobs/build_head.py [smollm2-135m-eagle3-v1]
 
 The recipe (specbatch.drafter.embedded_head): the target regenerates the packaged drafter-training prompts, its hidden
-states are exported, the head trains; about an hour on 2 cores. A stop keeps what is done: run it again to go on.
+states are exported, the head trains; about 75 minutes on 2 cores. A stop keeps what is done: run it again to go on.
 Then model_spec=smollm2_135m_eagle3 (spec=eagle3 on the embedded model) reads it, and spec=auto weighs it.
 """
 

@@ -1,7 +1,7 @@
 """The embedded model's learned head (model_spec=smollm2_135m_eagle3): where it lives, built on first use only for
 the preset's own folder, one build when two jobs ask at once, spec=auto leaving it out until it is built, and the
 regeneration's child stopped with the job that started it. The build's steps themselves run for real in
-tests/drafter/test_drafter_cpu.py; the whole recipe (about an hour) runs in jobs/bench.py --drafter."""
+tests/drafter/test_drafter_cpu.py; the whole recipe (about 75 minutes) runs in jobs/bench.py --drafter."""
 
 from __future__ import annotations
 

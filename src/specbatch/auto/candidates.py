@@ -132,7 +132,7 @@ def _candidate(label: str, checkpoints: dict[str, Any]) -> Candidate:
             raise ConfigError(
                 f"spec.auto.candidates: {label} drafts with {pairing['model']}, the embedded model's trained head, "
                 "which is not built on this machine yet: build it once with `.venv/bin/python jobs/build_head.py` "
-                f"(about an hour), or drop {label}"
+                f"(about 75 minutes), or drop {label}"
             )
         knobs.update(pairing)
     if k is not None:

@@ -98,7 +98,7 @@ def ensure_embedded_head(path: str | Path | None) -> None:
         if head_ready(out):
             return
         log.warning(
-            "building the EAGLE-3 head %s once for this machine into %s (about an hour on 2 cores: the target "
+            "building the EAGLE-3 head %s once for this machine into %s (about 75 minutes on 2 cores: the target "
             "regenerates %s prompts, its hidden states are captured, the head trains; a stop keeps what is done, "
             "a rerun goes on from there)",
             recipe.name,
