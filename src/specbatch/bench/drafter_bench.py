@@ -129,7 +129,7 @@ def run(name: str, overrides: list[str], bench: Path) -> Measured:
 
 def tokens(folder: Path) -> dict[tuple[str, int, int], list[int]]:
     rows = [r for shard in shard_folders(folder) for part in shard.parts() for r in pq.read_table(part).to_pylist()]
-    return {(r["row_id"], r["turn"], r.get("sample", 0)): list(r["completion_token_ids"]) for r in rows}
+    return {(r["row_id"], r["turn"], r["sample_index"]): list(r["completion_token_ids"]) for r in rows}
 
 
 def equal_share(run_folder: Path, baseline: dict[tuple[str, int, int], list[int]]) -> str:
