@@ -1,8 +1,8 @@
 """The drafter hand-off on real vLLM (CPU build): a spec=none run of the embedded model on 8 rows of two turns is
 exported as speculators' training data, which speculators' own loader reads; a few training steps give a head in
 speculators' format that vLLM loads as spec=eagle3 spec.model=<head> and that reproduces spec=none token for token
-(float32, greedy); the training is an MLflow run in the data's store. A smoke test: the head is barely trained, so
-its acceptance is not checked here."""
+(float32, greedy); the training is an MLflow run in the data's store; the head's acceptance is read offline from the
+export (jobs/eval_drafter.py). A smoke test: the head is barely trained, so its acceptance's value is not checked."""
 
 from __future__ import annotations
 
@@ -135,3 +135,28 @@ def test_the_training_is_an_mlflow_run_in_the_datas_store(flow: dict[str, Path])
     assert run.info.status == "FINISHED" and run.data.tags["specbatch.data_runs"] == str(flow["none"])
     assert len(client.get_metric_history(run.info.run_id, "train/loss")) == STEPS
     assert run.data.params["train.max_steps"] == str(STEPS)
+
+
+def test_the_heads_acceptance_is_read_offline_from_an_export_of_its_own_target(
+    flow: dict[str, Path], tmp_path: Path
+) -> None:
+    from specbatch.config import ConfigError
+    from specbatch.drafter.evaluate import evaluate_head
+
+    rows = [r for s in shard_folders(flow["none"]) for p in s.parts() for r in pq.read_table(p).to_pylist()]
+    generated = sum(len(r["completion_token_ids"]) for r in rows)
+    result = evaluate_head(flow["head"], [flow["export"]], k=3)
+    # A draft follows every generated token (the target's own next choice there is known from its distribution).
+    assert result.sequences == 2 * ROWS and result.positions == generated
+    assert len(result.accepted) == 3 and all(0 <= a <= 1 for a in result.accepted)
+    assert result.accepted == sorted(result.accepted, reverse=True)  # a later draft counts only after the earlier
+    assert result.acceptance_length == pytest.approx(1 + sum(result.accepted))
+    other = tmp_path / "other-head"
+    other.mkdir()
+    config = json.loads((flow["head"] / "config.json").read_text())
+    config["speculators_config"]["verifier"]["name_or_path"] = str(tmp_path / "another-model")
+    (other / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match="drafts for .*another-model.*its own target"):
+        evaluate_head(other, [flow["export"]])
+    with pytest.raises(ConfigError, match="is not a head"):
+        evaluate_head(tmp_path, [flow["export"]])
