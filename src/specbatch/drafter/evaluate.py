@@ -73,8 +73,8 @@ def evaluate_head(head: Path, exports: list[Path], k: int = 3, max_sequences: in
     model = Eagle3DraftModel.from_pretrained(str(head), config=config).eval()
     aux = len(data.layer_ids) - 1
     loss_config = resolve_loss_config("kl_div", "eager")
-    sums, totals = [0.0] * k, [0] * k
-    sequences = 0
+    sums = [0.0] * k
+    positions = sequences = 0
     with torch.no_grad():
         for shard in data.shards:
             dataset = ArrowDataset(
@@ -96,7 +96,10 @@ def evaluate_head(head: Path, exports: list[Path], k: int = 3, max_sequences: in
                 _, _, metrics = model(**batch, ttt_steps=k, ttt_step_loss_decay=1.0, loss_config=loss_config)
                 for step in range(k):
                     sums[step] += float(metrics[f"full_acc_{step}_sum"])
-                    totals[step] += int(metrics[f"full_acc_{step}_total"])
+                positions += int(metrics["full_acc_0_total"])
                 sequences += 1
-    require(totals[0] > 0, f"the data {', '.join(map(str, exports))} has no generated position to draft at")
-    return HeadAcceptance(sequences, totals[0], [s / max(1, t) for s, t in zip(sums, totals, strict=True)])
+    require(positions > 0, f"the data {', '.join(map(str, exports))} has no generated position to draft at")
+    # Over every position a step could start at: a draft past the sequence's end counts as not accepted, so
+    # 1 + sum(accepted) is the mean tokens of a step started anywhere (speculators' own ratio divides each position
+    # by the positions that have a token there, a little higher at the later positions).
+    return HeadAcceptance(sequences, positions, [s / positions for s in sums])
