@@ -7,8 +7,8 @@ changes nothing counted). At position i it counts as accepted when it is the tar
 argmax of the target's distribution, the token a float32 greedy run generated) and every earlier one was. So
 ``accepted[i]`` is the acceptance at draft position i under greedy verification, and ``1 + sum(accepted)`` the mean
 tokens a step would give if a step could start at any position. A run's AL counts the steps it made, which start
-where the last one's drafts were rejected, where drafting is harder: expect it a little lower (0.07 at k 3 on chat
-for the embedded head).
+where the last one's drafts were rejected, where drafting is harder: expect it a little lower (about 0.08 at k 3 on
+chat for the embedded head).
 """
 
 from __future__ import annotations
