@@ -13,12 +13,11 @@ chat for the embedded head).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from specbatch.assets.checkpoints import read_model_config
 from specbatch.common.errors import require
-from specbatch.config import ConfigError
 from specbatch.drafter.train import read_exports
 
 
@@ -36,15 +35,15 @@ class HeadAcceptance:
 
 
 def _verifier_of(head: Path) -> str:
-    """The target a speculators-format EAGLE-3 head drafts for, from its config; one-line errors else."""
+    """The target a speculators-format EAGLE-3 head drafts for, from its config (read, and refused when damaged,
+    as every checkpoint's config is: assets.checkpoints); one-line errors else."""
     from speculators.models.eagle3 import Eagle3SpeculatorConfig
 
     wanted = Eagle3SpeculatorConfig.model_fields["speculators_model_type"].default
     advice = "name a folder jobs/train_drafter.py wrote"
-    try:
-        config = json.loads((head / "config.json").read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{head} is not a head (no config.json): {advice}") from None
+    config = read_model_config("HEAD", str(head)) if head.is_dir() else None
+    require(config is not None, f"{head} is not a head (no config.json): {advice}")
+    assert config is not None
     found = config.get("speculators_model_type")
     require(found == wanted, f"{head} is not a speculators {wanted} head (speculators_model_type {found!r}): {advice}")
     return str(config["speculators_config"]["verifier"]["name_or_path"])
