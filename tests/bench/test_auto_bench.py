@@ -129,7 +129,7 @@ def test_flags_default_to_three_workloads_three_batches_and_three_repeats() -> N
 def test_a_job_measured_before_is_read_not_run_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     before = measured("auto", 120, {"winner": "none", "winner_caption": "none"})
     (tmp_path / auto_bench.MEASURED_FILE).write_text(json.dumps(before.to_dict()))
-    monkeypatch.setattr(auto_bench.subprocess, "run", lambda *a, **k: pytest.fail("ran the job again"))
+    monkeypatch.setattr(auto_bench, "run_generate", lambda *a, **k: pytest.fail("ran the job again"))
     plan = AutoPlan(["chat"], ["none"], None, 128, 1)
     assert run_one("auto", WORKLOADS["chat"], plan, tmp_path, 16) == before
 
@@ -141,11 +141,11 @@ def test_a_job_stopped_part_way_is_measured_again_from_the_start(
     partial.parent.mkdir(parents=True)
     partial.write_text("half a job")
 
-    def generate(command: list[str], **_: object) -> None:
+    def generate(overrides: list[str], output_root: Path) -> None:
         assert not partial.exists(), "its wall time would cover only the rest"
-        assert f"output_root={tmp_path / 'auto-rep0'}" in command and "engine.max_num_seqs=4" in command
+        assert output_root == tmp_path / "auto-rep0" and "engine.max_num_seqs=4" in overrides
         raise RuntimeError("stopped here")
 
-    monkeypatch.setattr(auto_bench.subprocess, "run", generate)
+    monkeypatch.setattr(auto_bench, "run_generate", generate)
     with pytest.raises(RuntimeError, match="stopped here"):
         run_one("auto", WORKLOADS["chat"], AutoPlan(["chat"], [], None, 128, 1), tmp_path / "auto-rep0", 4)

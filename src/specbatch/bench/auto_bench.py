@@ -23,9 +23,6 @@ import json
 import logging
 import shutil
 import statistics
-import subprocess
-import sys
-import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,9 +30,9 @@ from typing import Any
 
 from specbatch.bench import machine_header
 from specbatch.bench.full_engine import Throughput
-from specbatch.bench.processes import PROJECT
+from specbatch.bench.processes import run_generate
 from specbatch.methods import AUTO_DEFAULT_CANDIDATES
-from specbatch.run.folder import RunFolder, run_folders_below, shard_folders
+from specbatch.run.folder import RunFolder
 
 log = logging.getLogger(__name__)
 
@@ -136,13 +133,8 @@ def run_one(setup: str, workload: list[str], plan: AutoPlan, root: Path, batch: 
         f"max_samples={plan.rows}" if plan.rows else "max_samples=null",
         f"sampling.max_tokens={plan.max_tokens}",
         "tracking=off",
-        f"output_root={root}",
     ]
-    began = time.perf_counter()
-    subprocess.run([sys.executable, str(PROJECT / "jobs/generate.py"), *overrides], cwd=PROJECT, check=True)
-    wall = time.perf_counter() - began
-    (folder,) = run_folders_below(root / "runs")
-    (shard,) = shard_folders(folder)
+    folder, shard, wall = run_generate(overrides, root)
     summary = shard.read_summary()
     decision = RunFolder(folder).read_decision()
     figures = Throughput(summary.rows, summary.output_tokens, summary.generation_seconds, wall)

@@ -25,9 +25,6 @@ import dataclasses
 import json
 import logging
 import shutil
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,13 +33,13 @@ import pyarrow.parquet as pq
 
 from specbatch.assets.cache import default_heads_dir
 from specbatch.bench import machine_header
+from specbatch.bench.processes import run_generate
 from specbatch.drafter.embedded_head import SMOLLM2_EAGLE3, ensure_embedded_head, work_dir
 from specbatch.drafter.train import TRAINED_RECORD, read_exports, train_head
-from specbatch.run.folder import run_folders_below, shard_folders
+from specbatch.run.folder import shard_folders
 
 log = logging.getLogger(__name__)
 
-PROJECT = Path(__file__).resolve().parents[3]
 WORKLOADS = {"chat": ["dataset=chat"], "code": ["dataset=humaneval_edit"]}
 COMMON = ["model.dtype=float32", "sampling=greedy", "tracking=off", "engine.warmup=false"]
 GOAL_AL = 1.6
@@ -116,12 +113,7 @@ def run(name: str, overrides: list[str], bench: Path) -> Measured:
         return Measured(Path(record["folder"]), record["wall_seconds"], record["summary"])
     if root.exists():
         shutil.rmtree(root)  # stopped part way: its wall time would be only the rest's
-    began = time.perf_counter()
-    command = [sys.executable, str(PROJECT / "jobs/generate.py"), *overrides, f"output_root={root}"]
-    subprocess.run(command, cwd=PROJECT, check=True)
-    wall = time.perf_counter() - began
-    (folder,) = run_folders_below(root / "runs")
-    (shard,) = shard_folders(folder)
+    folder, shard, wall = run_generate(overrides, root)
     summary = shard.read_summary().to_dict()
     done.write_text(json.dumps({"folder": str(folder), "wall_seconds": wall, "summary": summary}) + "\n")
     return Measured(folder, wall, summary)

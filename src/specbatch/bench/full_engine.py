@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +13,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from specbatch.bench import machine_header
-from specbatch.bench.processes import PROJECT, first_turn_prompts, run_bare
+from specbatch.bench.processes import first_turn_prompts, run_bare, run_generate
 from specbatch.common.environment import git_commit
 from specbatch.config import compose_job
 from specbatch.data.rows import load_rows
-from specbatch.run.folder import run_folders_below, shard_folders
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +80,7 @@ def write_two_turn_file(path: Path) -> Path:
 def run_job_process(overrides: list[str], output_root: Path) -> tuple[Throughput, dict[tuple[str, int], list[int]]]:
     """jobs/generate.py as a fresh process writing under its own ``output_root``; its figures from the run folder's
     shard summary, its completions (by row id and turn) from its Parquet parts."""
-    began = time.perf_counter()
-    command = [sys.executable, str(PROJECT / "jobs/generate.py"), *overrides, f"output_root={output_root}"]
-    subprocess.run(command, cwd=PROJECT, check=True)
-    wall = time.perf_counter() - began
-    (run_folder,) = run_folders_below(output_root / "runs")
-    (shard,) = shard_folders(run_folder)
+    run_folder, shard, wall = run_generate(overrides, output_root)
     stats = shard.read_summary()
     if stats.error_rows:
         log.warning("%s: %d error rows (not generated)", run_folder, stats.error_rows)

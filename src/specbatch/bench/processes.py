@@ -1,5 +1,6 @@
-"""What the benchmarks share: a job's first prompts as token ids, and the bare vLLM script (jobs/bench_bare.py) run as
-a fresh process on those prompts. (Composing the job's config is specbatch.config.compose_job.)"""
+"""What the benchmarks share: a job's first prompts as token ids, the job (jobs/generate.py) run as a fresh process,
+and the bare vLLM script (jobs/bench_bare.py) run as a fresh process on those prompts. (Composing the job's config is
+specbatch.config.compose_job.)"""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from specbatch.common.environment import PROJECT_ROOT as PROJECT
 from specbatch.config import JobConfig
 from specbatch.data.prompts import load_tokenizer, render
 from specbatch.data.rows import SourceRow, load_rows
+from specbatch.run.folder import RunFolder, run_folders_below, shard_folders
 
 
 def first_turn_prompts(job: JobConfig) -> tuple[list[SourceRow], list[list[int]]]:
@@ -20,6 +22,18 @@ def first_turn_prompts(job: JobConfig) -> tuple[list[SourceRow], list[list[int]]
     tokenizer = load_tokenizer(job.model)
     rows = load_rows(job.dataset, job.max_samples)
     return rows, [render(r, 1, [], job.dataset, tokenizer).token_ids for r in rows]
+
+
+def run_generate(overrides: list[str], output_root: Path) -> tuple[Path, RunFolder, float]:
+    """jobs/generate.py as a fresh process writing under its own ``output_root`` (a one-shard run): its run folder,
+    its shard and the process's wall seconds (start-up included)."""
+    began = time.perf_counter()
+    command = [sys.executable, str(PROJECT / "jobs/generate.py"), *overrides, f"output_root={output_root}"]
+    subprocess.run(command, cwd=PROJECT, check=True)
+    wall = time.perf_counter() - began
+    (folder,) = run_folders_below(Path(output_root) / "runs")
+    (shard,) = shard_folders(folder)
+    return folder, shard, wall
 
 
 def run_bare(
