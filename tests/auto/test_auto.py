@@ -26,6 +26,7 @@ from specbatch.analysis.report import _load_runs
 from specbatch.analysis.run_data import load_run
 from specbatch.auto import deciding, generation
 from specbatch.auto.candidates import candidates
+from specbatch.auto.cutting import spread
 from specbatch.auto.decision import (
     Predicted,
     decide,
@@ -527,20 +528,28 @@ def test_a_shard_started_after_the_decision_runs_every_row_with_the_winner(tmp_p
     assert len(rows) == 60 == len({r["row_id"] for r in rows})
 
 
-def _placeholder_job(root: Path, placeholders: int, *extra: str):
-    """auto_job over 40 local rows whose first ``placeholders`` are placeholders (error rows, never sent)."""
+def _placeholder_job(root: Path, measuring: bool, *extra: str):
+    """auto_job over 40 local rows whose pilot rows (6: 3 slices of 2 when measuring, else pilot_rows) are
+    placeholders (error rows, never sent)."""
+    if measuring:
+        pilot = {row for rows in spread(range(40), 2 * 3, 2)[0][:3] for row in rows}
+    else:
+        pilot = set(spread(range(40), 1, 6)[0][0])
     data = root / "rows.jsonl"
-    lines = [{"id": f"r{i:02d}", "q": ("TODO " if i < placeholders else "") + f"question {i}"} for i in range(40)]
+    lines = [{"id": f"r{i:02d}", "q": ("TODO " if i in pilot else "") + f"question {i}"} for i in range(40)]
     data.write_text("".join(json.dumps(line) + "\n" for line in lines))
     local = ["dataset=local", f"dataset.path={data}", "dataset.template='{q}'", "dataset.id_column=id"]
-    return auto_job(root, *local, "dataset.placeholder_prefix=TODO", "spec.auto.candidates=[none,ngram-k2]", *extra)
+    budget = [] if measuring else ["spec.auto.budget=0"]
+    return auto_job(
+        root, *local, "dataset.placeholder_prefix=TODO", "spec.auto.candidates=[none,ngram-k2]", *budget, *extra
+    )
 
 
 @pytest.mark.parametrize("measuring", [True, False])
 def test_a_pilot_of_error_rows_keeps_none_and_says_why(measuring: bool, tmp_path: Path) -> None:
-    """The data's first rows fail, so the pilot generates no tokens: nothing to measure or predict against. The
-    shard runs every row once with none, and decision.json says why (measured: 3 slices, unmeasured: 1 chunk)."""
-    job = _placeholder_job(tmp_path, 6, *([] if measuring else ["spec.auto.budget=0"]))
+    """The pilot's rows fail, so the pilot generates no tokens: nothing to measure or predict against. The shard
+    runs every row once with none, and decision.json says why (measured: 3 slices, unmeasured: 1 chunk)."""
+    job = _placeholder_job(tmp_path, measuring)
     result = run_job(job)
     decision = _check_run(result.folder, 40)
     plan = json.loads(result.folder.auto_plan_path.read_text())
@@ -560,7 +569,7 @@ def test_a_pilot_of_error_rows_keeps_none_and_says_why(measuring: bool, tmp_path
 def test_a_shard_left_by_the_division_by_a_silent_pilot_finishes(tmp_path: Path, monkeypatch) -> None:
     """Before pilots of no tokens were caught, such a shard measured and then divided by the pilot's 0 tok/s: its
     plan and measured slices were written and no decision, on every rerun. A rerun now decides none from them."""
-    job = _placeholder_job(tmp_path, 6)
+    job = _placeholder_job(tmp_path, measuring=True)
     with monkeypatch.context() as old:
         old.setattr(deciding, "silent_pilot", lambda folder, pilot: None)
         # What replay predicted from no completions then: every candidate at tau 1, below none.

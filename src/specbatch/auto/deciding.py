@@ -8,6 +8,7 @@ A mixin of specbatch.auto.generation.AutoShardGeneration, whose phases and strea
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from specbatch.auto.candidates import Candidate
@@ -44,7 +45,7 @@ class ShardDecisions:
     startups: list[tuple[str, float, float]]
     unmeasurable: str | None
     _by_label: dict[str, Candidate]
-    _chunks: list[range]
+    _chunks: list[Sequence[int]]
     _pilot: list[int]
     _measure: list[list[int]]
     _span: range

@@ -1,13 +1,14 @@
 """One shard of a spec=auto run: the generation steps (specbatch.run.generate) with the shard cut into phases.
 
 The shard's rows are cut so that every phase is whole chunks, the same on every launch (the cut depends on the
-config alone, so a resumed shard finds its parts where it left them):
+config alone, so a resumed shard finds its parts where it left them). The pilot's and the measurements' rows are
+drawn across the shard, not its first rows (specbatch.auto.cutting: a sorted file's first rows are one kind):
 
 - the pilot, generated with spec=none: ``repeats`` slices of ``slice_rows`` (the job's batch) when the shard
   measures, else one chunk of ``pilot_rows`` (for the prediction alone);
-- one measurement per measured set-up: the next ``repeats`` slices of ``slice_rows`` rows each;
-- the rest, in chunks of ``chunk_size`` (after a pilot that is not measured, the next four batches' worth in chunks
-  of at most a batch: see below), generated with the winner.
+- one measurement per measured set-up: ``repeats`` further slices of ``slice_rows`` rows each;
+- the rest, the rows between them in chunks of ``chunk_size`` (after a pilot that is not measured, the first four
+  batches' worth in chunks of at most a batch: see below), generated with the winner.
 
 When the shard measures, each slice is streamed on its own (the engine drains between slices) so that its tok/s is a
 repeat of its set-up. When it does not, the pilot is the first chunk of an ordinary spec=none stream of the whole
@@ -31,11 +32,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from specbatch.auto.candidates import candidate_job, candidate_jobs, candidates
+from specbatch.auto.cutting import rest_chunks, spread
 from specbatch.auto.deciding import ShardDecisions
 from specbatch.auto.decision import (
     measured_slots,
@@ -102,13 +104,13 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
                 f"spec.auto.checkpoints.{job.spec.method.value}, or drop {label} from spec.auto.candidates"
             ) from None
 
-    def cut(self, span: range) -> list[range]:
+    def cut(self, span: range) -> list[Sequence[int]]:
         """The pilot's and the measurements' slices, then the rest in chunks (module docstring). Measuring happens
         only where it can answer the question and stay in the budget: each slice as many rows as the job's batch,
         and the pilot and measurements together at most spec.auto.budget of the shard's rows; otherwise the pilot is
         one slice of spec.auto.pilot_rows, for the prediction alone."""
         auto, job, self._span = self.auto, self.job, span
-        rows, start = len(span), span.start
+        rows = len(span)
         slice_rows = auto.slice_rows or backend_class(job.engine.backend).batch(job)
         choosing = (1 + self._slots) * auto.repeats * (slice_rows or 0)
         if not self._slots:
@@ -122,30 +124,23 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
                 f"than spec.auto.budget={auto.budget:g} (more rows per shard, or a smaller batch with "
                 "engine.max_num_seqs, make it fit)"
             )
-        chunks: list[range] = []
+        batch = backend_class(job.engine.backend).batch(job)
         if self.unmeasurable is not None:
             pilot = min(auto.pilot_rows, rows)
-            self._pilot = [0] if pilot else []
-            chunks.append(range(start, start + pilot))
+            if not pilot:
+                self._pilot = []
+                return chunk_ranges(span, job.chunk_size)
+            (rows_of_pilot,), gaps = spread(span, 1, pilot)
+            self._pilot = [0]
             # The stream admits whole chunks: the rows it may admit before the pilot is done (it keeps the engine
             # full meanwhile, so about a wave) go in chunks of at most a batch, so that admission stops close to
             # the decision and the winner gets what is left.
-            batch = backend_class(job.engine.backend).batch(job)
-            head = range(start + pilot, min(span.stop, start + pilot + 4 * batch) if batch else start + pilot)
-            chunks += chunk_ranges(head, min(job.chunk_size, batch or job.chunk_size))
-            return [c for c in chunks if c] + chunk_ranges(range(head.stop, span.stop), job.chunk_size)
+            return [rows_of_pilot, *rest_chunks(gaps, job.chunk_size, 4 * batch if batch else 0, batch)]
         assert slice_rows is not None
-        for phase in range(1 + self._slots):
-            numbers = []
-            for _ in range(auto.repeats):
-                numbers.append(len(chunks))
-                chunks.append(range(start, start + slice_rows))
-                start += slice_rows
-            if phase == 0:
-                self._pilot = numbers
-            else:
-                self._measure.append(numbers)
-        return chunks + chunk_ranges(range(start, span.stop), job.chunk_size)
+        dealt, gaps = spread(span, (1 + self._slots) * auto.repeats, slice_rows)
+        numbers = [list(range(phase * auto.repeats, (phase + 1) * auto.repeats)) for phase in range(1 + self._slots)]
+        self._pilot, self._measure = numbers[0], numbers[1:]
+        return [*dealt, *rest_chunks(gaps, job.chunk_size)]
 
     # --- the phases ---
 

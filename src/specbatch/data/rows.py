@@ -123,7 +123,7 @@ class RowSource:
                 raise ConfigError(f"dataset.id_column={column} is not unique: {row_id!r} appears twice")
             seen.add(row_id)
 
-    def rows(self, span: range) -> list[SourceRow]:
+    def rows(self, span: Sequence[int]) -> list[SourceRow]:
         out = []
         for index in (self.order[i] for i in span):
             record = self._record(index)

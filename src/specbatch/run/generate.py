@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -58,7 +58,7 @@ class ShardGeneration:
         # The engine this shard started, and so closes; None for the caller's (which the caller closes).
         self._own_engine: Engine | None = None
         self._source: RowSource | None = None
-        self._chunks: list[range] = []
+        self._chunks: list[Sequence[int]] = []
         self._tokenizer: Any = None
         # The engine's shutdown, left running by generate() while the summary is written and logged.
         self._closing: Future[None] | None = None
@@ -83,7 +83,7 @@ class ShardGeneration:
         backend_class(job.engine.backend).check_method(job)
         preflight(job)
 
-    def cut(self, span: range) -> list[range]:
+    def cut(self, span: range) -> list[Sequence[int]]:
         """The shard's rows cut into chunks (each one Parquet part)."""
         return chunk_ranges(span, self.job.chunk_size)
 
