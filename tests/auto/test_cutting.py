@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from test_auto import _force_winner, auto_job
 
 from specbatch.auto.cutting import SPREAD_BLOCKS, rest_chunks, spread
 from specbatch.pipeline import run_job
-from test_auto import _force_winner, auto_job
 
 
 @pytest.mark.parametrize(

