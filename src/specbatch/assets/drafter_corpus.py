@@ -1,8 +1,8 @@
-"""The embedded drafter-training prompts (``dataset=drafter_train``): about 1,400 prompts a learned drafter for the
+"""The embedded drafter-training prompts (``dataset=drafter_train``): 2,436 prompts a learned drafter for the
 embedded model is trained on, none of them a prompt of the evaluation sets (``dataset=chat``: MT-Bench's questions;
 ``dataset=humaneval_edit``: HumanEval's problems).
 
-Three kinds, from files installed packages carry (nothing downloaded):
+The kinds, from files installed packages carry (nothing downloaded):
 
 - ``doc2dial``: the first user turn of each Doc2Dial conversation of ChatRAG-Bench, as ``nvidia-lm-eval`` ships it
   (``lm_eval/tasks/chatrag_bench/dataset/nvidia_dragon_multiturn_retrieved.jsonl``; the package is MIT, installed by
@@ -13,6 +13,14 @@ Three kinds, from files installed packages carry (nothing downloaded):
   set's own instruction, on other text).
 - ``code``: two in five of the short functions of Python's own standard library (read with ``inspect``), each with
   one of four editing or explaining instructions, one of them the instruction ``dataset=humaneval_edit`` gives.
+- ``writing``: every other Doc2Dial source document (the package's ``documents.json``: help pages of four US
+  agencies), each with one of eight open tasks in turn, the chat set's kinds of task on other text: a blog post, a
+  story, a role played, an explanation (on the page's title), a summary, an email, a list of its figures, questions and
+  answers (on its first paragraphs, which the answer copies from). Every other title task is also a ``translation``
+  row, as the chat set translates its own questions.
+
+The ``writing`` kind is recipe 2's: a head trained on recipe 1 (help-desk questions, MMLU and code only) drafted the
+chat set's open tasks far worse than prompts of the kinds it saw (docs/drafter.md).
 
 Rows are interleaved in proportion to the kinds' sizes, so the first rows of any ``max_samples`` hold every kind in
 about the same shares. The file is built once per machine into the cache; its name carries the recipe's version.
@@ -37,6 +45,7 @@ log = logging.getLogger(__name__)
 
 LM_EVAL_PACKAGE = "lm_eval"
 DOC2DIAL = "tasks/chatrag_bench/dataset/nvidia_dragon_multiturn_retrieved.jsonl"
+DOC2DIAL_DOCUMENTS = "tasks/chatrag_bench/dataset/documents.json"
 MMLU_COT = "tasks/mmlu/flan_cot_fewshot/_cot_prompts.json"
 
 # Pure-Python standard-library modules whose functions make the code prompts (a fixed list: the rows do not move
@@ -59,6 +68,29 @@ CODE_INSTRUCTIONS = (
 # Functions of this many source lines (comment-every-line answers of longer ones pass 256 tokens).
 CODE_LINES = (4, 24)
 MMLU_ASK = "{question}\n\nThink step by step, then give the letter of the right answer."
+
+# The agency whose help pages each of documents.json's domains holds (a role to play).
+AGENCIES = {
+    "dmv": "the Department of Motor Vehicles",
+    "ssa": "the Social Security Administration",
+    "studentaid": "the Federal Student Aid office",
+    "va": "the Department of Veterans Affairs",
+}
+# Open tasks in turn, on a page's title ({topic}) or on its first paragraphs ({passage}), alternating.
+WRITING_TASKS = (
+    "Write a short blog post for a general audience about {topic}.",
+    "Summarize the following text in three sentences.\n\n{passage}",
+    "Pretend you are a helpful clerk at {agency}. A visitor asks you about {topic}. Answer in character.",
+    "List every number, date and amount in the text below, each with what it refers to.\n\n{passage}",
+    "Explain {topic} to a high-school student in simple words, with one example.",
+    "Rewrite the following text as a friendly email to a relative who asked about it.\n\n{passage}",
+    "Write a short story of about 150 words in which someone has to deal with {topic}.",
+    "Turn the following text into three questions a reader might ask, each with its answer.\n\n{passage}",
+)
+# A title makes a topic when it has this many words (some first lines are a whole sentence or one word).
+TOPIC_WORDS = (2, 12)
+# A passage: the page's text after its title, cut at the last full stop before this many characters.
+PASSAGE_CHARS = 700
 
 
 def doc2dial_rows(conversations: list[dict]) -> list[dict[str, str]]:
@@ -148,6 +180,60 @@ def _defined_in(thing: object, module: object) -> bool:
     return getattr(thing, "__module__", None) == getattr(module, "__name__", None)
 
 
+def writing_rows(documents: dict[str, list[str]]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """Every other page of each domain with the next open task (a title task falls to the next, a passage task, when
+    the page's title is no topic); and every other title task's instruction to translate (the languages in turn)."""
+    rows: list[dict[str, str]] = []
+    translations: list[dict[str, str]] = []
+    titled = 0
+    for domain in sorted(documents):
+        for number, page in enumerate(documents[domain]):
+            if number % 2:
+                continue
+            title, _, text = page.partition("\n")
+            topic, passage = _tidy(title).rstrip("."), _passage(_tidy(text))
+            task = WRITING_TASKS[len(rows) % len(WRITING_TASKS)]
+            on_title = "{topic}" in task
+            if on_title and not _is_topic(topic):
+                task, on_title = WRITING_TASKS[(len(rows) + 1) % len(WRITING_TASKS)], False
+            if not on_title and not passage:
+                continue
+            prompt = task.format(topic=f'"{topic}"', passage=passage, agency=AGENCIES.get(domain, "a public office"))
+            rows.append({"id": f"writing-{domain}-{number}", "category": "writing", "prompt": prompt})
+            if on_title:
+                titled += 1
+                if titled % 2 == 0:
+                    code, language = LANGUAGES[len(translations) % len(LANGUAGES)]
+                    translations.append(
+                        {
+                            "id": f"translate-writing-{code}-{domain}-{number}",
+                            "category": "translation",
+                            "prompt": TRANSLATE.format(language=language, text=prompt),
+                        }
+                    )
+    return rows, translations
+
+
+def _is_topic(title: str) -> bool:
+    """A title that reads as a topic: a few words, not a lead-in to a list (``Do it by mail:``)."""
+    return TOPIC_WORDS[0] <= len(title.split()) <= TOPIC_WORDS[1] and title[:1].isupper() and title[-1] != ":"
+
+
+def _tidy(text: str) -> str:
+    """One line with the pages' spaces before punctuation taken out (``word , word`` -> ``word, word``)."""
+    text = " ".join(text.split())
+    for mark in (",", ".", ";", ":", "?", "!", ")"):
+        text = text.replace(f" {mark}", mark)
+    return text.replace("( ", "(")
+
+
+def _passage(text: str) -> str:
+    if len(text) <= PASSAGE_CHARS:
+        return text
+    cut = text.rfind(". ", 0, PASSAGE_CHARS)
+    return text[: cut + 1] if cut > 0 else ""
+
+
 def interleave(*kinds: list[dict[str, str]]) -> list[dict[str, str]]:
     """Rows of every kind in proportion to the kinds' sizes (row i of a kind of n sits at i/n of the file)."""
     keyed = [((i + 0.5) / len(rows), k, row) for k, rows in enumerate(kinds) for i, row in enumerate(rows)]
@@ -159,8 +245,11 @@ def corpus_rows() -> list[dict[str, str]]:
         conversations = json.load(f)
     with open(package_file(LM_EVAL_PACKAGE, MMLU_COT), encoding="utf-8") as f:
         cot = json.load(f)
+    with open(package_file(LM_EVAL_PACKAGE, DOC2DIAL_DOCUMENTS), encoding="utf-8") as f:
+        documents = json.load(f)
     questions = doc2dial_rows(conversations)
-    return interleave(questions, translation_rows(questions), mmlu_rows(cot), code_rows())
+    writing, translated_tasks = writing_rows(documents)
+    return interleave(questions, translation_rows(questions), mmlu_rows(cot), code_rows(), writing, translated_tasks)
 
 
 def ensure_drafter_corpus(path: str | Path | None = None) -> Path:
@@ -175,7 +264,8 @@ def ensure_drafter_corpus(path: str | Path | None = None) -> Path:
         )
     atomic_write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     kinds = {
-        kind: sum(row["category"] == kind for row in rows) for kind in ("doc2dial", "translation", "mmlu", "code")
+        kind: sum(row["category"] == kind for row in rows)
+        for kind in ("doc2dial", "translation", "mmlu", "code", "writing")
     }
     log.info("built the drafter-training prompts (%d rows: %s) into %s", len(rows), kinds, path)
     return path

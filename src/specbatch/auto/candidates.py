@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from specbatch.assets.cache import embedded_heads, unbuilt_embedded_head
+from specbatch.assets.cache import HEAD_BUILD_TIME, embedded_heads, unbuilt_embedded_head
 from specbatch.common.environment import PROJECT_ROOT
 from specbatch.config import ConfigError, JobConfig
 from specbatch.config.overrides import hydra_override
@@ -87,8 +87,8 @@ def candidates(job: JobConfig) -> list[Candidate]:
 
 
 def _built(method: str, pairing: dict[str, Any]) -> bool:
-    """A default candidate whose checkpoint is an embedded head not built yet is left out (building one takes about
-    an hour: a job of its own, not a side effect of spec=auto); said once per process."""
+    """A default candidate whose checkpoint is an embedded head not built yet is left out (building one takes hours
+    on a CPU: a job of its own, not a side effect of spec=auto); said once per process."""
     model = pairing.get("model")
     if not unbuilt_embedded_head(model):
         return True
@@ -132,7 +132,7 @@ def _candidate(label: str, checkpoints: dict[str, Any]) -> Candidate:
             raise ConfigError(
                 f"spec.auto.candidates: {label} drafts with {pairing['model']}, the embedded model's trained head, "
                 "which is not built on this machine yet: build it once with `.venv/bin/python jobs/build_head.py` "
-                f"(about 75 minutes), or drop {label}"
+                f"({HEAD_BUILD_TIME}), or drop {label}"
             )
         knobs.update(pairing)
     if k is not None:

@@ -1,6 +1,6 @@
 """(l) A trained EAGLE-3 head for the embedded model, measured: ``jobs/bench.py --drafter [--rows 48] [--stamp S]``.
 
-The heads: the embedded head (``model_spec=smollm2_135m_eagle3``: the target regenerates the 1,709 packaged
+The heads: the embedded head (``model_spec=smollm2_135m_eagle3``: the target regenerates the 2,436 packaged
 ``dataset=drafter_train`` prompts, float32 greedy, its hidden states are exported, the head trains; built into the
 cache unless it is there) and a smaller one trained the same way on the first half of the same sequences. None of
 their prompts is an evaluation prompt.
