@@ -24,6 +24,7 @@ from specbatch.config import ConfigError, JobConfig, register_configs, to_job_co
 from specbatch.config.dtype import log_dtype_choice
 from specbatch.config.overrides import check_overrides
 from specbatch.engine import validate_job
+from specbatch.pipeline import build_named_head
 from specbatch.serving.child_server import ServerStartError
 
 log = logging.getLogger("specbatch")
@@ -52,6 +53,7 @@ def main() -> int:
         if args.print:
             print(serving_commands(job, module=vllm_console_script_broken()))
             return 0
+        build_named_head(job)
         server = VllmServer.start(job)
     except (ConfigError, HydraException) as exc:
         # A mistake in the config: one clear message, no traceback, exit code 2 like jobs/generate.py.

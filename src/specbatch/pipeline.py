@@ -36,12 +36,7 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
     at most the chunks that were in flight. The done marker is written last.
     """
     log_dtype_choice(job.model.dtype_choice)
-    if unbuilt_embedded_head(job.spec.model):
-        # model_spec=smollm2_135m_eagle3 names the embedded model's own head: built here on its first use, before
-        # the checks that read it. Imported here: the export and training a job of a built head never needs.
-        from specbatch.drafter.embedded_head import ensure_embedded_head
-
-        ensure_embedded_head(job.spec.model)
+    build_named_head(job)
     steps: ShardGeneration
     if job.ray is not None:
         if engine is not None:
@@ -62,6 +57,16 @@ def run_job(job: JobConfig, engine: Engine | None = None, sweep: SweepJob | None
     else:
         steps = ShardGeneration(job, engine)
     return ShardExecutor(job, steps, TrackingObserver(job, sweep)).run()
+
+
+def build_named_head(job: JobConfig) -> None:
+    """The embedded model's own head, when the job names it (model_spec=smollm2_135m_eagle3) and it is not built
+    yet: built here on its first use, before the checks that read it; by a batch job and by a server alike."""
+    if unbuilt_embedded_head(job.spec.model):
+        # Imported here: the export and training a job of a built head never needs.
+        from specbatch.drafter.embedded_head import ensure_embedded_head
+
+        ensure_embedded_head(job.spec.model)
 
 
 def stop_after_job(result: JobResult, sweep: SweepJob | None = None) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import runpy
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from conftest import PROJECT_ROOT
 from specbatch.assets.cache import EMBEDDED_HEADS, READY_MARKER, unbuilt_embedded_head
 from specbatch.auto.candidates import candidates
 from specbatch.config import ConfigError
@@ -159,3 +161,31 @@ def test_a_job_builds_the_head_it_names_before_anything_else(
     with pytest.raises(Building):
         run_job(job)
     assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_a_server_of_the_head_builds_it_before_it_starts(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """jobs/serve.py spec=eagle3 builds the head as a batch job would (vLLM would fail on a missing folder), and
+    --print only prints the commands that name it."""
+    from specbatch.backends.vllm.vllm_server import VllmServer
+
+    class Building(Exception):
+        pass
+
+    def build(recipe, out: Path, work: Path, settings=None) -> Path:
+        raise Building(out)
+
+    def start(job):  # noqa: ANN001, ANN202 - never reached: the build comes first
+        raise AssertionError("the server started before the head was built")
+
+    monkeypatch.setattr(embedded_head, "build_head", build)
+    monkeypatch.setattr(VllmServer, "start", start)
+    serve = str(PROJECT_ROOT / "jobs" / "serve.py")
+    monkeypatch.setattr(sys, "argv", [serve, "--print", "spec=eagle3"])
+    with pytest.raises(SystemExit) as printed:
+        runpy.run_path(serve, run_name="__main__")
+    assert printed.value.code == 0 and SMOLLM2_EAGLE3.name in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", [serve, "spec=eagle3"])
+    with pytest.raises(Building, match=SMOLLM2_EAGLE3.name):
+        runpy.run_path(serve, run_name="__main__")
