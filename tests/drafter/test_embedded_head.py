@@ -5,6 +5,7 @@ tests/drafter/test_drafter_cpu.py; the whole recipe (about 100 minutes) runs in 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import runpy
@@ -24,7 +25,8 @@ from specbatch.auto.candidates import candidates
 from specbatch.config import ConfigError
 from specbatch.config.compose import compose_job
 from specbatch.drafter import embedded_head
-from specbatch.drafter.embedded_head import RECIPES, SMOLLM2_EAGLE3, ensure_embedded_head
+from specbatch.drafter.embedded_head import RECIPES, SMOLLM2_EAGLE3, ensure_embedded_head, work_dir
+from specbatch.drafter.train import TrainSettings
 
 
 @pytest.fixture
@@ -189,3 +191,13 @@ def test_a_server_of_the_head_builds_it_before_it_starts(
     monkeypatch.setattr(sys, "argv", [serve, "spec=eagle3"])
     with pytest.raises(Building, match=SMOLLM2_EAGLE3.name):
         runpy.run_path(serve, run_name="__main__")
+
+
+def test_a_recipe_that_changes_only_the_training_reuses_the_regenerated_data(cache: Path) -> None:
+    """The work folder (regenerated run, export) is named by the data: a new head of the same data only trains."""
+    retrained = dataclasses.replace(
+        SMOLLM2_EAGLE3, name="smollm2-135m-eagle3-v99", settings=TrainSettings(prompt_loss=True, epochs=9)
+    )
+    assert work_dir(retrained) == work_dir(SMOLLM2_EAGLE3) == cache / "heads" / f".work-{SMOLLM2_EAGLE3.data}"
+    other_data = dataclasses.replace(SMOLLM2_EAGLE3, data="smollm2-135m-drafter-train-v99")
+    assert work_dir(other_data) != work_dir(SMOLLM2_EAGLE3)

@@ -9,8 +9,9 @@ head instead of reading an old one.
 
 Each step resumes: the regeneration is a run folder (a rerun finishes it), the export is per shard, and the head is
 trained into a work folder and renamed into place with its ready marker, so the cache holds a whole head or none. The
-work folder (``heads/.work-<name>``: the regenerated run, its export, about 1.5 GB) is kept for retraining (the
-drafter bench trains its smaller head on it) and may be deleted. Two jobs asking at once: the second waits for the
+work folder (``heads/.work-<data>``: the regenerated run, its export, about 2.6 GB) is named by the data, not the
+head: a recipe that changes only the training reuses it and only trains. It is kept for retraining (the drafter bench
+trains its smaller head on it) and may be deleted. Two jobs asking at once: the second waits for the
 first's build (a lock in the work folder) and then reads its head.
 """
 
@@ -48,6 +49,8 @@ class HeadRecipe:
 
     name: str
     model: str
+    # The regenerated data's name (its work folder's): recipes that differ only in training share it.
+    data: str
     dataset: str = "drafter_train"
     max_samples: int | None = None
     max_tokens: int = 256
@@ -76,7 +79,10 @@ class HeadRecipe:
 # Recipe 2: the writing tasks in the prompts (specbatch.assets.drafter_corpus) and the loss at the prompts' positions
 # too (recipe 1 drafted the chat set's open tasks far worse than the kinds it saw; docs/drafter.md).
 SMOLLM2_EAGLE3 = HeadRecipe(
-    name="smollm2-135m-eagle3-v2", model="smollm2_135m", settings=TrainSettings(prompt_loss=True)
+    name="smollm2-135m-eagle3-v2",
+    model="smollm2_135m",
+    data="smollm2-135m-drafter-train-v2",
+    settings=TrainSettings(prompt_loss=True),
 )
 RECIPES = {recipe.name: recipe for recipe in (SMOLLM2_EAGLE3,)}
 
@@ -86,7 +92,7 @@ def head_ready(path: str | Path) -> bool:
 
 
 def work_dir(recipe: HeadRecipe) -> Path:
-    return default_heads_dir() / f".work-{recipe.name}"
+    return default_heads_dir() / f".work-{recipe.data}"
 
 
 def ensure_embedded_head(path: str | Path | None) -> None:
