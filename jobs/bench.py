@@ -11,7 +11,7 @@
     .venv/bin/python jobs/bench.py --sampling [--max-samples 16]  |  --simulate [--max-samples 16] [--repeats 3]
     .venv/bin/python jobs/bench.py --verification [--max-samples 16] [--two-turn-rows 16]   (needs a GPU)
     .venv/bin/python jobs/bench.py --ray [--rows 128] [--predict-max-tokens 128] [--repeats 3]
-    .venv/bin/python jobs/bench.py --drafter [--rows 48] [--stamp S]   (builds the embedded head first: ~100 min)
+    .venv/bin/python jobs/bench.py --drafter [--rows 48] [--stamp S]   (builds the embedded head first: ~135 min)
 
 (a)-(k), what each measures and its goals: the docstring of src/specbatch/bench/__init__.py.
 One run per measurement on a shared, noisy 2-core machine: quote the ratios of one invocation together.

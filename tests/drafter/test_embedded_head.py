@@ -1,7 +1,7 @@
 """The embedded model's learned head (model_spec=smollm2_135m_eagle3): where it lives, built on first use only for
 the preset's own folder, one build when two jobs ask at once, spec=auto leaving it out until it is built, and the
 regeneration's child stopped with the job that started it. The build's steps themselves run for real in
-tests/drafter/test_drafter_cpu.py; the whole recipe (about 100 minutes) runs in jobs/bench.py --drafter."""
+tests/drafter/test_drafter_cpu.py; the whole recipe (about 135 minutes) runs in jobs/bench.py --drafter."""
 
 from __future__ import annotations
 
@@ -45,9 +45,9 @@ def _built(cache: Path) -> Path:
 def test_the_preset_names_the_recipes_folder_in_the_cache(cache: Path) -> None:
     assert sorted(RECIPES) == sorted(EMBEDDED_HEADS)
     job = compose_job(["spec=eagle3"])
-    assert job.spec.model == str(cache / "heads" / "smollm2-135m-eagle3-v2")
+    assert job.spec.model == str(cache / "heads" / "smollm2-135m-eagle3-v3")
     assert unbuilt_embedded_head(job.spec.model)
-    assert not unbuilt_embedded_head("/elsewhere/smollm2-135m-eagle3-v2") and not unbuilt_embedded_head(None)
+    assert not unbuilt_embedded_head("/elsewhere/smollm2-135m-eagle3-v3") and not unbuilt_embedded_head(None)
     _built(cache)
     assert not unbuilt_embedded_head(job.spec.model)
 

@@ -33,9 +33,9 @@ EMBEDDED_KINDS = ("smollm2", "tiny")
 CHAT_DATA_FILE = "chat-v1.jsonl"
 # The embedded model's learned heads (specbatch.drafter.embedded_head has their recipes; tests check the two agree),
 # each a folder of default_heads_dir() built on first use, READY_MARKER written last.
-EMBEDDED_HEADS = ("smollm2-135m-eagle3-v2",)
+EMBEDDED_HEADS = ("smollm2-135m-eagle3-v3",)
 # How long building one takes (measured: docs/drafter.md), as the lines that announce a build say it.
-HEAD_BUILD_TIME = "about 100 minutes on 2 cores"
+HEAD_BUILD_TIME = "about 135 minutes on 2 cores"
 # The drafter-training prompts (specbatch.assets.drafter_corpus builds them; jobs/setup.sh names the file too).
 DRAFTER_CORPUS_FILE = "drafter-train-v2.jsonl"
 

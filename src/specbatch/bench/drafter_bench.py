@@ -139,7 +139,7 @@ def drafter_report(plan: DrafterPlan, root: Path, stamp: str) -> tuple[str, Path
     bench.mkdir(parents=True, exist_ok=True)
     rows = [f"max_samples={plan.rows}", f"sampling.max_tokens={plan.max_tokens}"]
     large = large_head()
-    # The goal's figure first (before the smaller head trains for a quarter of an hour).
+    # The goal's figure first (before the smaller head trains for about 40 minutes).
     first = run("chat-large-k3", [*WORKLOADS["chat"], *COMMON, *rows, *_eagle3(large, 3)], bench)
     log.info("the larger head on held-out chat at k 3: AL %.3f (goal %s)", first.al or 0, GOAL_AL)
     made = {"large": large, "small": small_head(bench)}
