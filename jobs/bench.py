@@ -6,8 +6,8 @@
         [--schedule-prompts 64] [--schedule-max-tokens 32] [--schedule-dir DIR] [--skip-overhead]
     .venv/bin/python jobs/bench.py --startup CHECKOUT [CHECKOUT ...] [--repeats 3]
     .venv/bin/python jobs/bench.py --predict [--rows 64] [--two-turn-rows 32] [--predict-max-tokens 128] [--stamp S]
-    .venv/bin/python jobs/bench.py --auto [--workloads humaneval_edit,humaneval,chat] [--setups none,ngram-k3]
-        [--repeats 3] [--auto-batches full,16,4] [--rows 32] [--stamp S]
+    .venv/bin/python jobs/bench.py --auto [--cells helpdesk@16,helpdesk@full,code_edit@16,retrieval@16]
+        [--setups none,ngram-k3,suffix-k5] [--sweep-rows 200] [--repeats 2] [--rows 1000] [--stamp S]
     .venv/bin/python jobs/bench.py --sampling [--max-samples 16]  |  --simulate [--max-samples 16] [--repeats 3]
     .venv/bin/python jobs/bench.py --verification [--max-samples 16] [--two-turn-rows 16]   (needs a GPU)
     .venv/bin/python jobs/bench.py --ray [--rows 128] [--predict-max-tokens 128] [--repeats 3]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specbatch.bench.auto_bench import DEFAULT_BATCHES, WORKLOADS, batch_list
+from specbatch.bench.auto_bench import DEFAULT_CELLS, cell_list
 from specbatch.bench.schedule_sweep import int_list
 
 
@@ -17,7 +17,7 @@ def bench_arguments(description: str, output_root: Path) -> argparse.ArgumentPar
     parser.add_argument("--skip-overhead", action="store_true")
     parser.add_argument("--streaming", action="store_true", help="run only (c), keeping the engine full")
     parser.add_argument(
-        "--rows", type=int, help="(c), (f), (g), (k): rows (default 128 for (c), (k); 64 for (f); all for (g))"
+        "--rows", type=int, help="(c), (f), (g), (k): rows (default 128 for (c), (k); 64 for (f); 1000 for (g))"
     )
     parser.add_argument("--two-turn-rows", type=int, help="(c), (f): two-turn rows (default 64 for (c), 32 for (f))")
     parser.add_argument("--report", type=Path, help="(c): also write the report here (default: in --output-root)")
@@ -32,10 +32,10 @@ def bench_arguments(description: str, output_root: Path) -> argparse.ArgumentPar
     parser.add_argument("--predict-max-tokens", type=int, default=128, help="(f), (k): new tokens per turn")
     parser.add_argument("--stamp", help="(f), (g): an earlier run's stamp: its finished runs are read, not run again")
     parser.add_argument("--auto", action="store_true", help="run only (g), spec=auto against the fixed set-ups")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"(g): some of {', '.join(WORKLOADS)}")
-    parser.add_argument("--setups", help="(g): fixed set-ups, e.g. none,ngram-k3 (default: auto's candidates)")
+    parser.add_argument("--cells", type=cell_list, default=DEFAULT_CELLS, help="(g): workload@batch, e.g. chat@full")
+    parser.add_argument("--setups", help="(g): the sweep's set-ups, e.g. none,ngram-k3 (default: auto's candidates)")
+    parser.add_argument("--sweep-rows", type=int, default=200, help="(g): rows of the short sweep")
     parser.add_argument("--auto-max-tokens", type=int, default=128, help="(g): new tokens per row")
-    parser.add_argument("--auto-batches", type=batch_list, default=DEFAULT_BATCHES, help="(g): max_num_seqs")
     parser.add_argument("--startup", type=Path, nargs="+", metavar="CHECKOUT", help="run only (e), these checkouts")
     parser.add_argument("--sampling", action="store_true", help="run only (h), n=4 sampling and the lossless check")
     parser.add_argument("--simulate", action="store_true", help="run only (i), spec=simulate against real n-gram")

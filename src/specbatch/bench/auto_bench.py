@@ -1,19 +1,18 @@
-"""spec=auto against every fixed set-up it could have chosen, on the same rows (``jobs/bench.py --auto``).
+"""spec=auto against the fixed set-ups it could have chosen, on jobs of the size people run (``jobs/bench.py --auto``).
 
-Per workload (HumanEval-edit, where the answer copies the prompt; plain HumanEval; and ``dataset=chat``, general
-questions and translations, where speculation pays little) and per batch (``--auto-batches``: full, the engine's
-default, and engine.max_num_seqs=16 and 4, where the rows are many batches and the decision has rows to act on):
-each fixed candidate (spec=none, n-gram at k 1, 2, 3, 5, 8, suffix at k 5 unless ``--setups`` says otherwise) and
-the whole spec=auto run, each through jobs/generate.py as a fresh process, repeated round-robin.
+Per cell (a workload at one batch; ``--cells``, by default help-desk chat at batch 16 and at the engine's full batch,
+code editing and retrieval answers at batch 16, each 1,000 rows: specbatch.assets.workloads):
 
-Throughput is the whole job's: output tokens over the job's wall time, launch to exit, so spec=auto pays for its
-pilot, its calibration and measurements, its decision and every engine it starts, and each fixed set-up for its one
-engine. Generation-only tok/s and start-ups are listed per set-up beside it.
+1. a short sweep: each of auto's candidates (``--setups``) once on the cell's first ``--sweep-rows`` rows; the two
+   fastest speculative set-ups become the cell's fixed ones, beside spec=none;
+2. ``--repeats`` rounds, alternating: spec=auto, a fixed run of what it chose when that is not one of the fixed
+   set-ups already (its decision's overrides: a k schedule is run as one), spec=none and the two fixed set-ups.
 
-Goals (issue 52), per cell (workload x batch) on medians: auto >= 0.95 x the best fixed set-up, and >= 0.97 x
-spec=none where none is the best; and, over the full-batch cells, auto ahead of the best fixed set-up on at least
-one workload. Each finished job leaves ``measured.json`` beside its run: ``--stamp`` of an interrupted invocation
-resumes it, measuring only the jobs not done.
+Every job is a fresh jobs/generate.py process; throughput is the whole job's (output tokens over wall time, launch to
+exit), so spec=auto pays for its pilot, its measurements and decision and every engine it starts. The goals:
+specbatch.bench.auto_cells. Each finished job leaves ``measured.json`` beside its run: ``--stamp`` of an interrupted
+invocation resumes it (the sweep included), measuring only the jobs not done; the runs and the report stay under the
+repo's ``outputs/bench``.
 """
 
 from __future__ import annotations
@@ -21,14 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shlex
 import shutil
-import statistics
-from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from specbatch.bench import machine_header
+from specbatch.bench.auto_cells import Cell, Measured, batch_name, cell_lines, summary_lines
 from specbatch.bench.full_engine import Throughput
 from specbatch.bench.processes import run_generate
 from specbatch.methods import AUTO_DEFAULT_CANDIDATES
@@ -36,86 +34,81 @@ from specbatch.run.folder import RunFolder
 
 log = logging.getLogger(__name__)
 
-# Workloads: humaneval_edit (code editing: the output copies the prompt), plain HumanEval (code written from a
-# docstring: little to copy) and chat (MT-Bench's questions and translations: less still).
+# Workloads: the 1,000-row ones (help-desk chat, where little pays; code editing, where the answer copies the prompt;
+# retrieval answers, which copy a help page) and the smaller sets of the earlier benches.
 WORKLOADS = {
+    "helpdesk": ["dataset=helpdesk"],
+    "code_edit": ["dataset=code_edit"],
+    "retrieval": ["dataset=retrieval"],
     "humaneval_edit": ["dataset=humaneval_edit"],
     "humaneval": ["dataset=humaneval"],
     "chat": ["dataset=chat"],
 }
-GOAL_BEST, GOAL_NONE = 0.95, 0.97
-# --auto-batches' default: the engine's own batch, 16 and 4.
-DEFAULT_BATCHES = "full,16,4"
+# --cells' default: workload@batch (full: the engine's own batch).
+DEFAULT_CELLS = "helpdesk@16,helpdesk@full,code_edit@16,retrieval@16"
+# Speculative set-ups the short sweep keeps for the rounds, beside spec=none.
+KEPT = 2
 # What each finished job leaves beside its run, read instead of running it again.
 MEASURED_FILE = "measured.json"
 
 
-def batch_list(text: str) -> tuple[int | None, ...]:
-    """An argparse type: ``full,16,4`` -> (None, 16, 4); None is the engine's default batch."""
-    batches: list[int | None] = []
+def cell_list(text: str) -> tuple[tuple[str, int | None], ...]:
+    """An argparse type: ``helpdesk@16,code_edit@full`` -> (("helpdesk", 16), ("code_edit", None))."""
+    cells: list[tuple[str, int | None]] = []
     for part in text.split(","):
-        part = part.strip()
-        if part != "full" and not (part.isdigit() and int(part) >= 1):
+        workload, _, batch = part.strip().partition("@")
+        if workload not in WORKLOADS:
             raise argparse.ArgumentTypeError(
-                f"{text!r}: {part!r} is neither 'full' nor a batch size of 1 or more, e.g. {DEFAULT_BATCHES}"
+                f"{text!r}: {workload!r} is no workload; choose from {', '.join(WORKLOADS)} (e.g. {DEFAULT_CELLS})"
             )
-        value = None if part == "full" else int(part)
-        if value not in batches:
-            batches.append(value)
-    return tuple(batches)
+        if batch != "full" and not (batch.isdigit() and int(batch) >= 1):
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: {part.strip()!r} needs @full or @<batch of 1 or more>, e.g. {DEFAULT_CELLS}"
+            )
+        cell = (workload, None if batch == "full" else int(batch))
+        if cell not in cells:
+            cells.append(cell)
+    return tuple(cells)
 
 
 @dataclass(frozen=True)
 class AutoPlan:
-    workloads: list[str]
+    cells: tuple[tuple[str, int | None], ...]
+    # The sweep's set-ups (auto's candidates by default); spec=none is run in every round whatever the sweep says.
     setups: list[str]
     rows: int | None
     max_tokens: int
     repeats: int
-    # engine.max_num_seqs of each section; None: the engine's default (full batch).
-    batches: tuple[int | None, ...] = (None,)
+    sweep_rows: int = 200
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AutoPlan:
         """jobs/bench.py --auto's flags."""
         setups = args.setups.split(",") if args.setups else list(AUTO_DEFAULT_CANDIDATES)
-        batches = args.auto_batches if isinstance(args.auto_batches, tuple) else batch_list(args.auto_batches)
-        unknown = [w for w in args.workloads.split(",") if w not in WORKLOADS]
-        if unknown:
-            raise ValueError(f"--workloads: {', '.join(unknown)} unknown; choose from {', '.join(WORKLOADS)}")
-        return cls(args.workloads.split(","), setups, args.rows, args.auto_max_tokens, args.repeats, batches)
+        cells = args.cells if isinstance(args.cells, tuple) else cell_list(args.cells)
+        return cls(cells, setups, args.rows or 1000, args.auto_max_tokens, args.repeats, args.sweep_rows)
 
 
-@dataclass(frozen=True)
-class Measured:
-    """One job: its throughput (full_engine.Throughput), its engine start-ups, and spec=auto's decision."""
-
-    setup: str
-    figures: Throughput
-    startup_seconds: float
-    decision: dict | None = None
-
-    @property
-    def job_rate(self) -> float:
-        """Output tokens per second of the whole job, launch to exit (what the goals are judged on)."""
-        return self.figures.output_tokens / self.figures.wall_seconds
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Measured:
-        return cls(data["setup"], Throughput(**data["figures"]), data["startup_seconds"], data.get("decision"))
-
-
-def _overrides(setup: str) -> list[str]:
+def setup_overrides(setup: str) -> list[str]:
+    """A set-up's label as overrides: ``auto``, ``none``, ``ngram-k3``."""
     if setup == "auto":
         return ["spec=auto"]
     method, _, k = setup.partition("-k")
     return [f"spec={method}", *([f"spec.num_speculative_tokens={k}"] if k else [])]
 
 
-def run_one(setup: str, workload: list[str], plan: AutoPlan, root: Path, batch: int | None = None) -> Measured:
+def chosen_overrides(decision: dict) -> list[str]:
+    """The overrides that run spec=auto's choice as a fixed set-up: its decision's own (a k schedule included)."""
+    overrides = shlex.split(str(decision.get("overrides") or "")) or setup_overrides(str(decision.get("winner")))
+    schedule = decision.get("k_schedule")
+    if schedule and not any(o.startswith("spec.k_schedule=") for o in overrides):
+        overrides.append("spec.k_schedule=[" + ",".join(f"[{a},{b},{c}]" for a, b, c in schedule) + "]")
+    return overrides
+
+
+def run_one(
+    setup: str, spec: list[str], workload: list[str], plan: AutoPlan, root: Path, batch: int | None, rows: int | None
+) -> Measured:
     """One job as a fresh process writing under its own ``root``; its figures from the shard summary. A job that
     finished before (its ``measured.json`` is there) is read, not run again."""
     done = root / MEASURED_FILE
@@ -128,9 +121,9 @@ def run_one(setup: str, workload: list[str], plan: AutoPlan, root: Path, batch: 
         shutil.rmtree(root)
     overrides = [
         *workload,
-        *_overrides(setup),
+        *spec,
         *([f"engine.max_num_seqs={batch}"] if batch else []),
-        f"max_samples={plan.rows}" if plan.rows else "max_samples=null",
+        f"max_samples={rows}" if rows else "max_samples=null",
         f"sampling.max_tokens={plan.max_tokens}",
         "tracking=off",
     ]
@@ -143,135 +136,42 @@ def run_one(setup: str, workload: list[str], plan: AutoPlan, root: Path, batch: 
     return measured
 
 
-def batch_name(batch: int | None) -> str:
-    return "full" if batch is None else str(batch)
+def sweep(plan: AutoPlan, workload: str, batch: int | None, where: Path) -> dict[str, float]:
+    """Each set-up once on the cell's first ``sweep_rows`` rows: job tok/s by set-up."""
+    rates = {}
+    for setup in plan.setups:
+        log.info("%s at batch %s: the sweep's %s", workload, batch_name(batch), setup)
+        job = run_one(setup, setup_overrides(setup), WORKLOADS[workload], plan, where / setup, batch, plan.sweep_rows)
+        rates[setup] = job.job_rate
+    return rates
 
 
-@dataclass(frozen=True)
-class Cell:
-    """One workload at one batch: every set-up's runs, and the goals' arithmetic on their medians."""
-
-    workload: str
-    batch: int | None
-    results: dict[str, list[Measured]]
-
-    def rate(self, setup: str) -> float:
-        return statistics.median(m.job_rate for m in self.results[setup])
-
-    @property
-    def fixed(self) -> dict[str, float]:
-        return {s: self.rate(s) for s in self.results if s != "auto"}
-
-    @property
-    def best(self) -> str:
-        fixed = self.fixed
-        return max(fixed, key=lambda s: fixed[s])
-
-    @property
-    def vs_best(self) -> float:
-        return self.rate("auto") / self.rate(self.best)
-
-    @property
-    def vs_none(self) -> float | None:
-        return self.rate("auto") / self.rate("none") if "none" in self.results else None
-
-    @property
-    def best_goal(self) -> bool:
-        return self.vs_best >= GOAL_BEST
-
-    @property
-    def none_goal(self) -> bool | None:
-        """None where it does not apply: spec=none is not the best fixed set-up (or was not run)."""
-        vs_none = self.vs_none
-        return None if vs_none is None or self.best != "none" else vs_none >= GOAL_NONE
-
-    @property
-    def chose(self) -> str:
-        """What auto ran, per repeat (its decision's caption, else its winner's label), counted when they differ."""
-        picks = Counter(_pick(m.decision) for m in self.results["auto"])
-        if len(picks) == 1:
-            return next(iter(picks))
-        return ", ".join(f"{pick} ({count}x)" for pick, count in picks.most_common())
-
-    @property
-    def title(self) -> str:
-        return f"{self.workload}, {'full batch' if self.batch is None else f'engine.max_num_seqs={self.batch}'}"
+def kept(rates: dict[str, float]) -> list[str]:
+    """The sweep's fastest speculative set-ups, at most KEPT (spec=none and spec=auto run anyway)."""
+    ranked = sorted((s for s in rates if s not in ("none", "auto")), key=lambda s: -rates[s])
+    return ranked[:KEPT]
 
 
-def _pick(decision: dict | None) -> str:
-    if not decision:
-        return "no decision"
-    return str(decision.get("winner_caption") or decision.get("winner"))
-
-
-def _met(goal: bool | None) -> str:
-    return "n/a" if goal is None else "met" if goal else "MISSED"
-
-
-def summary_lines(cells: list[Cell]) -> list[str]:
-    """The table of every cell, the cells that miss goals 1 or 2, and goal 3's line."""
-    lines = [
-        f"| workload | batch | none tok/s | best fixed | best tok/s | auto tok/s | auto / best | auto / none "
-        f"| auto chose | >= {GOAL_BEST} best | >= {GOAL_NONE} none |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for c in cells:
-        none = f"{c.rate('none'):.1f}" if "none" in c.results else "-"
-        vs_none = f"{c.vs_none:.3f}" if c.vs_none is not None else "-"
-        lines.append(
-            f"| {c.workload} | {batch_name(c.batch)} | {none} | {c.best} | {c.rate(c.best):.1f} | "
-            f"{c.rate('auto'):.1f} | {c.vs_best:.3f} | {vs_none} | {c.chose} | {_met(c.best_goal)} | "
-            f"{_met(c.none_goal)} |"
-        )
-    missed = [f"{c.workload} at batch {batch_name(c.batch)}: {why}" for c in cells for why in _misses(c)]
-    lines += ["", *([f"- goal missed: {m}" for m in missed] or ["- goals 1 and 2 met in every cell"])]
-    return [*lines, f"- {ahead_line(cells)}"]
-
-
-def _misses(cell: Cell) -> list[str]:
-    out = []
-    if not cell.best_goal:
-        out.append(f"auto / best ({cell.best}) {cell.vs_best:.3f} < {GOAL_BEST}")
-    if cell.none_goal is False:
-        out.append(f"auto / none {cell.vs_none:.3f} < {GOAL_NONE} (none is best)")
-    return out
-
-
-def ahead_line(cells: list[Cell]) -> str:
-    """Goal 3: auto ahead of the best fixed set-up (median against median) on a full-batch workload."""
-    full = [c for c in cells if c.batch is None]
-    if not full:
-        return "auto ahead of the best fixed set-up at full batch: not measured (no full-batch cell)"
-    ahead = [c for c in full if c.vs_best > 1.0]
-    shown = ahead or [max(full, key=lambda c: c.vs_best)]
-    which = ", ".join(f"{c.workload} ({c.vs_best:.3f} x {c.best})" for c in shown)
-    if ahead:
-        return f"auto ahead of the best fixed set-up at full batch: yes, {which}"
-    return f"auto ahead of the best fixed set-up at full batch: no (closest: {which})"
-
-
-def cell_lines(cell: Cell) -> list[str]:
-    """Every set-up's runs in one cell, and what auto decided in each repeat."""
-    lines = [
-        f"### {cell.title}",
-        "",
-        "| set-up | job tok/s (median) | per run | generation tok/s | job s | generation s | engine start-ups s |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for setup, runs in cell.results.items():
-        per_run = " ".join(f"{m.job_rate:.1f}" for m in runs)
-        generation = statistics.median(m.figures.tokens_per_second for m in runs)
-        wall = statistics.median(m.figures.wall_seconds for m in runs)
-        seconds = statistics.median(m.figures.generation_seconds for m in runs)
-        startups = statistics.median(m.startup_seconds for m in runs)
-        lines.append(
-            f"| {setup} | {cell.rate(setup):.1f} | {per_run} | {generation:.1f} | {wall:.1f} | {seconds:.1f} "
-            f"| {startups:.1f} |"
-        )
-    for m in cell.results["auto"]:
-        d = m.decision or {}
-        lines.append(f"- auto chose {_pick(m.decision)} (measured: {d.get('measured')}): {d.get('why')}")
-    return lines
+def measure_cell(plan: AutoPlan, workload: str, batch: int | None, where: Path) -> Cell:
+    """The sweep, then ``repeats`` rounds: auto, a fixed run of its choice unless that set-up is run anyway, spec=none
+    and the sweep's two fastest."""
+    rates = sweep(plan, workload, batch, where / "sweep") if len(plan.setups) > 1 + KEPT else {}
+    fixed = ["none", *(kept(rates) if rates else [s for s in plan.setups if s != "none"])]
+    results: dict[str, list[Measured]] = {"auto": [], **{s: [] for s in fixed}}
+    data = WORKLOADS[workload]
+    for repeat in range(plan.repeats):
+        log.info("%s at batch %s: round %d of %d", workload, batch_name(batch), repeat + 1, plan.repeats)
+        auto = run_one("auto", ["spec=auto"], data, plan, where / f"auto-rep{repeat}", batch, plan.rows)
+        results["auto"].append(auto)
+        pick = auto.pick or "none"
+        if pick not in fixed:
+            spec = chosen_overrides(auto.decision or {})
+            chosen = run_one(pick, spec, data, plan, where / f"chosen-{pick}-rep{repeat}", batch, plan.rows)
+            results.setdefault(pick, []).append(chosen)
+        for setup in fixed:
+            job = run_one(setup, setup_overrides(setup), data, plan, where / f"{setup}-rep{repeat}", batch, plan.rows)
+            results[setup].append(job)
+    return Cell(workload, batch, results, rates)
 
 
 def report(plan: AutoPlan, stamp: str, cells: list[Cell]) -> str:
@@ -280,9 +180,10 @@ def report(plan: AutoPlan, stamp: str, cells: list[Cell]) -> str:
         "",
         machine_header(),
         f"greedy, model.dtype as the machine picks it, sampling.max_tokens={plan.max_tokens}, "
-        f"{'all' if plan.rows is None else plan.rows} rows; medians of {plan.repeats} run(s) each, round-robin; "
-        "tok/s = output tokens / the job's wall seconds, launch to exit (spec=auto: pilot, measuring, decision and "
-        "every engine start-up included).",
+        f"{'all' if plan.rows is None else plan.rows} rows; the fixed set-ups: spec=none and the {KEPT} fastest of a "
+        f"sweep on {plan.sweep_rows} rows; medians of {plan.repeats} round(s), alternating; tok/s = output tokens / "
+        "the job's wall seconds, launch to exit (spec=auto: pilot, measuring, decision and every engine start-up "
+        "included).",
         "",
         *summary_lines(cells),
     ]
@@ -292,18 +193,12 @@ def report(plan: AutoPlan, stamp: str, cells: list[Cell]) -> str:
 
 
 def auto_report(plan: AutoPlan, root: Path, stamp: str) -> tuple[str, Path]:
-    """Measure every workload at every batch (each set-up ``plan.repeats`` times, round-robin) and write the report,
-    rewritten after each cell so that an interrupted invocation leaves the cells it finished."""
+    """Measure every cell and write the report, rewritten after each cell so that an interrupted invocation leaves
+    the cells it finished."""
     path = root / f"auto-{stamp}.md"
     cells: list[Cell] = []
-    for name in plan.workloads:
-        for batch in plan.batches:
-            results: dict[str, list[Measured]] = {s: [] for s in [*plan.setups, "auto"]}
-            for repeat in range(plan.repeats):
-                for setup in results:
-                    where = root / f"auto-{stamp}" / name / f"batch-{batch_name(batch)}" / f"{setup}-rep{repeat}"
-                    log.info("%s at batch %s: %s, repeat %d", name, batch_name(batch), setup, repeat)
-                    results[setup].append(run_one(setup, WORKLOADS[name], plan, where, batch))
-            cells.append(Cell(name, batch, results))
-            path.write_text(report(plan, stamp, cells))
+    for workload, batch in plan.cells:
+        where = root / f"auto-{stamp}" / workload / f"batch-{batch_name(batch)}"
+        cells.append(measure_cell(plan, workload, batch, where))
+        path.write_text(report(plan, stamp, cells))
     return path.read_text(), path

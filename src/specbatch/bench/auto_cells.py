@@ -1,0 +1,204 @@
+"""One cell of ``jobs/bench.py --auto`` (a workload at one batch): its runs, the goals' arithmetic on their medians,
+and the report's lines. The runs themselves: specbatch.bench.auto_bench.
+
+Goals (issue 67), per cell, on medians of whole-job tok/s (output tokens over wall seconds, launch to exit):
+
+1. the choice: a fixed run of what auto chose reaches at least 0.97x the best fixed set-up;
+2. the cost of choosing: auto's wall time exceeds the fixed run of its choice by at most 3 % of that run's;
+3. where nothing pays (spec=none is the best fixed set-up): auto at least 0.97x spec=none;
+4. the whole job: auto at least 0.95x the best fixed set-up.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from specbatch.bench.full_engine import Throughput
+
+GOAL_CHOICE, GOAL_COST, GOAL_NONE, GOAL_BEST = 0.97, 0.03, 0.97, 0.95
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One job: its throughput (full_engine.Throughput), its engine start-ups, and spec=auto's decision."""
+
+    setup: str
+    figures: Throughput
+    startup_seconds: float
+    decision: dict | None = None
+
+    @property
+    def job_rate(self) -> float:
+        """Output tokens per second of the whole job, launch to exit (what the goals are judged on)."""
+        return self.figures.output_tokens / self.figures.wall_seconds
+
+    @property
+    def pick(self) -> str | None:
+        """The set-up spec=auto ran the rest with (its decision's winner label); None for a fixed run."""
+        return str(self.decision.get("winner")) if self.decision else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measured:
+        return cls(data["setup"], Throughput(**data["figures"]), data["startup_seconds"], data.get("decision"))
+
+
+def batch_name(batch: int | None) -> str:
+    return "full" if batch is None else str(batch)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One workload at one batch: every set-up's runs (spec=auto's under ``auto``; a fixed run of each set-up auto
+    chose under its label), the short sweep's tok/s that chose the fixed ones, and the goals."""
+
+    workload: str
+    batch: int | None
+    results: dict[str, list[Measured]]
+    sweep: dict[str, float] = field(default_factory=dict)
+
+    def rate(self, setup: str) -> float:
+        return statistics.median(m.job_rate for m in self.results[setup])
+
+    def wall(self, setup: str) -> float:
+        return statistics.median(m.figures.wall_seconds for m in self.results[setup])
+
+    @property
+    def fixed(self) -> dict[str, float]:
+        return {s: self.rate(s) for s in self.results if s != "auto" and self.results[s]}
+
+    @property
+    def best(self) -> str:
+        fixed = self.fixed
+        return max(fixed, key=lambda s: fixed[s])
+
+    @property
+    def picks(self) -> list[str]:
+        """What auto chose, per repeat (a run without a decision counts as none, what it then runs)."""
+        return [m.pick or "none" for m in self.results["auto"]]
+
+    @property
+    def choice(self) -> float | None:
+        """Goal 1: the fixed run of auto's worst choice over the best fixed set-up (None: a choice never run fixed)."""
+        chosen = set(self.picks)
+        if not chosen or not chosen <= set(self.fixed):
+            return None
+        return min(self.rate(pick) for pick in chosen) / self.rate(self.best)
+
+    @property
+    def cost(self) -> float | None:
+        """Goal 2: auto's wall time over the fixed run of its choice, minus 1 (median over auto's repeats)."""
+        if not self.results["auto"] or not set(self.picks) <= set(self.fixed):
+            return None
+        runs = zip(self.results["auto"], self.picks, strict=True)
+        return statistics.median(m.figures.wall_seconds / self.wall(pick) - 1 for m, pick in runs)
+
+    @property
+    def vs_best(self) -> float:
+        return self.rate("auto") / self.rate(self.best)
+
+    @property
+    def vs_none(self) -> float | None:
+        return self.rate("auto") / self.rate("none") if self.results.get("none") else None
+
+    def goals(self) -> dict[str, bool | None]:
+        """Each goal met (True), missed (False) or not applying / not measured (None)."""
+        vs_none = self.vs_none
+        return {
+            "choice": None if self.choice is None else self.choice >= GOAL_CHOICE,
+            "cost": None if self.cost is None else self.cost <= GOAL_COST,
+            "none": None if vs_none is None or self.best != "none" else vs_none >= GOAL_NONE,
+            "best": self.vs_best >= GOAL_BEST,
+        }
+
+    @property
+    def chose(self) -> str:
+        """What auto ran, per repeat (its decision's caption, else its winner's label), counted when they differ."""
+        picks = Counter(_caption(m.decision) for m in self.results["auto"])
+        if len(picks) == 1:
+            return next(iter(picks))
+        return ", ".join(f"{pick} ({count}x)" for pick, count in picks.most_common())
+
+    @property
+    def title(self) -> str:
+        return f"{self.workload}, {'full batch' if self.batch is None else f'engine.max_num_seqs={self.batch}'}"
+
+
+def _caption(decision: dict | None) -> str:
+    if not decision:
+        return "no decision"
+    return str(decision.get("winner_caption") or decision.get("winner"))
+
+
+def _met(goal: bool | None) -> str:
+    return "n/a" if goal is None else "met" if goal else "MISSED"
+
+
+def _ratio(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def summary_lines(cells: list[Cell]) -> list[str]:
+    """The table of every cell, then the goals each cell misses."""
+    lines = [
+        "| workload | batch | none tok/s | best fixed | best tok/s | auto tok/s | auto chose | choice fixed / best "
+        f"| auto wall / choice's - 1 | auto / none | auto / best | choice >= {GOAL_CHOICE} | cost <= {GOAL_COST:.0%} "
+        f"| >= {GOAL_NONE} none | >= {GOAL_BEST} best |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        goals = c.goals()
+        none = f"{c.rate('none'):.1f}" if c.results.get("none") else "-"
+        cost = "-" if c.cost is None else f"{c.cost:+.1%}"
+        lines.append(
+            f"| {c.workload} | {batch_name(c.batch)} | {none} | {c.best} | {c.rate(c.best):.1f} | "
+            f"{c.rate('auto'):.1f} | {c.chose} | {_ratio(c.choice)} | {cost} | {_ratio(c.vs_none)} | "
+            f"{c.vs_best:.3f} | {' | '.join(_met(g) for g in goals.values())} |"
+        )
+    missed = [f"{c.workload} at batch {batch_name(c.batch)}: {why}" for c in cells for why in _misses(c)]
+    return [*lines, "", *([f"- goal missed: {m}" for m in missed] or ["- every goal met in every cell"])]
+
+
+def _misses(cell: Cell) -> list[str]:
+    goals, out = cell.goals(), []
+    if goals["choice"] is False:
+        out.append(f"the fixed run of auto's choice / best ({cell.best}) {cell.choice:.3f} < {GOAL_CHOICE}")
+    if goals["cost"] is False:
+        out.append(f"auto's wall time {cell.cost:+.1%} over the fixed run of its choice (at most {GOAL_COST:.0%})")
+    if goals["none"] is False:
+        out.append(f"auto / none {cell.vs_none:.3f} < {GOAL_NONE} (none is best)")
+    if goals["best"] is False:
+        out.append(f"auto / best ({cell.best}) {cell.vs_best:.3f} < {GOAL_BEST}")
+    return out
+
+
+def cell_lines(cell: Cell) -> list[str]:
+    """The sweep that chose the fixed set-ups, every set-up's runs in one cell, and what auto decided each time."""
+    lines = [f"### {cell.title}", ""]
+    if cell.sweep:
+        ranked = sorted(cell.sweep.items(), key=lambda item: -item[1])
+        lines += ["short sweep (job tok/s): " + ", ".join(f"{s} {r:.1f}" for s, r in ranked), ""]
+    lines += [
+        "| set-up | job tok/s (median) | per run | generation tok/s | job s | generation s | engine start-ups s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for setup, runs in cell.results.items():
+        if not runs:
+            continue
+        per_run = " ".join(f"{m.job_rate:.1f}" for m in runs)
+        generation = statistics.median(m.figures.tokens_per_second for m in runs)
+        seconds = statistics.median(m.figures.generation_seconds for m in runs)
+        startups = statistics.median(m.startup_seconds for m in runs)
+        lines.append(
+            f"| {setup} | {cell.rate(setup):.1f} | {per_run} | {generation:.1f} | {cell.wall(setup):.1f} | "
+            f"{seconds:.1f} | {startups:.1f} |"
+        )
+    for m in cell.results["auto"]:
+        d = m.decision or {}
+        lines.append(f"- auto chose {_caption(m.decision)} (measured: {d.get('measured')}): {d.get('why')}")
+    return lines
