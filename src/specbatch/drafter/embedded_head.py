@@ -31,7 +31,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specbatch.assets.cache import HEAD_BUILD_TIME, READY_MARKER, default_heads_dir, unbuilt_embedded_head
+from specbatch.assets.cache import (
+    HEAD_BUILD_TIME,
+    READY_MARKER,
+    default_heads_dir,
+    is_ready,
+    unbuilt_embedded_head,
+)
 from specbatch.config import ConfigError
 from specbatch.drafter.export import export_run
 from specbatch.drafter.train import TrainSettings, read_exports, train_head
@@ -88,10 +94,6 @@ SMOLLM2_EAGLE3 = HeadRecipe(
 RECIPES = {recipe.name: recipe for recipe in (SMOLLM2_EAGLE3,)}
 
 
-def head_ready(path: str | Path) -> bool:
-    return (Path(path).expanduser() / READY_MARKER).is_file()
-
-
 def work_dir(recipe: HeadRecipe) -> Path:
     return default_heads_dir() / f".work-{recipe.data}"
 
@@ -106,7 +108,7 @@ def ensure_embedded_head(path: str | Path | None) -> None:
     recipe = RECIPES[out.name]
     work = work_dir(recipe)
     with _build_lock(work, out):
-        if head_ready(out):
+        if is_ready(out):
             return
         log.warning(
             "building the EAGLE-3 head %s once for this machine into %s (%s: the target "
@@ -126,7 +128,7 @@ def build_head(recipe: HeadRecipe, out: Path, work: Path, settings: TrainSetting
     """Regenerate, export and train (each step resumed) and put the head at ``out`` with its ready marker."""
     export = export_of(recipe, work)
     trained = work / f"head-{out.name}"
-    if trained.exists() and not head_ready(trained):
+    if trained.exists() and not is_ready(trained):
         shutil.rmtree(trained)  # a training a stop cut short: it starts again (it keeps no checkpoint)
     if not trained.exists():
         train_head(read_exports([export]), trained, settings or recipe.settings)
