@@ -45,7 +45,8 @@ def test_each_workload_is_a_thousand_rows_with_unique_ids_the_same_on_every_buil
 
 
 def test_no_prompt_is_a_drafter_training_prompt_and_no_turn_is_in_both_chats(built: dict[str, list]) -> None:
-    corpus = [row["prompt"] for row in corpus_rows()]
+    rows = corpus_rows()
+    corpus = [row["prompt"] for row in rows]
     code = [prompt.split("```python\n", 1)[1] for prompt in corpus if "```python\n" in prompt]
     edits = [row["prompt"].split("```python\n", 1)[1] for row in built["code_edit"]]
     assert len(code) > 400 and not set(edits) & set(code)
@@ -56,9 +57,13 @@ def test_no_prompt_is_a_drafter_training_prompt_and_no_turn_is_in_both_chats(bui
         row["id"].split("-")[1] for row in built["retrieval"]
     }
     assert len(last_turns) > ROWS  # real conversations, not one question repeated
+    writing_pages = {row["id"].removeprefix("writing-") for row in rows if row["category"] == "writing"}
+    assert writing_pages and not {row["page"] for row in built["retrieval"]} & writing_pages
 
 
-def test_a_retrieval_row_answers_from_its_first_ranked_page_cut_at_a_sentence() -> None:
+def test_a_retrieval_row_answers_from_its_first_ranked_page_which_the_drafter_never_saw() -> None:
+    """Retrieval takes the later turns whose first-ranked page is one the drafter corpus does not write on (odd
+    pages), its text cut at a sentence; help-desk chat takes the other later turns; first turns neither."""
     long_page = "Renewing a license \n" + "You can renew online . " * 200
     records = [
         {"document": "dmv", "ctxs": [1, 0], "messages": [{"role": "user", "content": f"q{n}"}]} for n in range(2)
@@ -66,25 +71,26 @@ def test_a_retrieval_row_answers_from_its_first_ranked_page_cut_at_a_sentence() 
     records += [
         {
             "document": "dmv",
-            "ctxs": [1, 0],
+            "ctxs": [1, 0] if i % 2 == 0 else [0, 1],  # page 1 first (held out), or page 0 (a corpus page)
             "messages": [
                 {"role": "user", "content": "How do I renew?"},
                 {"role": "assistant", "content": "Online or by mail."},
-                {"role": "user", "content": f"And  online {n}?"},
+                {"role": "user", "content": f"And  online {i}?"},
             ],
         }
-        for n in range(4)
+        for i in range(6)
     ]
     rows = conversation_rows(records, {"dmv": ["Other page \nNo.", long_page]}, rows=2)
-    assert [row["id"] for row in rows["helpdesk"]] == ["helpdesk-2", "helpdesk-4"]
-    assert [row["id"] for row in rows["retrieval"]] == ["retrieval-3", "retrieval-5"]
+    assert [row["id"] for row in rows["retrieval"]] == ["retrieval-2", "retrieval-4"]
+    assert [row["page"] for row in rows["retrieval"]] == ["dmv-1", "dmv-1"]
+    assert [row["id"] for row in rows["helpdesk"]] == ["helpdesk-3", "helpdesk-6"]
     system, *conversation = rows["retrieval"][0]["messages"]
     assert system["role"] == "system" and "Department of Motor Vehicles" in system["content"]
     page = system["content"].split("Help page:\n", 1)[1]
     assert page.startswith("Renewing a license You can renew online.") and page.endswith(".")
     assert len(page) <= PAGE_CHARS
-    assert conversation[-1] == {"role": "user", "content": "And online 1?"}  # record 3
-    assert rows["helpdesk"][0]["messages"] == conversation[:-1] + [{"role": "user", "content": "And online 0?"}]
+    assert conversation[-1] == {"role": "user", "content": "And online 0?"}  # spaces tidied
+    assert rows["helpdesk"][0]["messages"] == conversation[:-1] + [{"role": "user", "content": "And online 1?"}]
     assert spread(list(range(10)), 4) == [0, 2, 5, 7] and spread([1, 2], 4) == [1, 2]
 
 

@@ -199,7 +199,7 @@ def writing_rows(documents: dict[str, list[str]]) -> tuple[list[dict[str, str]],
     titled = 0
     for domain in sorted(documents):
         for number, page in enumerate(documents[domain]):
-            if number % 2:
+            if not page_in_corpus(number):
                 continue
             title, _, text = page.partition("\n")
             topic, passage = tidy(title).rstrip("."), cut(tidy(text), PASSAGE_CHARS)
@@ -223,6 +223,12 @@ def writing_rows(documents: dict[str, list[str]]) -> tuple[list[dict[str, str]],
                         }
                     )
     return rows, translations
+
+
+def page_in_corpus(number: int) -> bool:
+    """Whether a domain's ``number``-th help page is a writing prompt's (every other; the retrieval workload of
+    specbatch.assets.workloads answers from the others)."""
+    return number % 2 == 0
 
 
 def _is_topic(title: str) -> bool:

