@@ -76,6 +76,28 @@ def test_speculative_costs_are_measured_on_a_speculative_engines_steps() -> None
     assert measured.speculative_measured and "15 speculative steps timed here" in measured.speculative_source
 
 
+def test_a_speculative_engines_steps_alone_size_the_whole_model() -> None:
+    """A pilot on a speculative set-up times no spec=none step: its steps size the model, split by the priors'
+    ratios; spec=none's step and k = 0's overhead come out as the steps were made."""
+    base, per_token = 0.010, 0.0005
+    truth = StepCosts(
+        base, per_token, costs.SPECULATIVE_OVER_BASE * base, costs.PER_DRAFT_OVER_PER_TOKEN * per_token, "", "", 0.15
+    )
+    steps = [(16, 16, 300, 48, truth.speculative_pass(16, 3) + per_token * 300)]  # prefilled and drafted
+    for requests in (16, 12, 8, 4):
+        # Draft tokens per request vary (n-gram drafts fewer where nothing matches); some steps draft nothing.
+        steps += [(requests, requests, 0, requests * d, truth.speculative_pass(requests, d)) for d in (1, 2, 3)]
+        steps += [(requests, requests, 0, 0, truth.drafting_nothing(requests))] * 2
+    fitted = costs.fit_speculative([_table("ngram-k3", steps)])
+    assert fitted is not None
+    assert fitted.base == pytest.approx(base, rel=1e-6) and fitted.per_token == pytest.approx(per_token, rel=1e-6)
+    assert fitted.speculative_pass(10, 2) == pytest.approx(truth.speculative_pass(10, 2), rel=1e-6)
+    assert fitted.k0_overhead == pytest.approx(0.15, rel=1e-6) and "drafted nothing" in fitted.k0_source
+    assert "split by the prior's ratios (spec=none's own steps not timed)" in fitted.plain_source
+    assert fitted.speculative_measured
+    assert costs.fit_speculative([_table("ngram-k3", steps[:8])]) is None  # 6 steps drafted: too few
+
+
 # --- the choice per batch occupancy ---
 
 # A CPU-like machine: a step's cost grows with the tokens it processes, so verifying drafts costs most at full batch.

@@ -13,7 +13,8 @@ The model, in seconds per step of ``b`` requests:
 its decoding ones process different numbers of tokens, which is what separates them. ``speculative`` and
 ``per_draft`` come from a speculative engine's own steps once it has run (:func:`with_speculative_steps`, the check
 after the hand-over), and so does ``k0_overhead`` (its decoding steps that drafted nothing); before, they are the
-priors below, and the log says where each came from.
+priors below, and the log says where each came from. Where only a speculative engine was timed (a pilot on a
+speculative set-up), :func:`fit_speculative` sizes the whole model on its steps, split by the priors' ratios.
 """
 
 from __future__ import annotations
@@ -189,3 +190,38 @@ def _with_k0_steps(costs: StepCosts, tables: list[StepTable]) -> StepCosts:
     ratio = statistics.median(s.seconds / costs.plain(s.requests) for s in idle)
     where = f"{len(idle)} steps of a speculative engine that drafted nothing, timed here"
     return replace(costs, k0_overhead=max(ratio - 1.0, 0.0), k0_source=where)
+
+
+def fit_speculative(tables: list[StepTable]) -> StepCosts | None:
+    """The cost model from a speculative engine's steps alone, spec=none's never timed (a pilot on a speculative
+    set-up). One engine at one k cannot separate a plain step from speculation's part (a step's draft tokens grow with
+    its requests), so the priors' ratios split them and the steps size them: every step that drafted or prefilled,
+    ``seconds = base x (1 + SPECULATIVE_OVER_BASE x drafted) + per_token x (tokens + PER_DRAFT_OVER_PER_TOKEN x
+    draft tokens)``, fitted by least squares; then k = 0's overhead on its decoding steps that drafted nothing. None
+    when fewer than MIN_STEPS steps drafted."""
+    steps = [s for table in tables for s in table.steps() if s.draft_tokens or s.prompt_tokens]
+    drafted = sum(1 for s in steps if s.draft_tokens)
+    if drafted < MIN_STEPS:
+        return None
+    a = [1.0 + (SPECULATIVE_OVER_BASE if s.draft_tokens else 0.0) for s in steps]
+    x = [s.requests + s.prompt_tokens + PER_DRAFT_OVER_PER_TOKEN * s.draft_tokens for s in steps]
+    y = [s.seconds for s in steps]
+    saa, sax, sxx = sum(v * v for v in a), sum(u * v for u, v in zip(a, x, strict=True)), sum(v * v for v in x)
+    say, sxy = sum(u * v for u, v in zip(a, y, strict=True)), sum(u * v for u, v in zip(x, y, strict=True))
+    det = saa * sxx - sax * sax
+    base = (say * sxx - sxy * sax) / det if det > 0 else 0.0
+    per_token = (saa * sxy - sax * say) / det if det > 0 else 0.0
+    where = f"{len(steps)} steps of a speculative engine timed here, split by the prior's ratios"
+    if base <= 0 or per_token <= 0:
+        # The steps did not separate a part per token: one step time, as fit_plain does.
+        base, per_token = statistics.median(v / u for u, v in zip(a, y, strict=True)), 0.0
+        where += ", one step time for every batch"
+    costs = StepCosts(
+        base,
+        per_token,
+        SPECULATIVE_OVER_BASE * base,
+        PER_DRAFT_OVER_PER_TOKEN * per_token,
+        f"{where} (spec=none's own steps not timed)",
+        where,
+    )
+    return _with_k0_steps(costs, tables)
