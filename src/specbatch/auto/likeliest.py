@@ -1,0 +1,117 @@
+"""The set-up a spec=auto shard pilots on: the likeliest winner, so that when it wins nothing switches (issue 67).
+
+Greedy lossless completions do not depend on the set-up that made them, so the pilot's rows predict every n-gram and
+suffix candidate whichever set-up ran them; what the pilot's set-up decides is what the pilot costs and whether its
+engine can stay for the rest. Earlier runs of the same kind of job say which set-up that is. A run matches when it is
+in the same ``output_root`` (the same data set and model folder, RunFolder.for_job), finished, and ran the same
+target (model path and dtype) with the same sampling (greedy or not, and n) at the same batch (engine.max_num_seqs);
+its set-up must be one of this job's candidates. In this order:
+
+1. the winner of the latest matching spec=auto run (its decision.json);
+2. the fastest matching fixed run, by its generation tok/s (its summary over every shard);
+3. else the prior: the first speculative candidate in spec.auto.candidates' order (n-gram at k 3 by default), the
+   set-up people start with, whose engine can turn speculation down in place.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specbatch.auto.candidates import Candidate
+from specbatch.config import JobConfig, spec_label
+from specbatch.run.folder import RunFolder
+from specbatch.run.records.record_files import RecordError
+from specbatch.run.status_merge import RunIncompleteError, finished_summary
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Likeliest:
+    """The pilot's set-up and why (``source``: the run it came from, or the prior)."""
+
+    label: str
+    source: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"label": self.label, "source": self.source}
+
+
+def likeliest(job: JobConfig, candidates: list[Candidate]) -> Likeliest:
+    """The pilot's set-up for ``job`` among ``candidates`` (module docstring)."""
+    labels = {c.label for c in candidates}
+    own = RunFolder.for_job(job).root
+    runs = [root for root in earlier_runs(own) if _matches(job, root)]
+    decided = [(root, d["winner"]) for root in runs if (d := _decision(root)) and d.get("winner") in labels]
+    if decided:
+        root, winner = max(decided, key=lambda item: _mtime(item[0] / "decision.json"))
+        return Likeliest(winner, f"the decision of the earlier spec=auto run {root}")
+    rates = [(rate, label, root) for root in runs if (label := _fixed_label(root)) in labels if (rate := _rate(root))]
+    if rates:
+        rate, label, root = max(rates, key=lambda item: item[0])
+        return Likeliest(label, f"the fastest earlier fixed run of this kind, {root} ({rate:.1f} tok/s)")
+    speculative = [c.label for c in candidates if c.label != "none"]
+    label = speculative[0] if speculative else "none"
+    return Likeliest(label, "prior: no earlier run of this model, data set, sampling and batch in output_root")
+
+
+def earlier_runs(own: Path) -> list[Path]:
+    """The run folders beside ``own`` (same data set and model), itself left out."""
+    parent = own.parent
+    if not parent.is_dir():
+        return []
+    return sorted(p for p in parent.iterdir() if p.is_dir() and p != own and (p / "run.json").is_file())
+
+
+def _config(root: Path) -> dict[str, Any] | None:
+    try:
+        return RunFolder(root).read_run_record().get("config")
+    except (FileNotFoundError, RecordError, OSError, ValueError):
+        return None
+
+
+def _matches(job: JobConfig, root: Path) -> bool:
+    config = _config(root)
+    if not config:
+        return False
+    model, sampling, engine = config.get("model", {}), config.get("sampling", {}), config.get("engine", {})
+    greedy = not (sampling.get("temperature") or 0)
+    return (
+        str(model.get("path")) == str(job.model.path)
+        and str(model.get("dtype")) == str(job.model.dtype)
+        and greedy == (not job.sampling.temperature)
+        and (sampling.get("n") or 1) == (job.sampling.n or 1)
+        and engine.get("max_num_seqs") == job.engine.max_num_seqs
+    )
+
+
+def _decision(root: Path) -> dict[str, Any] | None:
+    try:
+        return RunFolder(root).read_decision()
+    except (RecordError, OSError, ValueError):
+        return None
+
+
+def _fixed_label(root: Path) -> str | None:
+    spec = (_config(root) or {}).get("spec") or {}
+    method = spec.get("method")
+    if not method or method == "auto":
+        return None
+    return spec_label(method, spec.get("num_speculative_tokens"), spec.get("k_schedule"))
+
+
+def _rate(root: Path) -> float | None:
+    try:
+        return finished_summary(root).output_tokens_per_second or None
+    except (RunIncompleteError, FileNotFoundError, RecordError, OSError, ValueError):
+        return None
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
