@@ -139,9 +139,19 @@ def drafter_report(plan: DrafterPlan, root: Path, stamp: str) -> tuple[str, Path
     bench.mkdir(parents=True, exist_ok=True)
     rows = [f"max_samples={plan.rows}", f"sampling.max_tokens={plan.max_tokens}"]
     large = large_head()
-    # The goal's figure first (before the smaller head trains for about 40 minutes).
+    # The goal's figure first, then every run of the larger head, before the smaller one trains (about 40 minutes):
+    # a bench stopped while it trains has them all, and --stamp reads them back.
     first = run("chat-large-k3", [*WORKLOADS["chat"], *COMMON, *rows, *_eagle3(large, 3)], bench)
     log.info("the larger head on held-out chat at k 3: AL %.3f (goal %s)", first.al or 0, GOAL_AL)
+    for workload, data in WORKLOADS.items():
+        run(f"{workload}-none", [*data, *COMMON, *rows, "spec=none"], bench)
+        for k in plan.ks:
+            run(f"{workload}-large-k{k}", [*data, *COMMON, *rows, *_eagle3(large, k)], bench)
+    speed = _speed_lines(
+        plan, bench, large, [f"max_samples={plan.speed_rows}", f"sampling.max_tokens={plan.max_tokens}"]
+    )
+    lossless = [f"max_samples={plan.lossless_rows}", f"sampling.max_tokens={plan.max_tokens}"]
+    lossless_line = _lossless_line(plan, bench, large, lossless)
     made = {"large": large, "small": small_head(bench)}
     lines = ["# (l) A trained EAGLE-3 head for the embedded model", "", machine_header(), ""]
     lines += _training_lines(made)
@@ -166,12 +176,8 @@ def drafter_report(plan: DrafterPlan, root: Path, stamp: str) -> tuple[str, Path
                 if workload == "chat" and k == 3:
                     chat_al[size] = float(measured.al or 0)
     lines += ["", _goal_line(chat_al)]
-    lines += ["", "## tok/s on chat (float32 greedy, one run each, set-ups alternating)", ""]
-    speed = [f"max_samples={plan.speed_rows}", f"sampling.max_tokens={plan.max_tokens}"]
-    lines += _speed_lines(plan, bench, made["large"], speed)
-    lines += ["", "## Lossless at temperature 0.7 (larger head, k 3; target-scored)", ""]
-    lossless = [f"max_samples={plan.lossless_rows}", f"sampling.max_tokens={plan.max_tokens}"]
-    lines += [_lossless_line(plan, bench, made["large"], lossless)]
+    lines += ["", "## tok/s on chat (float32 greedy, one run each, set-ups alternating)", "", *speed]
+    lines += ["", "## Lossless at temperature 0.7 (larger head, k 3; target-scored)", "", lossless_line]
     report = "\n".join(lines) + "\n"
     path = bench / "report.md"
     path.write_text(report)
