@@ -129,7 +129,7 @@ def code_edit_rows(humaneval: list[dict], rows: int = ROWS) -> list[dict[str, st
         for problem in humaneval
     ]
     corpus_modules = stdlib_functions(STDLIB_MODULES)
-    more = [(m, name, source) for m in MORE_MODULES if _importable(m) for name, source in _module_functions(m)]
+    more = stdlib_functions(tuple(m for m in MORE_MODULES if _importable(m)))
     # A class lists the methods it inherits too, so one source can be two functions: none the corpus holds, each once.
     seen = {source for number, (_, _, source) in enumerate(corpus_modules) if in_corpus(number)}
     functions = []
@@ -140,10 +140,6 @@ def code_edit_rows(humaneval: list[dict], rows: int = ROWS) -> list[dict[str, st
         prompt = f"{EDIT}\n\n```python\n{source}```"
         functions.append({"id": f"edit-{module}.{name}", "category": "stdlib", "prompt": prompt})
     return interleave(solutions, spread(functions, rows - len(solutions)))
-
-
-def _module_functions(module: str) -> list[tuple[str, str]]:
-    return [(name, source) for _, name, source in stdlib_functions((module,))]
 
 
 def _importable(module: str) -> bool:

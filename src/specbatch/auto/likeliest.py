@@ -44,12 +44,17 @@ def likeliest(job: JobConfig, candidates: list[Candidate]) -> Likeliest:
     """The pilot's set-up for ``job`` among ``candidates`` (module docstring)."""
     labels = {c.label for c in candidates}
     own = RunFolder.for_job(job).root
-    runs = [root for root in earlier_runs(own) if _matches(job, root)]
-    decided = [(root, d["winner"]) for root in runs if (d := _decision(root)) and d.get("winner") in labels]
+    # Each run's record read once: its config says whether it matches and, for a fixed run, its set-up.
+    configs = {root: config for root in earlier_runs(own) if (config := _config(root)) and _matches(job, config)}
+    decided = [(root, d["winner"]) for root in configs if (d := _decision(root)) and d.get("winner") in labels]
     if decided:
         root, winner = max(decided, key=lambda item: _mtime(item[0] / "decision.json"))
         return Likeliest(winner, f"the decision of the earlier spec=auto run {root}")
-    rates = [(rate, label, root) for root in runs if (label := _fixed_label(root)) in labels if (rate := _rate(root))]
+    rates = [
+        (rate, label, root)
+        for root, config in configs.items()
+        if (label := _fixed_label(config)) in labels and (rate := _rate(root))
+    ]
     if rates:
         rate, label, root = max(rates, key=lambda item: item[0])
         return Likeliest(label, f"the fastest earlier fixed run of this kind, {root} ({rate:.1f} tok/s)")
@@ -73,10 +78,7 @@ def _config(root: Path) -> dict[str, Any] | None:
         return None
 
 
-def _matches(job: JobConfig, root: Path) -> bool:
-    config = _config(root)
-    if not config:
-        return False
+def _matches(job: JobConfig, config: dict[str, Any]) -> bool:
     model, sampling, engine = config.get("model", {}), config.get("sampling", {}), config.get("engine", {})
     greedy = not (sampling.get("temperature") or 0)
     return (
@@ -95,8 +97,8 @@ def _decision(root: Path) -> dict[str, Any] | None:
         return None
 
 
-def _fixed_label(root: Path) -> str | None:
-    spec = (_config(root) or {}).get("spec") or {}
+def _fixed_label(config: dict[str, Any]) -> str | None:
+    spec = config.get("spec") or {}
     method = spec.get("method")
     if not method or method == "auto":
         return None
