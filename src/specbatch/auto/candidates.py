@@ -79,11 +79,25 @@ def candidates(job: JobConfig) -> list[Candidate]:
         if spelling not in first.spellings:
             by_label[candidate.label] = dataclasses.replace(first, spellings=(*first.spellings, spelling))
     out = list(by_label.values())
+    if auto.pilot is not None and pilot_spelled(auto.pilot, checkpoints) not in by_label | {"none": None}:
+        raise ConfigError(
+            f"spec.auto.pilot={auto.pilot} is not among spec.auto.candidates ({', '.join(by_label)}): pilot on one of "
+            "them, or null for the likeliest"
+        )
     if not any(c.method is SpecMethod.none for c in out):
         # The pilot is spec=none and every speedup is measured against it: it is always a candidate.
         out.insert(0, _candidate("none", checkpoints))
     out.sort(key=lambda c: c.method is not SpecMethod.none)
     return out
+
+
+def pilot_spelled(pilot: str, checkpoints: dict[str, Any] | None = None) -> str:
+    """spec.auto.pilot as a candidate's label (``ngram-k03`` is ``ngram-k3``); ConfigError naming it when it is not a
+    set-up."""
+    try:
+        return _candidate(str(pilot).strip(), checkpoints or {}).label
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("spec.auto.candidates", "spec.auto.pilot", 1)) from None
 
 
 def _built(method: str, pairing: dict[str, Any]) -> bool:
@@ -164,6 +178,12 @@ def _preset(method: str) -> dict[str, Any]:
     assert isinstance(values, dict)
     values.pop("defaults", None)
     return values
+
+
+def preset_k(method: SpecMethod) -> int | None:
+    """The k ``spec=<method>`` composes (conf/spec/<method>.yaml), None for a method whose preset names none."""
+    k = _preset(method.value).get("num_speculative_tokens")
+    return int(k) if isinstance(k, int) else None
 
 
 def candidate_jobs(job: JobConfig) -> list[JobConfig]:

@@ -5,12 +5,17 @@ suffix candidate whichever set-up ran them; what the pilot's set-up decides is w
 engine can stay for the rest. Earlier runs of the same kind of job say which set-up that is. A run matches when it is
 in the same ``output_root`` (the same data set and model folder, RunFolder.for_job), finished, and ran the same
 target (model path and dtype) with the same sampling (greedy or not, and n) at the same batch (engine.max_num_seqs);
-its set-up must be one of this job's candidates. In this order:
+its set-up must be one of this job's candidates. spec.auto.pilot, when set, names it instead; else, in this order:
 
 1. the winner of the latest matching spec=auto run (its decision.json);
 2. the fastest matching fixed run, by its generation tok/s (its summary over every shard);
-3. else the prior: the first speculative candidate in spec.auto.candidates' order (n-gram at k 3 by default), the
-   set-up people start with, whose engine can turn speculation down in place.
+3. else the prior: the first candidate replay can predict and whose engine can change its k in place (n-gram), at its
+   preset's k (conf/spec/<method>.yaml: n-gram k 3, the set-up people start with) if listed; else the first
+   predictable candidate; else the first speculative one. A learned drafter is not the prior's pilot: its steps
+   would price the predictable candidates wrongly.
+
+:func:`earlier_rates` gives the same runs' tok/s per set-up, which spec=auto's plan reads to leave out a learned
+drafter an earlier run of this kind measured too slow to win.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specbatch.auto.candidates import Candidate
+from specbatch.auto.candidates import Candidate, pilot_spelled, preset_k
 from specbatch.config import JobConfig, spec_label
+from specbatch.methods import METHODS, SpecMethod
 from specbatch.run.folder import RunFolder
 from specbatch.run.records.record_files import RecordError
 from specbatch.run.status_merge import RunIncompleteError, finished_summary
@@ -41,8 +47,14 @@ class Likeliest:
 
 
 def likeliest(job: JobConfig, candidates: list[Candidate]) -> Likeliest:
-    """The pilot's set-up for ``job`` among ``candidates`` (module docstring)."""
+    """The pilot's set-up for ``job`` among ``candidates`` (module docstring), or the one spec.auto.pilot names."""
+    auto = job.spec.auto
     labels = {c.label for c in candidates}
+    if auto is not None and auto.pilot is not None:
+        wanted = str(auto.pilot).strip()
+        named = [c.label for c in candidates if wanted == c.label or wanted in c.spellings]
+        label = named[0] if named else pilot_spelled(wanted, auto.checkpoints)
+        return Likeliest(label, f"spec.auto.pilot={auto.pilot}")
     own = RunFolder.for_job(job).root
     # Each run's record read once: its config says whether it matches and, for a fixed run, its set-up.
     configs = {root: config for root in earlier_runs(own) if (config := _config(root)) and _matches(job, config)}
@@ -50,17 +62,35 @@ def likeliest(job: JobConfig, candidates: list[Candidate]) -> Likeliest:
     if decided:
         root, winner = max(decided, key=lambda item: _mtime(item[0] / "decision.json"))
         return Likeliest(winner, f"the decision of the earlier spec=auto run {root}")
-    rates = [
-        (rate, label, root)
-        for root, config in configs.items()
-        if (label := _fixed_label(config)) in labels and (rate := _rate(root))
-    ]
+    rates = _fixed_rates(configs, labels)
     if rates:
-        rate, label, root = max(rates, key=lambda item: item[0])
+        label, (rate, root) = max(rates.items(), key=lambda item: item[1][0])
         return Likeliest(label, f"the fastest earlier fixed run of this kind, {root} ({rate:.1f} tok/s)")
-    speculative = [c.label for c in candidates if c.label != "none"]
-    label = speculative[0] if speculative else "none"
-    return Likeliest(label, "prior: no earlier run of this model, data set, sampling and batch in output_root")
+    speculative = [c for c in candidates if c.method is not SpecMethod.none]
+    predictable = [c for c in speculative if c.predictable]
+    rotating = [c for c in predictable if METHODS[c.method].k_schedule_refusal is None]
+    preset = [c for c in rotating if c.spec.k == preset_k(c.method)]
+    chosen = (preset or rotating or predictable or speculative or [None])[0]
+    return Likeliest(
+        chosen.label if chosen is not None else "none",
+        "prior: no earlier run of this model, data set, sampling and batch in output_root",
+    )
+
+
+def earlier_rates(job: JobConfig, candidates: list[Candidate]) -> dict[str, tuple[float, Path]]:
+    """The fastest earlier fixed run of this kind (module docstring) of each candidate: label -> (tok/s, its root)."""
+    own = RunFolder.for_job(job).root
+    configs = {root: config for root in earlier_runs(own) if (config := _config(root)) and _matches(job, config)}
+    return _fixed_rates(configs, {c.label for c in candidates})
+
+
+def _fixed_rates(configs: dict[Path, dict[str, Any]], labels: set[str]) -> dict[str, tuple[float, Path]]:
+    best: dict[str, tuple[float, Path]] = {}
+    for root, config in configs.items():
+        label = _fixed_label(config)
+        if label in labels and (rate := _rate(root)) and rate > best.get(label, (0.0, root))[0]:
+            best[label] = (rate, root)
+    return best
 
 
 def earlier_runs(own: Path) -> list[Path]:

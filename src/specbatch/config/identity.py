@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +61,8 @@ def field_identities() -> dict[str, FieldIdentity]:
             key, hint = prefix + f.name, hints[f.name]
             own = f.metadata.get(IDENTITY)
             ids = inherited if own is None else inherited & own
+            # An optional section (spec.auto: AutoConfig | None) is projected field by field too, when it is set.
+            hint = next((a for a in typing.get_args(hint) if dataclasses.is_dataclass(a)), hint)
             section = dataclasses.is_dataclass(hint)
             out[key] = FieldIdentity(
                 ids,

@@ -58,7 +58,8 @@ class AutoConfig:
     # Checkpoint method -> its spec knobs (model, and e.g. parallel_drafting, num_speculative_tokens), as
     # conf/model_spec/<model>_<method>.yaml pairs them; conf/model_spec/<model>_auto.yaml lists the model's.
     checkpoints: dict[str, Any] = field(default_factory=dict)
-    # Rows generated with spec=none first (kept as output) when nothing is measured: the rows the replay predicts on.
+    # Rows generated with the pilot's set-up first (kept as output) when nothing is measured: the rows the replay
+    # predicts on.
     pilot_rows: int = 16
     # How many predicted leaders are measured for real, besides the checkpoint methods (which replay cannot
     # predict). 0: run the best prediction without measuring.
@@ -69,9 +70,12 @@ class AutoConfig:
     slice_rows: int | None = None
     repeats: int = 3
     # The largest share of the shard the choosing may cost: the rows of the pilot and of the measurements, and the
-    # engine start-ups of the measured set-ups against the shard's expected time at spec=none's pace. Beyond it the
+    # engine start-ups of the measured set-ups against the shard's expected time at the pilot's pace. Beyond it the
     # best prediction (or none) runs without measuring.
     budget: float = 0.25
+    # The set-up the pilot runs (one of the candidates, e.g. none); null: the likeliest winner, from earlier runs of
+    # the same kind, else the prior (specbatch.auto.likeliest). Left out of the digests while null.
+    pilot: str | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
 
     def __post_init__(self) -> None:
         for key in ("pilot_rows", "repeats"):

@@ -13,7 +13,8 @@ different set-ups never share one. Inside it (``<shard>`` is ``shard-<index>-of-
 - ``mlflow_active/<shard>.json``, ``mlflow_pending/<shard>.json``: the MLflow run of the writing process (left behind
   only by a killed one), and the pending note of a shard whose MLflow logging failed;
 - ``merged/``: the manifest and summary of the merged run;
-- ``decision.json`` and ``stats/<shard>/auto-plan.json``: spec=auto's choice (one per run) and each shard's plan.
+- ``decision.json``, ``stats/<shard>/auto-pilot.json`` and ``stats/<shard>/auto-plan.json``: spec=auto's choice (one
+  per run), each shard's pilot set-up and its plan.
 
 Each record is read and written through its owner in :mod:`specbatch.run.records` (its version, and what older
 versions wrote); this class only knows where each one is. The records that readers other than the MLflow observer rely
@@ -233,15 +234,25 @@ class RunFolder:
         return decision_file.read_switch(self.auto_switch_path)
 
     @property
+    def auto_pilot_path(self) -> Path:
+        """spec=auto: the set-up the shard pilots on, fixed before its pilot runs."""
+        return self.stats_dir / "auto-pilot.json"
+
+    def read_auto_pilot(self) -> dict[str, Any] | None:
+        return decision_file.read_pilot(self.auto_pilot_path)
+
+    @property
     def steps_dir(self) -> Path:
         """The shard's step timing, one file per stream (specbatch.run.step_log)."""
         return self.stats_dir / "steps"
 
     def check_records(self) -> None:
         """Read the records a resumed shard reads before it generates, besides its parts and their stats: the digests
-        of its source rows, spec=auto's decision and plan (absent for other runs). RecordError when one is damaged."""
+        of its source rows, spec=auto's decision, pilot, plan and switch (absent for other runs). RecordError when one
+        is damaged."""
         self.read_source_record()
         self.read_decision()
+        self.read_auto_pilot()
         self.read_auto_plan()
         self.read_auto_switch()
 

@@ -1,9 +1,11 @@
 """spec=auto's records: the run's decision, ``decision.json`` (one per run, the first shard's wins), each shard's
 plan, ``stats/<shard>/auto-plan.json`` (its prediction and which set-up measures which slice), and each shard's switch
-back to spec=none, ``stats/<shard>/auto-switch.json`` (written only when its check found speculation slower). What
+back to spec=none, ``stats/<shard>/auto-switch.json`` (written only when its check found speculation slower), and the
+set-up each shard pilots on, ``stats/<shard>/auto-pilot.json`` (written before its pilot runs, so that a resumed
+shard pilots on the same one whatever earlier runs appeared meanwhile). What
 they say is :mod:`specbatch.auto`'s; their files are this module's.
 
-Version (``format``): 1 for all three (a file without the key is format 1 too); a newer one is refused. A key added
+Version (``format``): 1 for all four (a file without the key is format 1 too); a newer one is refused. A key added
 within format 1 is read with what it meant in the files written without it: a decision's ``decided_by`` (unknown:
 null), ``k_schedule`` (null: the winner runs one k), ``schedule`` and ``costs`` (null: decided before spec=auto
 timed steps).
@@ -66,3 +68,20 @@ def read_switch(path: Path) -> dict[str, Any] | None:
 def create_switch(path: Path, switch: dict[str, Any]) -> bool:
     """Write the shard's switch back unless it has one; True when this one is it."""
     return create_stamped_once(path, switch, DECISION_FORMAT)
+
+
+_PILOT_KEYS = ("label", "source")
+_PILOT_FIX = (
+    "remove it and rerun the shard: it chooses its pilot's set-up again (its pilot's slices already written keep "
+    "the set-up that generated them)"
+)
+
+
+def read_pilot(path: Path) -> dict[str, Any] | None:
+    """The set-up a shard pilots on; None until it chose one; RecordError when damaged or newer."""
+    return read_checked(path, _PILOT_KEYS, DECISION_FORMAT, "pilot", _PILOT_FIX)
+
+
+def create_pilot(path: Path, pilot: dict[str, Any]) -> bool:
+    """Write the shard's pilot set-up unless it has one; True when this one is it."""
+    return create_stamped_once(path, pilot, DECISION_FORMAT)
