@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import compose_job
-from specbatch.auto import costs, deciding, generation
+from specbatch.auto import costs, deciding
 from specbatch.auto.check import MIN_STEPS, SwitchCheck, check
 from specbatch.auto.costs import StepCosts, fit_plain, with_speculative_steps
 from specbatch.auto.decision import Predicted
@@ -256,6 +256,8 @@ def occupancy_job(root: Path, *extra: str):
             "spec.auto.budget=0",
             "spec.auto.candidates=[none,ngram-k1,ngram-k2]",
             "chunk_size=8",
+            # Piloted on spec=none, whose steps these tests time; test_auto_pilot.py pilots on the likeliest.
+            "spec.auto.pilot=none",
             *extra,
         ]
     )
@@ -322,7 +324,8 @@ def test_a_winner_slower_than_predicted_is_switched_back_to_none(
     cost 20 ms more than a plain one, which the check sees: the rest of the shard runs with spec=none, in the same
     engine with k 0 when that costs less than a start-up over the rest (the dummy starts in no time, so only when
     k 0 costs nothing more than spec=none), else in an engine of its own."""
-    monkeypatch.setattr(generation, "K0_OVERHEAD", 0.0 if in_place else 0.2)
+    # The plan's costs carry k = 0's overhead (fitted on spec=none's steps: the prior's).
+    monkeypatch.setattr(costs, "K0_OVERHEAD", 0.0 if in_place else 0.2)
     monkeypatch.setattr(deciding, "predict", lambda *args: [Predicted("ngram-k2", 3.0, 2.0, 3.0, 2.0)])
     job = occupancy_job(tmp_path, "max_samples=96")
     real_start = DummyEngine.start
@@ -331,7 +334,9 @@ def test_a_winner_slower_than_predicted_is_switched_back_to_none(
 
     def start(cls, job):
         engine = real_start(job)
-        started.append(job.spec.label)
+        # A roomy engine (specbatch.auto.engines) is started with a schedule at the set-up's k.
+        spec = job.spec
+        started.append(f"{spec.method.value}-k{spec.k_schedule[0][2]}" if spec.k_schedule else spec.label)
         if job.spec.k:
             engine.step_cost = StepCost(0.002, 0.0005, 0.020)
         return engine

@@ -12,19 +12,24 @@ from collections.abc import Sequence
 from typing import Any
 
 from specbatch.auto.candidates import Candidate
+from specbatch.auto.costs import StepCosts, fit_plain, fit_speculative
 from specbatch.auto.decision import (
+    UNMEASURED_MARGIN,
+    around_pilot,
     candidate_rows,
     decide,
     measuring_pays,
     predict,
-    to_measure,
     unmeasured_winner,
 )
-from specbatch.auto.handover import Occupancy, lengths_of, per_occupancy, plain_tables
+from specbatch.auto.engines import ShardEngines
+from specbatch.auto.handover import Occupancy, lengths_of, per_occupancy, setup_tables
+from specbatch.auto.likeliest import earlier_rates
 from specbatch.auto.slices import no_tokens, silent_pilot, slice_rates
 from specbatch.config import ConfigError, JobConfig
 from specbatch.config.spec import AutoConfig
 from specbatch.engine import Engine, backend_class
+from specbatch.methods import SpecMethod
 from specbatch.prediction.turns import RunTurns, read_parts
 from specbatch.run.folder import RunFolder
 from specbatch.run.records.decision_file import create_decision, create_plan
@@ -37,12 +42,12 @@ class ShardDecisions:
     """The plan and the decision of an AutoShardGeneration (module docstring)."""
 
     # Provided by AutoShardGeneration and the ShardGeneration it extends.
+    engines: ShardEngines
     job: JobConfig
     auto: AutoConfig
     engine: Engine | None
     streamer: ChunkStreamer | None
     candidates: list[Candidate]
-    startups: list[tuple[str, float, float]]
     unmeasurable: str | None
     _by_label: dict[str, Candidate]
     _chunks: list[Sequence[int]]
@@ -65,53 +70,113 @@ class ShardDecisions:
             return self.engine.concurrency
         return backend_class(self.job.engine.backend).batch(self.job)
 
+    def _pilot_of(self, folder: RunFolder) -> str:
+        """The set-up the pilot ran (its record; spec=none for a shard an older version began)."""
+        recorded = folder.read_auto_pilot()
+        return str(recorded["label"]) if recorded is not None else "none"
+
+    def _startup_seconds(self, plan: dict[str, Any]) -> float:
+        """What an engine start-up costs here: the first one timed in this launch, else the plan's."""
+        if self.engines.startups:
+            return self.engines.startups[0][1]
+        return float(plan.get("engine_startup_seconds") or 0.0)
+
+    def _costs(self, folder: RunFolder, pilot: str) -> StepCosts | None:
+        """The step costs from the pilot's timed steps (its written streams, and the one running): spec=none's fit
+        the plain step; a speculative set-up's size the whole model (specbatch.auto.costs.fit_speculative)."""
+        live = self.streamer.steps if self.streamer else None
+        tables = setup_tables(folder, live, pilot)
+        return fit_plain(tables) if pilot == "none" else fit_speculative(tables)
+
     def _plan(self, folder: RunFolder) -> dict[str, Any]:
         """The shard's plan, made from its pilot once (create-once: a resumed shard reads the one it wrote)."""
         plan = folder.read_auto_plan()
         if plan is not None:
             return plan
+        pilot = self._pilot_of(folder)
         run = RunTurns(folder.root, {})
         read_parts([folder.part_path(n) for n in self._pilot], run)
-        predicted = predict(run.turns, self.candidates, self.job.model.max_model_len, self._concurrency())
-        measure = to_measure(self.candidates, predicted, self.auto.measure_top)[: len(self._measure)]
+        batch = self._concurrency()
+        costs = self._costs(folder, pilot)
+        pass_cost = None
+        if costs is not None and batch:
+            pass_cost = lambda d: costs.speculative_pass(batch, d) / costs.plain(batch)  # noqa: E731
+        predicted = predict(run.turns, self.candidates, self.job.model.max_model_len, batch, pass_cost)
         pilot_rows = sum(len(self._chunks[n]) for n in self._pilot)
-        pilot_seconds = sum(seconds for _, seconds in slice_rates(folder, self._pilot, "none"))
-        startup = next((s for label, s, _ in self.startups if label == "none"), 0.0)
+        pilot_seconds = sum(seconds for _, seconds in slice_rates(folder, self._pilot, pilot))
+        startup = self._startup_seconds({})
+        lead = self._candidate(pilot)
+        shares = lambda label: self.engines.shares_engine(lead, self._candidate(label))  # noqa: E731
+        measure, notes = around_pilot(
+            lead,
+            self.candidates,
+            predicted,
+            self.auto.measure_top,
+            len(self._measure),
+            shares,
+            self._ruled_out(),
+        )
         silent = silent_pilot(folder, self._pilot)
         if silent is not None:
             # Measuring against a pilot that timed nothing could not answer: its slots go to the winner (none).
-            pays, why = False, f"{silent}: nothing to predict or measure a speedup against"
+            measure, why = [], f"{silent}: nothing to predict or measure a speedup against"
         elif self.unmeasurable is not None:
-            pays, why = False, self.unmeasurable
+            measure, why = [], self.unmeasurable
         else:
+            starting = [label for label in measure if not shares(label)]
             pays, why = measuring_pays(
-                len(measure), startup, pilot_seconds, pilot_rows, len(self._span), self.auto.budget
+                len(starting), startup, pilot_seconds, pilot_rows, len(self._span), self.auto.budget
             )
+            if not pays:
+                notes += [
+                    f"{label} is not measured: its engine start-up does not fit the budget" for label in starting
+                ]
+                measure = [label for label in measure if shares(label)]
         requests = len(run.turns)
         plan = {
             "shard": folder.shard_tag,
+            "pilot": pilot,
             # What the rest's cost is reckoned from (specbatch.auto.schedule): each pilot row's requests (turns
             # and samples) and how long their completions were.
             "requests_per_row": requests / pilot_rows if pilot_rows else 1.0,
             "completion_lengths": lengths_of(run.turns),
             "predicted": [p.to_dict() for p in predicted],
-            "measure": measure if pays else [],
-            "measuring": pays,
+            # The step costs the prediction priced passes with (None: the prior's line, decision.PRIOR_PASS_COST).
+            "costs": costs.to_dict() if costs is not None else None,
+            "measure": measure,
+            "measuring": bool(measure),
+            "not_measured": notes,
             "why": why,
             "pilot_rows": pilot_rows,
             "pilot_seconds": pilot_seconds,
             "engine_startup_seconds": startup,
         }
-        log.info("spec=auto: %s", why)
+        log.info("spec=auto: %s; measured after the pilot: %s", why, ", ".join(measure) or "nothing")
         create_plan(folder.auto_plan_path, plan)
         return folder.read_auto_plan() or plan
 
+    def _ruled_out(self) -> dict[str, str]:
+        """The learned drafters an earlier fixed run of this kind (specbatch.auto.likeliest) measured slower than
+        another candidate beyond the prediction's error: measuring them again would cost an engine start-up for a
+        set-up that cannot win."""
+        rates = earlier_rates(self.job, self.candidates)
+        out = {}
+        for label, (rate, root) in rates.items():
+            if self._candidate(label).predictable or label == "none":
+                continue
+            faster = [(r, other) for other, (r, _) in rates.items() if r > rate * UNMEASURED_MARGIN]
+            if faster:
+                best, other = max(faster)
+                out[label] = f"an earlier run of this kind, {root}, made {rate:.1f} tok/s, {other}'s {best:.1f}"
+        return out
+
     def _decide(self, folder: RunFolder, plan: dict[str, Any]) -> dict[str, Any]:
         """This shard's decision, written as the run's unless another shard's is there first; the run's one."""
-        rates = {"none": [t / s for t, s in slice_rates(folder, self._pilot, "none")]}
+        pilot = plan.get("pilot", "none")
+        rates = {pilot: [t / s for t, s in slice_rates(folder, self._pilot, pilot)]}
         for slot, label in zip(self._measure, plan["measure"], strict=False):
             rates[label] = [t / s for t, s in slice_rates(folder, slot, label)]
-        measured = plan["measuring"] and rates["none"] and all(rates.get(m) for m in plan["measure"])
+        measured = plan["measuring"] and rates[pilot] and all(rates.get(m) for m in plan["measure"])
         figures: dict[str, dict[str, Any]] = {}
         occupancy = None
         silent = silent_pilot(folder, self._pilot)
@@ -120,7 +185,7 @@ class ShardDecisions:
             measured = False
             winner, why = "none", f"{silent}: no speedup can be measured or predicted against it, so spec=none is kept"
         elif measured:
-            winner, why, figures = decide(rates)
+            winner, why, figures = decide(rates, pilot)
         else:
             occupancy = self._per_occupancy(folder, plan)
             if occupancy is not None:
@@ -128,7 +193,7 @@ class ShardDecisions:
             else:
                 winner, why = unmeasured_winner([(p["label"], p["predicted_speedup"]) for p in plan["predicted"]])
                 why = f"{plan['why']}; {why}"
-        slots = {"none": self._pilot, **dict(zip(plan["measure"], self._measure, strict=False))}
+        slots = {pilot: self._pilot, **dict(zip(plan["measure"], self._measure, strict=False))}
         silent_slices = {c.label: no_tokens(folder, slots.get(c.label, [])) for c in self.candidates}
         rows = candidate_rows(self.candidates, plan["predicted"], rates, figures, silent_slices)
         decision = {
@@ -139,7 +204,12 @@ class ShardDecisions:
             "why": why,
             "measured": bool(measured),
             "decided_by": folder.shard_tag,
+            "pilot": pilot,
             "candidates": rows,
+            # The costs the choice used, each measured here or assumed (a prior: its source says so).
+            "costs": plan.get("costs"),
+            "engine_startup_seconds": plan.get("engine_startup_seconds"),
+            "not_measured": plan.get("not_measured") or [],
             **(occupancy.record() if occupancy is not None else {}),
         }
         if create_decision(folder.decision_path, decision):
@@ -159,30 +229,37 @@ class ShardDecisions:
 
     def _per_occupancy(self, folder: RunFolder, plan: dict[str, Any]) -> Occupancy | None:
         """The choice per batch occupancy (specbatch.auto.handover) from the pilot's timed steps, for the rows the
-        winner would get: those not written and not in the engine."""
+        winner would get: those not written and not in the engine. What runs in the pilot's engine costs no switch."""
         waiting = sum(len(rows) for n, rows in enumerate(self._chunks) if not folder.part_path(n).exists())
         requests = int(waiting * plan.get("requests_per_row", 1.0)) - (self.engine.unfinished if self.engine else 0)
-        startup = next((s for label, s, _ in self.startups if label == "none"), plan["engine_startup_seconds"])
+        pilot = self._candidate(plan.get("pilot", "none"))
+
+        def stays(method: SpecMethod | None, k: int | None) -> bool:
+            if method is None or pilot.method is SpecMethod.none:
+                return method is None and pilot.method is SpecMethod.none
+            return method is pilot.method and (self.engines.roomy(method) or k == pilot.spec.k)
+
         return per_occupancy(
             plan["predicted"],
             self._by_label,
-            plain_tables(folder, self.streamer.steps if self.streamer else None),
+            self._costs(folder, pilot.label),
             self._concurrency(),
             max(requests, 0),
             plan.get("completion_lengths") or [],
-            startup,
+            self._startup_seconds(plan),
+            stays,
         )
 
     def setup_roles(self, folder: RunFolder) -> dict[str, list[str]]:
         """Each set-up's part in this shard, as its summary names it (Summary.per_setup): none pilots, the plan's
         set-ups are measured, the run's decision names the winner, and none is switched back to when the check sent
         the rest back to it (auto-switch.json)."""
-        roles: dict[str, list[str]] = {"none": ["pilot"]}
         plan, decision = folder.read_auto_plan() or {}, folder.read_decision()
+        roles: dict[str, list[str]] = {self._pilot_of(folder): ["pilot"]}
         for label in plan.get("measure") or []:
             roles.setdefault(label, []).append("measured")
         if decision is not None:
             roles.setdefault(decision["winner"], []).append("winner")
         if folder.read_auto_switch():
-            roles["none"].append("switched back to")
+            roles.setdefault("none", []).append("switched back to")
         return roles

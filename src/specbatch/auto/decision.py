@@ -3,15 +3,19 @@ whether measuring pays, and pick the winner by jobs/compare.py's noise rule.
 
 - Predict: the pilot's completions are replayed through vLLM's n-gram matcher and arctic-inference's suffix cache
   (specbatch.prediction), for each n-gram and suffix candidate's acceptance; its speedup is tokens per pass over what
-  a pass costs, ``tau / (a + b * d)`` with d the draft tokens per pass (analysis.predicted's model) and (a, b) the
-  prior below, since nothing speculative has been measured yet on this machine.
-- Budget: measuring runs the baseline and each measured set-up for ``repeats`` slices of the job's batch (the shard's
+  a pass costs in plain steps: the costs measured in the pilot's engine at the job's batch (specbatch.auto.costs)
+  when its steps were timed, else ``a + b * d`` with d the draft tokens per pass (analysis.predicted's model) and
+  (a, b) the prior below.
+- Measure around the pilot (:func:`around_pilot`): what runs in the pilot's engine, the learned drafters, and
+  spec=none or another engine's leader only where they could win within the prediction's error.
+- Budget: measuring runs the pilot and each measured set-up for ``repeats`` slices of the job's batch (the shard's
   cut, specbatch.auto.generation, refuses it when those rows exceed ``spec.auto.budget`` of the shard's), and costs
-  an engine start-up per measured set-up: it is skipped when those exceed the budget of the shard's expected time at
-  spec=none's pace.
+  an engine start-up per measured set-up outside the pilot's engine: those are skipped when the start-ups exceed
+  the budget of the shard's expected time at the pilot's pace.
 - Decide: each measured set-up ran ``repeats`` slices, each timed on its own; speedups per slice against the
-  median of the pilot's slices, and analysis.recommend.pick: the highest median wins, unless a smaller k of its
-  method or spec=none is within the noise (scaled MAD), which then wins. A slice that generated no tokens (its rows
+  median of spec=none's slices (else the pilot's), and analysis.recommend.pick: the highest median wins, unless a
+  smaller k of its method or spec=none is within the noise (scaled MAD), which then wins (the pilot's own set-up
+  wins a tie with another speculative one: it needs no switch). A slice that generated no tokens (its rows
   were error rows, e.g. placeholders) timed nothing and is left out; a set-up left with no slice is not measured and
   cannot win; a pilot left with none leaves no rate to take a speedup against, and spec=none is kept. Each says so.
 """
@@ -19,10 +23,11 @@ whether measuring pays, and pick the winner by jobs/compare.py's noise rule.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specbatch.analysis.recommend import Measured, pick, speedup_stats
+from specbatch.analysis.recommend import Measured, pick, speedup_stats, within_noise
 from specbatch.auto.candidates import Candidate
 from specbatch.methods import SpecMethod, spec_caption, spec_label
 from specbatch.prediction.replay import Drafting, replay
@@ -77,9 +82,15 @@ def replay_setup(candidate: Candidate) -> Setup:
 
 
 def predict(
-    turns: list[ReplayTurn], candidates: list[Candidate], max_model_len: int, concurrency: int | None
+    turns: list[ReplayTurn],
+    candidates: list[Candidate],
+    max_model_len: int,
+    concurrency: int | None,
+    pass_cost: Callable[[float], float] | None = None,
 ) -> list[Predicted]:
-    """The predictable candidates replayed on ``turns``, fastest predicted first (ties: the smaller k)."""
+    """The predictable candidates replayed on ``turns``, fastest predicted first (ties: the smaller k). A pass
+    verifying d draft tokens per request costs ``pass_cost(d)`` plain steps (the costs measured in the pilot's
+    engine at the job's batch), else PRIOR_PASS_COST's line."""
     out: list[Predicted] = []
     generated = sum(len(t.completion) for t in turns)
     if not generated:
@@ -95,8 +106,9 @@ def predict(
         tau = generated / passes if generated else 1.0
         d = total.draft_tokens / passes
         a, b = PRIOR_PASS_COST
+        cost = pass_cost(d) if pass_cost is not None else a + b * d
         al = 1 + accepted / total.drafts if total.drafts else 1.0
-        out.append(Predicted(candidate.label, al, d, tau, tau / (a + b * d)))
+        out.append(Predicted(candidate.label, al, d, tau, tau / cost))
     out.sort(key=lambda p: (-p.speedup, p.label))
     return out
 
@@ -107,6 +119,72 @@ def to_measure(candidates: list[Candidate], predicted: list[Predicted], measure_
     leaders = [p.label for p in predicted[:measure_top]]
     unpredicted = [c.label for c in candidates if not c.predictable and c.method is not SpecMethod.none]
     return leaders + unpredicted
+
+
+def around_pilot(
+    pilot: Candidate,
+    candidates: list[Candidate],
+    predicted: list[Predicted],
+    measure_top: int,
+    slots: int,
+    shares_engine: Callable[[str], bool],
+    ruled_out: dict[str, str],
+) -> tuple[list[str], list[str]]:
+    """(the set-ups measured after a pilot on ``pilot``, in the order they run; a sentence on each one left out).
+
+    - the predicted leaders (``measure_top``) that run in the pilot's engine (``shares_engine``: its k set in place):
+      no start-up;
+    - every learned drafter (replay cannot predict it) in its own engine, unless ``ruled_out`` says an earlier run of
+      this kind measured it too slow to win;
+    - a leader that needs an engine of its own only where it could win within the prediction's error: predicted at
+      least 1/UNMEASURED_MARGIN of the best the pilot's engine can run;
+    - spec=none, in its own engine, only where it could win within that error: no candidate predicted
+      UNMEASURED_MARGIN x spec=none or more. Last, so that a none that wins keeps its engine.
+
+    At most ``slots`` of them (the shard's cut): the ones that need no start-up first, then none, the learned
+    drafters and the other leaders."""
+    by_label = {c.label: c for c in candidates}
+    leaders = [p for p in predicted[:measure_top] if p.label != pilot.label]
+    in_place = [p.label for p in leaders if shares_engine(p.label)]
+    own = [p.speedup for p in predicted if shares_engine(p.label) or p.label == pilot.label]
+    if pilot.method is SpecMethod.none:
+        own.append(1.0)  # spec=none's own pace: a leader predicted beyond the error below it cannot win
+    notes = []
+    others = []
+    for p in leaders:
+        if p.label in in_place:
+            continue
+        if own and p.speedup * UNMEASURED_MARGIN < max(own):
+            notes.append(
+                f"{p.label} is not measured: predicted {p.speedup:.2f}x spec=none, beyond the error below "
+                f"{max(own):.2f}x of what the pilot's engine runs"
+            )
+        else:
+            others.append(p.label)
+    learned = []
+    for c in candidates:
+        if c.predictable or c.method is SpecMethod.none or c.label == pilot.label:
+            continue
+        if c.label in ruled_out:
+            notes.append(f"{c.label} is not measured: {ruled_out[c.label]}")
+        else:
+            learned.append(c.label)
+    best = predicted[0].speedup if predicted else None
+    none = []
+    if pilot.method is not SpecMethod.none:
+        if best is None or best < UNMEASURED_MARGIN:
+            none = ["none"]
+        else:
+            notes.append(
+                f"spec=none is not measured: {predicted[0].label} is predicted {best:.2f}x it, beyond the "
+                f"prediction's error ({UNMEASURED_MARGIN:g}x)"
+            )
+    kept = [*in_place, *none, *learned, *others][:slots]
+    for label in [*in_place, *none, *learned, *others][slots:]:
+        notes.append(f"{label} is not measured: the shard's cut has {slots} measured slot(s)")
+    order = [label for label in [*in_place, *learned, *others, *none] if label in kept]
+    assert all(label in by_label for label in order)
+    return order, notes
 
 
 def measured_slots(candidates: list[Candidate], measure_top: int) -> int:
@@ -127,7 +205,7 @@ def measuring_pays(
     verdict = "fits in" if share <= budget else "exceeds"
     why = (
         f"measuring {startups} set-up(s) costs {startups} engine start-up(s), {cost:.0f} s, {share:.0%} of this "
-        f"shard's expected {expected:.0f} s at spec=none's pace: that {verdict} spec.auto.budget={budget:g}"
+        f"shard's expected {expected:.0f} s at the pilot's pace: that {verdict} spec.auto.budget={budget:g}"
     )
     return share <= budget, why
 
@@ -149,32 +227,45 @@ def _measured(label: str, speedups: list[float]) -> Measured:
     return Measured(method, int(k) if k else None, median, spread, len(speedups))
 
 
-def decide(rates: dict[str, list[float]]) -> tuple[str, str, dict[str, dict[str, Any]]]:
-    """(winner, why, figures per label) from each measured set-up's tok/s per slice; ``rates["none"]`` is the
-    pilot's. Speedups per slice are taken against the median of the pilot's slices (analysis.recommend); slices of
-    0 tok/s generated nothing and are left out (module docstring), and why names the set-ups that lost slices so."""
+def decide(rates: dict[str, list[float]], pilot: str = "none") -> tuple[str, str, dict[str, dict[str, Any]]]:
+    """(winner, why, figures per label) from each measured set-up's tok/s per slice; ``rates[pilot]`` is the
+    pilot's. Speedups per slice are taken against the median of spec=none's slices when none was measured, else of
+    the pilot's (analysis.recommend; the figures say which); slices of 0 tok/s generated nothing and are left out
+    (module docstring), and why names the set-ups that lost slices so. The pilot's set-up wins a tie with a
+    speculative winner (it needs no switch)."""
     timed = {label: [r for r in values if r > 0] for label, values in rates.items()}
     empty = {
         label: len(rates[label]) - len(values) for label, values in timed.items() if len(values) < len(rates[label])
     }
-    if not timed.get("none"):
-        why = "the pilot's slices generated no tokens: no spec=none rate to take a speedup against, so none is kept"
+    reference = "none" if "none" in timed else pilot
+    if not timed.get(reference):
+        why = "the pilot's slices generated no tokens: no rate to take a speedup against, so none is kept"
         return "none", why, {}
-    base_rate = statistics.median(timed["none"])
+    base_rate = statistics.median(timed[reference])
     speedups = {label: [r / base_rate for r in values] for label, values in timed.items() if values}
-    baseline = _measured("none", speedups.pop("none"))
-    # The baseline's median speedup is 1 by construction; its spread is its own slices' movement.
-    baseline = Measured("none", None, 1.0, baseline.spread, baseline.repeats)
+    baseline = None
+    if reference == "none":
+        # The baseline's median speedup is 1 by construction; its spread is its own slices' movement.
+        own = _measured("none", speedups.pop("none"))
+        baseline = Measured("none", None, 1.0, own.spread, own.repeats)
     measured = [_measured(label, values) for label, values in speedups.items()]
     chosen, best = pick(measured, baseline)
+    stay = next((m for m in measured if spec_label(m.method, m.k) == pilot), None)
+    if stay is not None and chosen is not stay and chosen.method != "none" and within_noise(best, stay):
+        chosen = stay
     winner = spec_label(chosen.method, chosen.k)
     if chosen is best:
-        why = f"{chosen.caption} measured fastest: {chosen.median:.2f}x spec=none (spread {chosen.spread:.2f})"
+        against = _against(reference)
+        why = f"{chosen.caption} measured fastest: {chosen.median:.2f}x {against} (spread {chosen.spread:.2f})"
     else:
         why = (
-            f"{best.caption} measured fastest ({best.median:.2f}x, spread {best.spread:.2f}) but "
-            f"{spec_caption(chosen.method, chosen.k)} is within its noise ({chosen.median:.2f}x): the smaller k, or "
-            "none, wins a tie"
+            f"{best.caption} measured fastest ({best.median:.2f}x {_against(reference)}, spread {best.spread:.2f}) "
+            f"but {spec_caption(chosen.method, chosen.k)} is within its noise ({chosen.median:.2f}x): "
+            + (
+                "the pilot's set-up, which needs no switch, wins a tie"
+                if chosen is stay
+                else "the smaller k, or none, wins a tie"
+            )
         )
     for label, count in empty.items():
         if timed[label]:
@@ -182,10 +273,19 @@ def decide(rates: dict[str, list[float]]) -> tuple[str, str, dict[str, dict[str,
         else:
             why += f"; {label}'s slices generated no tokens: not measured, it cannot win"
     figures = {
-        spec_label(m.method, m.k): {"speedup": m.median, "spread": m.spread, "repeats": m.repeats}
-        for m in [baseline, *measured]
+        spec_label(m.method, m.k): {
+            "speedup": m.median,
+            "spread": m.spread,
+            "repeats": m.repeats,
+            "against": reference,
+        }
+        for m in [*([baseline] if baseline else []), *measured]
     }
     return winner, why, figures
+
+
+def _against(reference: str) -> str:
+    return "spec=none" if reference == "none" else f"the pilot's {reference}"
 
 
 def candidate_rows(

@@ -4,25 +4,29 @@ The shard's rows are cut so that every phase is whole chunks, the same on every 
 config alone, so a resumed shard finds its parts where it left them). The pilot's and the measurements' rows are
 drawn across the shard, not its first rows (specbatch.auto.cutting: a sorted file's first rows are one kind):
 
-- the pilot, generated with spec=none: ``repeats`` slices of ``slice_rows`` (the job's batch) when the shard
-  measures, else one chunk of ``pilot_rows`` (for the prediction alone);
-- one measurement per measured set-up: ``repeats`` further slices of ``slice_rows`` rows each;
+- the pilot, generated with the likeliest winner (specbatch.auto.likeliest, fixed create-once in the shard's
+  auto-pilot.json before it runs, so that a resumed shard pilots on the same set-up): ``repeats`` slices of
+  ``slice_rows`` (the job's batch) when the shard measures, else one chunk of ``pilot_rows`` (for the prediction
+  alone);
+- one measurement per measured set-up (the plan's, specbatch.auto.deciding): ``repeats`` further slices each;
 - the rest, the rows between them in chunks of ``chunk_size`` (after a pilot that is not measured, the first four
   batches' worth in chunks of at most a batch: see below), generated with the winner.
 
-When the shard measures, each slice is streamed on its own (the engine drains between slices) so that its tok/s is a
-repeat of its set-up. When it does not, the pilot is the first chunk of an ordinary spec=none stream of the whole
-shard: the decision is made as soon as the pilot's part is written, and only if another set-up wins does spec=none
-stop admitting chunks (those in flight finish with it) and the winner take the rest. So a none that wins costs
-nothing, and a shard the engine takes in at once runs entirely with none.
+One engine is open at a time (specbatch.auto.engines): the pilot's, started so that every k of its method runs in
+it with the k set in place; a measured set-up or a winner it can run keeps it, any other starts its own. When the
+shard measures, each slice is streamed on its own (the engine drains between slices) so that its tok/s is a repeat
+of its set-up. When it does not, the pilot is the first chunk of an ordinary stream of the whole shard with the
+pilot's set-up: the decision is made as soon as the pilot's part is written, and only if another set-up wins does
+the stream stop admitting chunks (those in flight finish with it) and the winner take the rest. So a pilot that wins
+costs nothing, and a shard the engine takes in at once runs entirely with the pilot's set-up.
 
-Once the pilot is in, the shard's plan (the prediction, which set-up measures which slot, or why nothing is measured)
-is written create-once beside its records; once the measurements are in, the decision (specbatch.auto.decision) is
-written create-once as the run's decision.json: the first shard to write it decides for every shard, and a shard that
-finds it there runs all its remaining rows with its winner. Every row is generated once, by one set-up, which its
-``method`` and ``k`` columns name (and its part's figures, ``setup``); all of them are kept. Under sampling every
-phase draws the seeds of the run's own set-up, ``auto`` (ShardGeneration._stream), so no row repeats a sample of
-the spec=none baseline it is compared with, or of a candidate's own fixed run.
+Once the pilot is in, the shard's plan is written create-once beside its records; once the measurements are in, the
+decision (specbatch.auto.decision) is written create-once as the run's decision.json: the first shard to write it
+decides for every shard, and a shard that finds it there runs all its remaining rows with its winner. Every row is
+generated once, by one set-up, which its ``method`` and ``k`` columns name (and its part's figures, ``setup``); all
+of them are kept. Under sampling every phase draws the seeds of the run's own set-up, ``auto``
+(ShardGeneration._stream), so no row repeats a sample of the spec=none baseline it is compared with, or of a
+candidate's own fixed run.
 
 A pilot whose rows generated no tokens (all error rows, e.g. the data's first rows are placeholders) gives nothing
 to measure or predict a speedup against: the plan measures nothing, the decision keeps spec=none and both say why.
@@ -31,7 +35,6 @@ to measure or predict a speedup against: the plan measures nothing, the decision
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,12 +46,15 @@ from specbatch.auto.deciding import ShardDecisions
 from specbatch.auto.decision import (
     measured_slots,
 )
+from specbatch.auto.engines import ShardEngines
 from specbatch.auto.handover import adopt, switch_check
+from specbatch.auto.likeliest import likeliest
 from specbatch.common.interrupts import raise_if_stopped
 from specbatch.config import ConfigError, JobConfig
-from specbatch.engine import Engine, backend_class, start_engine
+from specbatch.engine import backend_class
 from specbatch.run.folder import RunFolder
 from specbatch.run.generate import ShardGeneration
+from specbatch.run.records.decision_file import create_pilot
 from specbatch.run.shard_summary import summarize_shard
 from specbatch.run.sharding import chunk_ranges
 from specbatch.run.summary import Summary
@@ -80,9 +86,8 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
         self._span = range(0)
         # Why this shard measures nothing (cut() decides it from the config and the shard's rows); None: it measures.
         self.unmeasurable: str | None = None
-        # The engines open, by the label of the set-up each runs, and (label, start-up s, warm-up s) of each started.
-        self._engines: dict[str, Engine] = {}
-        self.startups: list[tuple[str, float, float]] = []
+        # The one engine open, and the set-ups that run in it without a new start (specbatch.auto.engines).
+        self.engines = ShardEngines(job, self.candidates, backend_class(job.engine.backend).batch(job))
 
     # --- checks and the cut, before anything loads ---
 
@@ -148,19 +153,22 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
         left = sorted(todo)
         try:
             decision = folder.read_decision()
-            if decision is None and self.unmeasurable is not None:
-                decision = self._lead_with_none(folder, config, left)
-            elif decision is None:
-                self._run_slices(folder, config, self._pilot, "none", left)
-                # Each phase begins only if no stop came meanwhile (the slices' streams end as usual when one
-                # comes after their rows were admitted).
-                raise_if_stopped("spec=auto's plan", "the pilot's slices written are kept")
-                plan = self._plan(folder)
-                if plan["measuring"]:
+            if decision is None:
+                pilot = self._pilot_label(folder)
+                if self.unmeasurable is not None:
+                    decision = self._lead_with(folder, config, left, pilot)
+                else:
+                    self._run_slices(folder, config, self._pilot, pilot, left)
+                    # Each phase begins only if no stop came meanwhile (the slices' streams end as usual when one
+                    # comes after their rows were admitted).
+                    raise_if_stopped("spec=auto's plan", "the pilot's slices written are kept")
+                    plan = self._plan(folder)
                     for slot, label in zip(self._measure, plan["measure"], strict=False):
                         self._run_slices(folder, config, slot, label, left)
-                raise_if_stopped("spec=auto's decision", "the pilot's and the measurements' slices written are kept")
-                decision = self._decide(folder, plan)
+                    raise_if_stopped(
+                        "spec=auto's decision", "the pilot's and the measurements' slices written are kept"
+                    )
+                    decision = self._decide(folder, plan)
             adopt(decision, self._by_label)
             winner = "none" if folder.read_auto_switch() else decision["winner"]
             rest = [n for n in left if not folder.part_path(n).exists()]
@@ -184,36 +192,56 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
                 )
         except BaseException as error:
             try:
-                self._close_engines()
+                self.engines.close()
             except Exception as exc:  # noqa: BLE001 - ``error`` is what the caller must see
                 log.warning("closing spec=auto's engines failed too (%s: %s)", type(exc).__name__, exc)
             raise error from None
-        self._close_engines()
+        self.engines.close()
 
-    def _lead_with_none(self, folder: RunFolder, config: dict[str, Any], left: list[int]) -> dict[str, Any]:
-        """The unmeasured way: the pilot heads an ordinary spec=none stream of every chunk left, so it runs at the
-        job's batch and a none that wins costs nothing. Once the pilot's part is written its plan and decision are
-        made (replay alone, no engine); when another set-up wins no further chunk is admitted, the ones in flight
-        finish with none and the rest is left to the winner."""
-        pilot = self._pilot[0] if self._pilot else None
-        if pilot is None or folder.part_path(pilot).exists():
+    def _pilot_label(self, folder: RunFolder) -> str:
+        """The set-up this shard pilots on, fixed create-once before its pilot runs (specbatch.auto.likeliest): a
+        resumed shard pilots on the same one whatever earlier runs appeared meanwhile. A shard an older version
+        began (no record) keeps what its written pilot slices, or its plan, say: spec=none."""
+        recorded = folder.read_auto_pilot()
+        if recorded is None:
+            written = [n for n in self._pilot if folder.part_stats_path(n).exists()]
+            if written or folder.read_auto_plan() is not None:
+                label = folder.read_part_stats(written[0]).get("setup", "none") if written else "none"
+                chosen = {"label": label, "source": "the pilot slices an earlier version of spec=auto wrote"}
+            else:
+                chosen = likeliest(self.job, self.candidates).to_dict()
+            create_pilot(folder.auto_pilot_path, chosen)
+            recorded = folder.read_auto_pilot() or chosen
+        self._candidate(recorded["label"])  # one of this run's candidates, or a clear error
+        log.info("spec=auto: the pilot runs %s (%s)", recorded["label"], recorded["source"])
+        return str(recorded["label"])
+
+    def _lead_with(self, folder: RunFolder, config: dict[str, Any], left: list[int], pilot: str) -> dict[str, Any]:
+        """The unmeasured way: the pilot heads an ordinary stream of every chunk left with the pilot's set-up, so it
+        runs at the job's batch and a pilot that wins costs nothing. Once the pilot's part is written its plan and
+        decision are made (replay and the pilot's timed steps, no other engine); when another set-up wins no further
+        chunk is admitted, the ones in flight finish with the pilot's and the rest is left to the winner (in the
+        same engine when its k can be set there)."""
+        first = self._pilot[0] if self._pilot else None
+        if first is None or folder.part_path(first).exists():
             return self._decide(folder, self._plan(folder))
         decided: dict[str, Any] = {}
 
         def hand_over() -> bool | None:
-            if not decided and not folder.part_path(pilot).exists():
+            if not decided and not folder.part_path(first).exists():
                 return None  # the stream keeps the engine full and queues nothing ahead until the decision
             if not decided:
                 decided.update(self._decide(folder, self._plan(folder)))
-                if decided["winner"] != "none":
+                if decided["winner"] != pilot:
                     log.info(
-                        "spec=auto: the pilot is in and %s wins: spec=none admits no further chunk; the ones in "
-                        "flight finish with it",
+                        "spec=auto: the pilot is in and %s wins: %s admits no further chunk; the ones in flight "
+                        "finish with it",
                         decided["winner"],
+                        pilot,
                     )
-            return decided["winner"] != "none"
+            return decided["winner"] != pilot
 
-        self._stream_with(folder, config, [n for n in left if not folder.part_path(n).exists()], "none", hand_over)
+        self._stream_with(folder, config, [n for n in left if not folder.part_path(n).exists()], pilot, hand_over)
         return decided or self._decide(folder, self._plan(folder))
 
     def _run_slices(
@@ -232,61 +260,35 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
         label: str,
         until: Callable[[], bool | None] | None = None,
     ) -> None:
-        job = candidate_job(self.job, self._candidate(label))
-        engine = self._engines.get(label)
-        if engine is None:
-            # One engine at a time: closing one of vLLM's in-process engines tears down the process's parallel
-            # groups, which an engine left open beside it then lacks ("pipeline model parallel group is not
-            # initialized"). The last one measured is kept for the rest when it wins.
-            self._close_engines()
-            began = time.perf_counter()
-            engine = self._engines[label] = start_engine(job)
-            startup = engine.startup_seconds or time.perf_counter() - began
-            self.startups.append((label, startup, engine.warmup_seconds))
-            log.info("spec=auto: engine for %s started in %.1f s", label, startup)
-        self.engine = engine
-        self._stream(engine, folder, config, chunks, job, until)
+        candidate = self._candidate(label)
+        self.engine = self.engines.open_for(candidate)
+        self._stream(self.engine, folder, config, chunks, candidate_job(self.job, candidate), until)
 
     def _turn_off(self, winner: str, folder: RunFolder, rest: list[int]) -> None:
         """After the switch back: speculation off at every batch size in the winner's running engine, which then
-        serves as spec=none's, when it can change k without a new start (Engine.set_k_schedule) and running the
-        ``rest`` chunks K0_OVERHEAD slower there (reckoned at the pilot's seconds per row) costs less than a
-        start-up; else spec=none's stream starts an engine of its own."""
+        serves as spec=none's, when it can change k without a new start and running the ``rest`` chunks
+        k0_overhead slower there (the plan's, reckoned at the pilot's seconds per row) costs less than a start-up;
+        else spec=none's stream starts an engine of its own."""
         plan = folder.read_auto_plan() or {}
-        startup = next(
-            (s for label, s, _ in self.startups if label == "none"), plan.get("engine_startup_seconds", 0.0)
-        )
+        startup = self._startup_seconds(plan)
+        overhead = (plan.get("costs") or {}).get("k0_overhead", K0_OVERHEAD)
         rest_seconds = None
         if plan.get("pilot_rows") and plan.get("pilot_seconds"):
             rest_seconds = sum(len(self._chunks[n]) for n in rest) * plan["pilot_seconds"] / plan["pilot_rows"]
-        pays = rest_seconds is not None and rest_seconds * K0_OVERHEAD <= startup
-        engine, batch = self._engines.get(winner), self._concurrency() or 1
-        if pays and engine is not None and engine.set_k_schedule([[1, batch, 0]]):
-            self._engines = {"none": engine}
+        pays = rest_seconds is not None and rest_seconds * overhead <= startup
+        if pays and self.engines.label == winner and self.engines.speculation_off():
             log.info("spec=auto: speculation turned off in %s's running engine, which goes on as spec=none's", winner)
         elif not pays:
             log.info(
                 "spec=auto: spec=none gets an engine of its own: the rest (about %s s) would run %.0f%% slower in "
                 "%s's engine at k 0, more than a start-up (%.1f s)",
                 "?" if rest_seconds is None else f"{rest_seconds:.0f}",
-                100 * K0_OVERHEAD,
+                100 * overhead,
                 winner,
                 startup,
             )
 
-    def _close_engines(self) -> None:
-        engines, self._engines = list(self._engines.values()), {}
-        self.engine = None
-        errors = []
-        for engine in engines:
-            try:
-                engine.close()
-            except Exception as exc:  # noqa: BLE001 - every engine is closed; the first error is raised after
-                errors.append(exc)
-        if errors:
-            raise errors[0]
-
     def summarize(self, folder: RunFolder, parts: list[Path]) -> Summary:
-        startup = sum(s for _, s, _ in self.startups)
-        warmup = sum(w for _, _, w in self.startups)
+        startup = sum(s for _, s, _ in self.engines.startups)
+        warmup = sum(w for _, _, w in self.engines.startups)
         return summarize_shard(folder, self.job, parts, startup, warmup, roles=self.setup_roles(folder))

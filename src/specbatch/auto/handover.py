@@ -12,8 +12,9 @@ from typing import Any
 
 from specbatch.auto.candidates import Candidate, scheduled
 from specbatch.auto.check import SwitchCheck
-from specbatch.auto.costs import StepCosts, fit_plain
+from specbatch.auto.costs import StepCosts
 from specbatch.auto.schedule import Choice, Option, caption, choose
+from specbatch.methods import SpecMethod
 from specbatch.prediction.turns import ReplayTurn
 from specbatch.run.folder import RunFolder
 from specbatch.run.records.decision_file import create_switch
@@ -64,11 +65,11 @@ def lengths_of(turns: list[ReplayTurn], kept: int = 64) -> list[float]:
     return [lengths[round(i * (len(lengths) - 1) / (kept - 1))] for i in range(kept)]
 
 
-def plain_tables(folder: RunFolder, live: StepLog | None) -> list[StepTable]:
-    """spec=none's timed steps in this shard: its written streams, and ``live`` (the stream running) when it is
-    spec=none's."""
-    tables = [t for t in read_all_steps(folder.steps_dir) if t.setup == "none"]
-    if live is not None and live.setup == "none" and len(live):
+def setup_tables(folder: RunFolder, live: StepLog | None, setup: str = "none") -> list[StepTable]:
+    """One set-up's timed steps in this shard (spec=none's by default): its written streams, and ``live`` (the
+    stream running) when it is that set-up's."""
+    tables = [t for t in read_all_steps(folder.steps_dir) if t.setup == setup]
+    if live is not None and live.setup == setup and len(live):
         tables.append(live.table)
     return tables
 
@@ -76,16 +77,17 @@ def plain_tables(folder: RunFolder, live: StepLog | None) -> list[StepTable]:
 def per_occupancy(
     predicted: list[dict[str, Any]],
     by_label: dict[str, Candidate],
-    tables: list[StepTable],
+    costs: StepCosts | None,
     batch: int | None,
     requests_left: int,
     lengths: list[float],
     switch_seconds: float,
+    stays: Callable[[SpecMethod | None, int | None], bool] | None = None,
 ) -> Occupancy | None:
-    """The choice per batch occupancy from the plan's predictions and the pilot's steps; None when it cannot be made
-    (no steps timed: a backend that cannot tell its steps; a plan of an older version, without tokens per pass; an
-    unknown batch), and the caller keeps the prediction's own rule."""
-    costs = fit_plain(tables)
+    """The choice per batch occupancy from the plan's predictions and the costs fitted on the pilot's steps
+    (``stays``: schedule.choose's); None when it cannot be made (no costs: too few steps timed, or a backend that
+    cannot tell its steps; a plan of an older version, without tokens per pass; an unknown batch), and the caller
+    keeps the prediction's own rule."""
     if costs is None or not batch or any("predicted_tokens_per_pass" not in p for p in predicted):
         return None
     options = [
@@ -99,7 +101,7 @@ def per_occupancy(
         for p in predicted
     ]
     log.info("spec=auto: plain step costs from %s; speculative from %s", costs.plain_source, costs.speculative_source)
-    choice = choose(options, costs, batch, requests_left, lengths, switch_seconds)
+    choice = choose(options, costs, batch, requests_left, lengths, switch_seconds, stays)
     if choice.method is None or choice.label == "none":
         return Occupancy(choice, costs, None)
     fixed = choice.fixed_k

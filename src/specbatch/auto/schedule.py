@@ -15,6 +15,7 @@ falling as the pilot's completion lengths say (:func:`step_shares`); the schedul
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,8 +107,13 @@ def choose(
     requests_left: int,
     lengths: list[float],
     switch_seconds: float,
+    stays: Callable[[SpecMethod | None, int | None], bool] | None = None,
 ) -> Choice:
-    """The method and schedule predicted to save the most time over the rest of the shard (module docstring)."""
+    """The method and schedule predicted to save the most time over the rest of the shard, net of the switch to it
+    (module docstring). ``stays(method, k)`` says which set-ups run in the engine open now without a new start (k
+    None: any k of that method, or a schedule of it; method None: spec=none); the others cost ``switch_seconds``.
+    By default only spec=none stays (a pilot on spec=none)."""
+    free = stays or (lambda method, k: method is None)
     buckets = buckets_up_to(batch)
     shares = step_shares(batch, requests_left, lengths)
     # Each bucket at the mean of its batch sizes (the bulk's at the batch itself).
@@ -118,24 +124,31 @@ def choose(
     for option in options:
         by_method.setdefault(option.method, []).append(option)
     best: Choice | None = None
+    best_net = 0.0
     for method, own in by_method.items():
         schedulable = METHODS[method].k_schedule_refusal is None
         # A method that cannot follow a schedule runs one k everywhere: each of its ks is a choice of its own.
         groups = [own] if schedulable else [[o] for o in own]
         for group in groups:
             choice = _choose_ks(method, group, costs, buckets, at, plain_seconds, total_plain, schedulable)
-            if best is None or choice.saved_seconds > best.saved_seconds:
-                best = choice
-    if best is None or best.label == "none":
+            if choice.label == "none":
+                continue  # off everywhere in the method's engine: slower than spec=none itself
+            staying = free(method, None) or free(method, choice.fixed_k)
+            net = choice.saved_seconds - (0.0 if staying else switch_seconds)
+            if best is None or net > best_net:
+                best, best_net = choice, net
+    none_net = 0.0 if free(None, None) else -switch_seconds
+    if best is None:
         why = "no candidate is predicted to save time"
-    elif best.saved_seconds <= switch_seconds:
+    elif best_net <= none_net:
         why = (
             f"{best.label} is predicted to save {best.saved_seconds:.1f} s of the rest, less than the "
             f"{switch_seconds:.1f} s the switch costs (an engine start-up)"
         )
     else:
         return best
-    return Choice(None, [(1, batch, 0)], 1.0, 0.0, best.buckets if best else [], f"{why}: spec=none stays")
+    rest = "spec=none stays" if free(None, None) else "spec=none runs the rest"
+    return Choice(None, [(1, batch, 0)], 1.0, 0.0, best.buckets if best else [], f"{why}: {rest}")
 
 
 def _choose_ks(

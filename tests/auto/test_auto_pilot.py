@@ -1,0 +1,231 @@
+"""spec=auto piloted on the likeliest set-up (specbatch.auto.likeliest) with the measured ks of its method set in its
+engine in place (specbatch.auto.engines): whole shards on the dummy backend, no model. The replay's prediction is
+given (the dummy's made-up tokens never repeat); everything else runs: the engines, the streams, the records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from test_auto import _Killed, auto_job, killed_run
+
+from conftest import compose_job
+from specbatch.auto import deciding, generation
+from specbatch.auto import engines as auto_engines
+from specbatch.auto import likeliest as likeliest_module
+from specbatch.auto.decision import Predicted
+from specbatch.auto.generation import AutoShardGeneration
+from specbatch.backends.dummy.dummy import DummyEngine, StepCost
+from specbatch.config import ConfigError
+from specbatch.pipeline import run_job
+from specbatch.run.folder import RunFolder
+
+
+def pilot_job(root: Path, *extra: str):
+    """test_auto's job, piloted on the likeliest set-up (not pinned to spec=none), two leaders measured."""
+    return auto_job(root, "spec.auto.pilot=null", "spec.auto.candidates=[none,ngram-k2,ngram-k5,suffix-k5]", *extra)
+
+
+def _predicted(monkeypatch, **speedups: float) -> None:
+    """Replay predicts these speedups over spec=none (label with _ for -), fastest first."""
+    ranked = sorted(speedups.items(), key=lambda item: -item[1])
+    made = [Predicted(label.replace("_", "-"), 2.0, 2.0, 2.0, s) for label, s in ranked]
+    monkeypatch.setattr(deciding, "predict", lambda *args: list(made))
+
+
+def _starts(monkeypatch) -> list[str]:
+    """The set-up of every engine started, as its first k (a roomy engine starts with a schedule)."""
+    started: list[str] = []
+    real = auto_engines.start_engine
+
+    def start(job):
+        spec = job.spec
+        started.append(f"{spec.method.value}-k{spec.k_schedule[0][2]}" if spec.k_schedule else spec.label)
+        return real(job)
+
+    monkeypatch.setattr(auto_engines, "start_engine", start)
+    return started
+
+
+def _setups(folder: RunFolder) -> list[str]:
+    return [folder.read_part_stats(n)["setup"] for n in folder.part_numbers()]
+
+
+def _every_row_once(folder: RunFolder, rows: int) -> None:
+    out = [row for part in folder.parts() for row in pq.read_table(part).to_pylist()]
+    assert len(out) == rows == len({r["row_id"] for r in out})
+    for number, part in zip(folder.part_numbers(), folder.parts(), strict=True):
+        rows = pq.read_table(part).to_pylist()
+        labels = {
+            r["method"] if r["num_speculative_tokens"] is None else f"{r['method']}-k{r['num_speculative_tokens']}"
+            for r in rows
+        }
+        assert labels == {folder.read_part_stats(number)["setup"]}, "each row names the set-up that made it"
+
+
+def test_a_pilot_whose_set_up_wins_keeps_its_engine(tmp_path: Path, monkeypatch) -> None:
+    """Without earlier runs the pilot is n-gram (the first that changes k in place); its other k is measured in the
+    same engine, none is predicted out of reach, so whichever k wins the run starts one engine."""
+    _predicted(monkeypatch, ngram_k2=1.6, ngram_k5=1.5, suffix_k5=1.0)
+    # Steps that take time, so that the engine's step log has something to fit the costs on.
+    monkeypatch.setattr(DummyEngine, "start_step_cost", StepCost(0.002, 0.0005, 0.0005))
+    started = _starts(monkeypatch)
+    result = run_job(pilot_job(tmp_path))
+    folder = result.folder
+    pilot = folder.read_auto_pilot()
+    assert pilot["label"] == "ngram-k2" and pilot["source"].startswith("prior: ")
+    plan = json.loads(folder.auto_plan_path.read_text())
+    assert plan["pilot"] == "ngram-k2" and plan["measure"] == ["ngram-k5"]
+    assert any(note.startswith("spec=none is not measured") for note in plan["not_measured"])
+    decision = json.loads(folder.decision_path.read_text())
+    assert decision["measured"] and decision["winner"] in ("ngram-k2", "ngram-k5")
+    setups = _setups(folder)
+    assert setups[:6] == ["ngram-k2"] * 3 + ["ngram-k5"] * 3 and set(setups[6:]) == {decision["winner"]}
+    assert started == ["ngram-k2"], "one engine start in the run"
+    # The costs the choice used, measured in the pilot's engine (spec=none's own steps never timed).
+    assert "steps of a speculative engine timed here" in decision["costs"]["speculative_source"]
+    assert "spec=none's own steps not timed" in decision["costs"]["plain_source"]
+    _every_row_once(folder, 40)
+
+
+def test_none_is_measured_only_where_it_could_win(tmp_path: Path, monkeypatch) -> None:
+    """Nothing is predicted 1.1x spec=none: none is measured, in its own engine, last."""
+    _predicted(monkeypatch, ngram_k2=1.05, ngram_k5=1.0, suffix_k5=0.9)
+    started = _starts(monkeypatch)
+    result = run_job(pilot_job(tmp_path))
+    plan = json.loads(result.folder.auto_plan_path.read_text())
+    assert plan["measure"] == ["ngram-k5", "none"]
+    decision = json.loads(result.folder.decision_path.read_text())
+    assert started[:2] == ["ngram-k2", "none"] and len(started) == (2 if decision["winner"] == "none" else 3)
+    assert decision["candidates"][0]["setup"] == "none" and decision["candidates"][0]["measured_tok_s"]
+    _every_row_once(result.folder, 40)
+
+
+def _force_unmeasured(monkeypatch, winner: str) -> None:
+    monkeypatch.setattr(deciding, "unmeasured_winner", lambda predicted: (winner, "forced by the test"))
+    monkeypatch.setattr(generation.AutoShardGeneration, "_per_occupancy", lambda self, folder, plan: None)
+
+
+@pytest.mark.parametrize("winner", ["ngram-k2", "ngram-k5", "suffix-k5"])
+def test_unmeasured_the_pilot_heads_its_own_stream_and_hands_over_only_to_another_set_up(
+    winner: str, tmp_path: Path, monkeypatch
+) -> None:
+    """Nothing measured (budget 0): the pilot is the first chunk of an n-gram stream of the shard. If it wins the
+    stream goes on (one stream, one engine); another k of n-gram takes the rest in the same engine; suffix
+    decoding needs an engine of its own."""
+    _force_unmeasured(monkeypatch, winner)
+    started = _starts(monkeypatch)
+    job = pilot_job(tmp_path, "spec.auto.budget=0", "engine.max_num_seqs=2")
+    folder = run_job(job).folder
+    setups = _setups(folder)
+    launches = [folder.read_part_stats(n)["launch"] for n in folder.part_numbers()]
+    assert setups[0] == "ngram-k2" and setups[-1] == winner
+    if winner == "ngram-k2":
+        assert set(setups) == {"ngram-k2"} and len(set(launches)) == 1 and started == ["ngram-k2"]
+    else:
+        handed = setups.index(winner)
+        assert set(setups[:handed]) == {"ngram-k2"} and set(setups[handed:]) == {winner}
+        assert started == (["ngram-k2"] if winner == "ngram-k5" else ["ngram-k2", "suffix-k5"])
+    _every_row_once(folder, 40)
+
+
+@pytest.mark.parametrize("phase", ["pilot", "rest"])
+def test_a_resumed_shard_neither_re_pilots_nor_switches_twice(phase: str, tmp_path: Path, monkeypatch) -> None:
+    """Killed in its pilot (two of three slices written), or in the winner's stream after the decision; meanwhile
+    a faster fixed run of another candidate appeared beside it. The rerun pilots on the set-up it recorded, keeps
+    every part written, and starts the engine of the one decision only."""
+    _predicted(monkeypatch, suffix_k5=1.8, ngram_k2=1.6, ngram_k5=1.5)
+    if phase == "rest":
+        monkeypatch.setattr(deciding, "decide", lambda rates, pilot: ("suffix-k5", "forced by the test", {}))
+    job = pilot_job(tmp_path)
+    real_stream = AutoShardGeneration._stream
+    calls = []
+    # After the pilot's second slice is written; or as the winner's stream of the rest begins (3 pilot slices and 3
+    # of suffix-k5, the one leader of another engine, came before).
+    kill_after, kill_before = {"pilot": (2, None), "rest": (None, 7)}[phase]
+
+    def stream(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == kill_before:
+            raise _Killed(phase)
+        real_stream(self, *args, **kwargs)
+        if len(calls) == kill_after:
+            raise _Killed(phase)
+
+    monkeypatch.setattr(AutoShardGeneration, "_stream", stream)
+    folder, before = killed_run(job)
+    decided = folder.decision_path.read_text() if folder.decision_path.exists() else None
+    assert folder.read_auto_pilot()["label"] == "ngram-k2"
+    # An earlier run of the same kind, faster than anything: a fresh shard would pilot on it.
+    run_job(
+        compose_job(
+            [
+                f"output_root={tmp_path}",
+                "engine.backend=dummy",
+                "tracking=off",
+                "max_samples=8",
+                "spec=ngram",
+                "spec.num_speculative_tokens=5",
+            ]
+        )
+    )
+    monkeypatch.setattr(likeliest_module, "_rate", lambda root: 10_000.0)
+    assert likeliest_module.likeliest(job, generation.candidates(job)).label == "ngram-k5"
+    monkeypatch.setattr(AutoShardGeneration, "_stream", real_stream)
+    started = _starts(monkeypatch)
+    result = run_job(job)
+    assert folder.read_auto_pilot()["label"] == "ngram-k2", "not piloted again on the new likeliest"
+    assert {n: folder.read_part_stats(n)["launch"] for n in before} == before, "no written part made again"
+    decision = json.loads(folder.decision_path.read_text())
+    if decided is not None:
+        assert folder.decision_path.read_text() == decided
+    setups = _setups(folder)
+    assert setups[:3] == ["ngram-k2"] * 3 and set(setups[6:]) == {decision["winner"]}
+    assert setups[3:6] == ["suffix-k5"] * 3
+    # The pilot's last slice, then suffix-k5's engine, kept if it wins; or the winner's engine alone.
+    if phase == "pilot":
+        assert started == ["ngram-k2", "suffix-k5"] + (["ngram-k2"] if decision["winner"] == "ngram-k2" else [])
+    else:
+        assert started == ["suffix-k5"] and decision["winner"] == "suffix-k5"
+    _every_row_once(result.folder, 40)
+
+
+def test_a_learned_drafter_is_measured_in_its_own_engine_unless_an_earlier_run_rules_it_out(
+    tmp_path: Path, monkeypatch
+) -> None:
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "config.json").write_text(json.dumps({"vocab_size": 49152}))
+    learned = [f"+spec.auto.checkpoints.eagle3.model={head}", "spec.auto.candidates=[none,ngram-k2,eagle3-k3]"]
+    _predicted(monkeypatch, ngram_k2=1.6)
+    started = _starts(monkeypatch)
+    folder = run_job(pilot_job(tmp_path, *learned)).folder
+    plan = json.loads(folder.auto_plan_path.read_text())
+    assert plan["pilot"] == "ngram-k2" and plan["measure"] == ["eagle3-k3"]
+    decision = json.loads(folder.decision_path.read_text())
+    by_setup = {row["setup"]: row for row in decision["candidates"]}
+    assert len(by_setup["eagle3-k3"]["slices_tok_s"]) == 3 and by_setup["eagle3-k3"]["measured_tok_s"]
+    assert started[:2] == ["ngram-k2", "eagle3-k3"]
+    # Earlier fixed runs of this kind: the head made half n-gram's tok/s, beyond the error: not measured again.
+    roots = {}
+    for spec in (["spec=ngram", "spec.num_speculative_tokens=2"], ["spec=eagle3", f"spec.model={head}"]):
+        fixed = run_job(
+            compose_job([f"output_root={tmp_path}", "engine.backend=dummy", "tracking=off", "max_samples=8", *spec])
+        )
+        roots[fixed.folder.root] = 100.0 if "spec=ngram" in spec else 50.0
+    monkeypatch.setattr(likeliest_module, "_rate", lambda root: roots.get(root))
+    again = run_job(pilot_job(tmp_path, *learned, "run_name=again")).folder
+    plan = json.loads(again.auto_plan_path.read_text())
+    assert plan["measure"] == [] and any(
+        n.startswith("eagle3-k3 is not measured: an earlier run") for n in plan["not_measured"]
+    )
+    # Piloted on the first auto run's winner, the likeliest once there is one.
+    assert again.read_auto_pilot()["source"].startswith("the decision of the earlier spec=auto run")
+
+
+def test_a_pilot_that_is_not_a_candidate_is_refused_before_anything_loads(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"spec.auto.pilot=ngram-k7 is not among spec.auto.candidates"):
+        run_job(pilot_job(tmp_path, "spec.auto.pilot=ngram-k7"))
+    assert not (tmp_path / "runs").exists()
