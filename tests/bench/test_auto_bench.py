@@ -83,8 +83,15 @@ def _label(overrides: list[str]) -> str:
 
 
 def _fake(monkeypatch: pytest.MonkeyPatch, fake: FakeGenerate) -> None:
-    def run(setup: str, spec: list[str], workload: list[str], plan: Any, root: Path, batch: Any, rows: Any) -> Any:
-        assert workload == WORKLOADS["helpdesk"] and batch == 16
+    def run(
+        setup: str, spec: list[str], workload: list[str], plan: Any, root: Path, batch: Any, rows: Any, history: Any
+    ) -> Any:
+        assert (
+            workload == WORKLOADS["helpdesk"]
+            and batch == 16
+            and history == root.parent.parent / "history"
+            or (history == root.parent / "history")
+        ), "every job of the cell writes its run in one output_root"
         assert rows == (plan.sweep_rows if root.parent.name == "sweep" else plan.rows)
         return fake([*workload, *spec], root)
 
@@ -137,7 +144,7 @@ def test_a_job_stopped_part_way_is_measured_again_from_the_start(
     partial.parent.mkdir(parents=True)
     partial.write_text("half a job")
 
-    def generate(overrides: list[str], output_root: Path) -> None:
+    def generate(overrides: list[str], output_root: Path, run_name: str | None = None) -> None:
         assert not partial.exists(), "its wall time would cover only the rest"
         assert output_root == tmp_path / "auto-rep0" and "engine.max_num_seqs=4" in overrides
         assert "max_samples=1000" in overrides and "spec=auto" in overrides
@@ -147,3 +154,27 @@ def test_a_job_stopped_part_way_is_measured_again_from_the_start(
     plan = AutoPlan((("chat", 4),), [], 1000, 128, 1)
     with pytest.raises(RuntimeError, match="stopped here"):
         run_one("auto", ["spec=auto"], WORKLOADS["chat"], plan, tmp_path / "auto-rep0", 4, 1000)
+
+
+def test_in_a_shared_output_root_only_the_stopped_jobs_own_run_is_measured_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cell's jobs share history/ as output_root: a job stopped part way loses its own run folder (the bench made
+    it), never another job's."""
+    history = tmp_path / "history"
+    runs = history / "runs" / "helpdesk" / "smollm2-135m-instruct"
+    for name in ("auto-rep0-0123abcd", "sweep-ngram-k3-89abcdef", "auto-rep0-extra-0123abcd"):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "run.json").write_text("{}")
+    seen = {}
+
+    def generate(overrides: list[str], output_root: Path, run_name: str | None = None) -> None:
+        seen.update(output_root=output_root, run_name=run_name)
+        raise RuntimeError("stopped here")
+
+    monkeypatch.setattr(auto_bench, "run_generate", generate)
+    plan = AutoPlan((("helpdesk", 16),), [], 1000, 128, 1)
+    with pytest.raises(RuntimeError, match="stopped here"):
+        run_one("auto", ["spec=auto"], WORKLOADS["helpdesk"], plan, tmp_path / "auto-rep0", 16, 1000, history)
+    assert seen == {"output_root": history, "run_name": "auto-rep0"}
+    assert sorted(p.name for p in runs.iterdir()) == ["auto-rep0-extra-0123abcd", "sweep-ngram-k3-89abcdef"]

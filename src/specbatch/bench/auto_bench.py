@@ -3,13 +3,16 @@
 Per cell (a workload at one batch; ``--cells``, by default help-desk chat at batch 16 and at the engine's full batch,
 code editing and retrieval answers at batch 16, each 1,000 rows: specbatch.assets.workloads):
 
-1. a short sweep: each of auto's candidates (``--setups``) once on the cell's first ``--sweep-rows`` rows; the two
-   fastest speculative set-ups become the cell's fixed ones, beside spec=none;
+1. a short sweep: each of auto's candidates (``--setups``; by default the default model's, its trained head included
+   once built) once on the cell's first ``--sweep-rows`` rows; the two fastest speculative set-ups become the cell's
+   fixed ones, beside spec=none;
 2. ``--repeats`` rounds, alternating: spec=auto, a fixed run of what it chose when that is not one of the fixed
    set-ups already (its decision's overrides: a k schedule is run as one), spec=none and the two fixed set-ups.
 
 Every job is a fresh jobs/generate.py process; throughput is the whole job's (output tokens over wall time, launch to
-exit), so spec=auto pays for its pilot, its measurements and decision and every engine it starts. The goals:
+exit), so spec=auto pays for its pilot, its measurements and decision and every engine it starts. A cell's jobs
+write their runs in one ``output_root`` (``history/``), as a user's jobs of one data set and model do: spec=auto
+pilots on what the runs before it found fastest (specbatch.auto.likeliest). The goals:
 specbatch.bench.auto_cells. Each finished job leaves ``measured.json`` beside its run: ``--stamp`` of an interrupted
 invocation resumes it (the sweep included), measuring only the jobs not done; the runs and the report stay under the
 repo's ``outputs/bench``.
@@ -25,10 +28,13 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from specbatch.auto.candidates import candidates
 from specbatch.bench import machine_header
 from specbatch.bench.auto_cells import Cell, Measured, batch_name, cell_lines, summary_lines
 from specbatch.bench.full_engine import Throughput
-from specbatch.bench.processes import run_generate
+from specbatch.bench.processes import named_run_folders, run_generate
+from specbatch.config import ConfigError
+from specbatch.config.compose import compose_job
 from specbatch.methods import AUTO_DEFAULT_CANDIDATES
 from specbatch.run.folder import RunFolder
 
@@ -84,9 +90,19 @@ class AutoPlan:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AutoPlan:
         """jobs/bench.py --auto's flags."""
-        setups = args.setups.split(",") if args.setups else list(AUTO_DEFAULT_CANDIDATES)
+        setups = args.setups.split(",") if args.setups else default_setups()
         cells = args.cells if isinstance(args.cells, tuple) else cell_list(args.cells)
         return cls(cells, setups, args.rows or 1000, args.auto_max_tokens, args.repeats, args.sweep_rows)
+
+
+def default_setups() -> list[str]:
+    """spec=auto's own candidates for the default model: the checkpoint-free ones and its trained head once built
+    (the sweep gives spec=auto an earlier run of each, as a user's sweep would)."""
+    try:
+        return [c.label for c in candidates(compose_job(["spec=auto"]))]
+    except ConfigError as exc:
+        log.warning("spec=auto's candidates could not be composed (%s): the sweep runs the checkpoint-free ones", exc)
+        return list(AUTO_DEFAULT_CANDIDATES)
 
 
 def setup_overrides(setup: str) -> list[str]:
@@ -107,18 +123,32 @@ def chosen_overrides(decision: dict) -> list[str]:
 
 
 def run_one(
-    setup: str, spec: list[str], workload: list[str], plan: AutoPlan, root: Path, batch: int | None, rows: int | None
+    setup: str,
+    spec: list[str],
+    workload: list[str],
+    plan: AutoPlan,
+    root: Path,
+    batch: int | None,
+    rows: int | None,
+    history: Path | None = None,
 ) -> Measured:
-    """One job as a fresh process writing under its own ``root``; its figures from the shard summary. A job that
-    finished before (its ``measured.json`` is there) is read, not run again."""
+    """One job as a fresh process; its figures from the shard summary, kept in ``root``. Its run is written under
+    ``root`` itself, or, with ``history``, under that ``output_root`` shared by the cell's jobs (each its own run
+    folder, named after ``root``'s place in the cell), where spec=auto finds the runs before it as a user's job
+    would (specbatch.auto.likeliest). A job that finished before (its ``measured.json`` is there) is read, not run
+    again."""
     done = root / MEASURED_FILE
     if done.is_file():
         log.info("%s: measured before, read from %s", setup, done)
         return Measured.from_dict(json.loads(done.read_text()))
-    if root.exists():
+    name = "-".join(root.relative_to(history.parent).parts) if history is not None else None
+    stale = [root] if history is None and root.exists() else []
+    if history is not None and name is not None:
+        stale += named_run_folders(history, name)
+    for path in stale:
         # Stopped part way: resuming its run would time only the rest, so the whole job is measured again.
-        log.info("%s: %s holds a job stopped part way; it is measured again from the start", setup, root)
-        shutil.rmtree(root)
+        log.info("%s: %s holds a job stopped part way; it is measured again from the start", setup, path)
+        shutil.rmtree(path)
     overrides = [
         *workload,
         *spec,
@@ -127,21 +157,24 @@ def run_one(
         f"sampling.max_tokens={plan.max_tokens}",
         "tracking=off",
     ]
-    folder, shard, wall = run_generate(overrides, root)
+    folder, shard, wall = run_generate(overrides, history or root, name)
     summary = shard.read_summary()
     decision = RunFolder(folder).read_decision()
     figures = Throughput(summary.rows, summary.output_tokens, summary.generation_seconds, wall)
     measured = Measured(setup, figures, summary.engine_startup_seconds, decision)
+    root.mkdir(parents=True, exist_ok=True)
     done.write_text(json.dumps(measured.to_dict(), indent=1) + "\n")
     return measured
 
 
-def sweep(plan: AutoPlan, workload: str, batch: int | None, where: Path) -> dict[str, float]:
+def sweep(plan: AutoPlan, workload: str, batch: int | None, where: Path, history: Path) -> dict[str, float]:
     """Each set-up once on the cell's first ``sweep_rows`` rows: job tok/s by set-up."""
     rates = {}
     for setup in plan.setups:
         log.info("%s at batch %s: the sweep's %s", workload, batch_name(batch), setup)
-        job = run_one(setup, setup_overrides(setup), WORKLOADS[workload], plan, where / setup, batch, plan.sweep_rows)
+        job = run_one(
+            setup, setup_overrides(setup), WORKLOADS[workload], plan, where / setup, batch, plan.sweep_rows, history
+        )
         rates[setup] = job.job_rate
     return rates
 
@@ -155,21 +188,26 @@ def kept(rates: dict[str, float]) -> list[str]:
 def measure_cell(plan: AutoPlan, workload: str, batch: int | None, where: Path) -> Cell:
     """The sweep, then ``repeats`` rounds: auto, a fixed run of its choice unless that set-up is run anyway, spec=none
     and the sweep's two fastest."""
-    rates = sweep(plan, workload, batch, where / "sweep") if len(plan.setups) > 1 + KEPT else {}
+    # Every job of the cell writes its run in one output_root, as a user's jobs of one data set and model do: the
+    # sweep's runs and the earlier rounds are what spec=auto reads to choose its pilot and what it measures.
+    history = where / "history"
+    rates = sweep(plan, workload, batch, where / "sweep", history) if len(plan.setups) > 1 + KEPT else {}
     fixed = ["none", *(kept(rates) if rates else [s for s in plan.setups if s != "none"])]
     results: dict[str, list[Measured]] = {"auto": [], **{s: [] for s in fixed}}
     data = WORKLOADS[workload]
     for repeat in range(plan.repeats):
         log.info("%s at batch %s: round %d of %d", workload, batch_name(batch), repeat + 1, plan.repeats)
-        auto = run_one("auto", ["spec=auto"], data, plan, where / f"auto-rep{repeat}", batch, plan.rows)
+        auto = run_one("auto", ["spec=auto"], data, plan, where / f"auto-rep{repeat}", batch, plan.rows, history)
         results["auto"].append(auto)
         pick = auto.pick or "none"
         if pick not in fixed:
             spec = chosen_overrides(auto.decision or {})
-            chosen = run_one(pick, spec, data, plan, where / f"chosen-{pick}-rep{repeat}", batch, plan.rows)
+            chosen_root = where / f"chosen-{pick}-rep{repeat}"
+            chosen = run_one(pick, spec, data, plan, chosen_root, batch, plan.rows, history)
             results.setdefault(pick, []).append(chosen)
         for setup in fixed:
-            job = run_one(setup, setup_overrides(setup), data, plan, where / f"{setup}-rep{repeat}", batch, plan.rows)
+            fixed_root = where / f"{setup}-rep{repeat}"
+            job = run_one(setup, setup_overrides(setup), data, plan, fixed_root, batch, plan.rows, history)
             results[setup].append(job)
     return Cell(workload, batch, results, rates)
 

@@ -5,6 +5,7 @@ specbatch.config.compose_job.)"""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -24,16 +25,26 @@ def first_turn_prompts(job: JobConfig) -> tuple[list[SourceRow], list[list[int]]
     return rows, [render(r, 1, [], job.dataset, tokenizer).token_ids for r in rows]
 
 
-def run_generate(overrides: list[str], output_root: Path) -> tuple[Path, RunFolder, float]:
-    """jobs/generate.py as a fresh process writing under its own ``output_root`` (a one-shard run): its run folder,
-    its shard and the process's wall seconds (start-up included)."""
+def run_generate(
+    overrides: list[str], output_root: Path, run_name: str | None = None
+) -> tuple[Path, RunFolder, float]:
+    """jobs/generate.py as a fresh process writing under ``output_root`` (a one-shard run): its run folder, its shard
+    and the process's wall seconds (start-up included). With ``run_name`` the job is one of several in a shared
+    ``output_root`` (each its own run folder, named ``<run_name>-<digest>``); without, the only run there."""
     began = time.perf_counter()
-    command = [sys.executable, str(PROJECT / "jobs/generate.py"), *overrides, f"output_root={output_root}"]
+    named = [f"run_name={run_name}"] if run_name else []
+    command = [sys.executable, str(PROJECT / "jobs/generate.py"), *overrides, *named, f"output_root={output_root}"]
     subprocess.run(command, cwd=PROJECT, check=True)
     wall = time.perf_counter() - began
-    (folder,) = run_folders_below(Path(output_root) / "runs")
+    (folder,) = named_run_folders(output_root, run_name) if run_name else run_folders_below(Path(output_root) / "runs")
     (shard,) = shard_folders(folder)
     return folder, shard, wall
+
+
+def named_run_folders(output_root: Path, run_name: str) -> list[Path]:
+    """The run folders under ``output_root`` that ``run_name`` names (``<run_name>-<digest>[-rep<n>]``)."""
+    pattern = re.compile(re.escape(run_name) + r"-[0-9a-f]+(-rep\d+)?")
+    return [p for p in run_folders_below(Path(output_root) / "runs") if pattern.fullmatch(p.name)]
 
 
 def run_bare(
