@@ -229,3 +229,65 @@ def test_a_pilot_that_is_not_a_candidate_is_refused_before_anything_loads(tmp_pa
     with pytest.raises(ConfigError, match=r"spec.auto.pilot=ngram-k7 is not among spec.auto.candidates"):
         run_job(pilot_job(tmp_path, "spec.auto.pilot=ngram-k7"))
     assert not (tmp_path / "runs").exists()
+
+
+def _choices(monkeypatch, *winners: str) -> list[str]:
+    """The unmeasured choice names ``winners`` in turn (the decision's, then the revision's), the last one after."""
+    made: list[str] = []
+
+    def choose(predicted):
+        made.append(winners[min(len(made), len(winners) - 1)])
+        return made[-1], "forced by the test"
+
+    monkeypatch.setattr(deciding, "unmeasured_winner", choose)
+    monkeypatch.setattr(generation.AutoShardGeneration, "_per_occupancy", lambda self, folder, plan: None)
+    return made
+
+
+@pytest.mark.parametrize("revised", ["ngram-k5", "suffix-k5"])
+def test_an_unmeasured_choice_is_revised_once_from_more_rows_in_its_engine(
+    revised: str, tmp_path: Path, monkeypatch
+) -> None:
+    """The pilot's n-gram k 2 wins and its stream goes on; once a quarter of the shard is written the prediction is
+    made again on every row written. k 5 of the same engine takes the rest in place; suffix decoding, which would
+    need an engine start-up, does not."""
+    made = _choices(monkeypatch, "ngram-k2", revised)
+    started = _starts(monkeypatch)
+    folder = run_job(pilot_job(tmp_path, "spec.auto.budget=0", "engine.max_num_seqs=2")).folder
+    assert made == ["ngram-k2", revised], "decided once, revised once"
+    setups = _setups(folder)
+    if revised == "ngram-k5":
+        record = folder.read_auto_revised()
+        assert record["winner"] == "ngram-k5" and record["replaces"] == "ngram-k2" and record["rows"] >= 10
+        handed = setups.index("ngram-k5")
+        assert set(setups[:handed]) == {"ngram-k2"} and set(setups[handed:]) == {"ngram-k5"}
+    else:
+        assert folder.read_auto_revised() is None and set(setups) == {"ngram-k2"}
+    assert started == ["ngram-k2"], "a revision never costs a start-up"
+    _every_row_once(folder, 40)
+
+
+def test_a_resumed_shard_keeps_its_revision_and_does_not_revise_again(tmp_path: Path, monkeypatch) -> None:
+    made = _choices(monkeypatch, "ngram-k2", "ngram-k5")
+    real_stream = AutoShardGeneration._stream
+    calls = []
+
+    def stream(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the revised set-up's stream of the rest
+            raise _Killed("after the revision")
+        return real_stream(self, *args, **kwargs)
+
+    monkeypatch.setattr(AutoShardGeneration, "_stream", stream)
+    job = pilot_job(tmp_path, "spec.auto.budget=0", "engine.max_num_seqs=2")
+    folder, before = killed_run(job)
+    revised = folder.auto_revised_path.read_text()
+    monkeypatch.setattr(AutoShardGeneration, "_stream", real_stream)
+    started = _starts(monkeypatch)
+    run_job(job)
+    assert made == ["ngram-k2", "ngram-k5"] and folder.auto_revised_path.read_text() == revised
+    assert {n: folder.read_part_stats(n)["launch"] for n in before} == before
+    assert started == ["ngram-k5"] and _setups(folder)[len(before) :] == ["ngram-k5"] * (
+        len(_setups(folder)) - len(before)
+    )
+    _every_row_once(folder, 40)

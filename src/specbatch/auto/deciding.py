@@ -8,13 +8,14 @@ A mixin of specbatch.auto.generation.AutoShardGeneration, whose phases and strea
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from specbatch.auto.candidates import Candidate
 from specbatch.auto.costs import StepCosts, fit_plain, fit_speculative
 from specbatch.auto.decision import (
     UNMEASURED_MARGIN,
+    Predicted,
     around_pilot,
     candidate_rows,
     decide,
@@ -32,10 +33,14 @@ from specbatch.engine import Engine, backend_class
 from specbatch.methods import SpecMethod
 from specbatch.prediction.turns import RunTurns, read_parts
 from specbatch.run.folder import RunFolder
-from specbatch.run.records.decision_file import create_decision, create_plan
+from specbatch.run.records.decision_file import create_decision, create_plan, create_revised
 from specbatch.run.streaming import ChunkStreamer
 
 log = logging.getLogger(__name__)
+
+# An unmeasured choice is revised once, from every row written, when this share of the shard's rows is (a quarter:
+# four times the rows of a pilot of 1/16 of the shard, with most of the rest still to gain from it).
+REVISE_AT = 0.25
 
 
 class ShardDecisions:
@@ -88,20 +93,27 @@ class ShardDecisions:
         tables = setup_tables(folder, live, pilot)
         return fit_plain(tables) if pilot == "none" else fit_speculative(tables)
 
+    def _predict_on(
+        self, folder: RunFolder, numbers: list[int], setup: str
+    ) -> tuple[RunTurns, list[Predicted], StepCosts | None]:
+        """The replay of the written parts ``numbers``, each candidate's passes priced with the costs of ``setup``'s
+        timed steps at the job's batch (the prior's line without them); the turns, the prediction and the costs."""
+        run = RunTurns(folder.root, {})
+        read_parts([folder.part_path(n) for n in numbers], run)
+        batch = self._concurrency()
+        costs = self._costs(folder, setup)
+        pass_cost = None
+        if costs is not None and batch:
+            pass_cost = lambda d: costs.speculative_pass(batch, d) / costs.plain(batch)  # noqa: E731
+        return run, predict(run.turns, self.candidates, self.job.model.max_model_len, batch, pass_cost), costs
+
     def _plan(self, folder: RunFolder) -> dict[str, Any]:
         """The shard's plan, made from its pilot once (create-once: a resumed shard reads the one it wrote)."""
         plan = folder.read_auto_plan()
         if plan is not None:
             return plan
         pilot = self._pilot_of(folder)
-        run = RunTurns(folder.root, {})
-        read_parts([folder.part_path(n) for n in self._pilot], run)
-        batch = self._concurrency()
-        costs = self._costs(folder, pilot)
-        pass_cost = None
-        if costs is not None and batch:
-            pass_cost = lambda d: costs.speculative_pass(batch, d) / costs.plain(batch)  # noqa: E731
-        predicted = predict(run.turns, self.candidates, self.job.model.max_model_len, batch, pass_cost)
+        run, predicted, costs = self._predict_on(folder, self._pilot, pilot)
         pilot_rows = sum(len(self._chunks[n]) for n in self._pilot)
         pilot_seconds = sum(seconds for _, seconds in slice_rates(folder, self._pilot, pilot))
         startup = self._startup_seconds({})
@@ -187,12 +199,8 @@ class ShardDecisions:
         elif measured:
             winner, why, figures = decide(rates, pilot)
         else:
-            occupancy = self._per_occupancy(folder, plan)
-            if occupancy is not None:
-                winner, why = occupancy.label, f"{plan['why']}; {occupancy.choice.why}"
-            else:
-                winner, why = unmeasured_winner([(p["label"], p["predicted_speedup"]) for p in plan["predicted"]])
-                why = f"{plan['why']}; {why}"
+            winner, why, occupancy = self._unmeasured(folder, plan)
+            why = f"{plan['why']}; {why}"
         slots = {pilot: self._pilot, **dict(zip(plan["measure"], self._measure, strict=False))}
         silent_slices = {c.label: no_tokens(folder, slots.get(c.label, [])) for c in self.candidates}
         rows = candidate_rows(self.candidates, plan["predicted"], rates, figures, silent_slices)
@@ -226,6 +234,71 @@ class ShardDecisions:
             )
             decision = theirs
         return decision
+
+    def _unmeasured(self, folder: RunFolder, plan: dict[str, Any]) -> tuple[str, str, Occupancy | None]:
+        """(winner, why, the choice per batch occupancy when it could be made) from a plan's prediction alone."""
+        occupancy = self._per_occupancy(folder, plan)
+        if occupancy is not None:
+            return occupancy.label, occupancy.choice.why, occupancy
+        winner, why = unmeasured_winner([(p["label"], p["predicted_speedup"]) for p in plan["predicted"]])
+        return winner, why, None
+
+    def _revision(self, folder: RunFolder, plan: dict[str, Any], running: str) -> Callable[[], bool]:
+        """The prediction revised once, when REVISE_AT of the shard's rows are written (the ``until`` of the
+        stream running ``running``, an unmeasured choice): replayed on every row written, priced with the costs of
+        every step ``running``'s engine timed, and chosen again as the decision was. Only a set-up that engine runs
+        in place may take over (a revision never costs a start-up): then the choice is written create-once as the
+        shard's auto-revised.json, the stream admits no further chunk and the rest runs with it."""
+        done: list[bool] = []
+
+        def revise() -> bool:
+            written = [n for n in range(len(self._chunks)) if folder.part_path(n).exists()]
+            rows = sum(len(self._chunks[n]) for n in written)
+            if done or rows < REVISE_AT * len(self._span):
+                return False
+            done.append(True)
+            run, predicted, _ = self._predict_on(folder, written, running)
+            again = {
+                **plan,
+                "pilot": running,
+                "predicted": [p.to_dict() for p in predicted],
+                "completion_lengths": lengths_of(run.turns),
+                "requests_per_row": len(run.turns) / rows if rows else 1.0,
+            }
+            winner, why, occupancy = self._unmeasured(folder, again)
+            if winner == running:
+                log.info("spec=auto: revised on %d rows, %s still wins (%s)", rows, running, why)
+                return False
+            candidate = self._by_label.get(winner)
+            if candidate is None or not self.engines.runs_in_place(candidate):
+                log.info(
+                    "spec=auto: revised on %d rows, %s would win, but not in %s's engine: %s is kept (a revision "
+                    "never costs a start-up)",
+                    rows,
+                    winner,
+                    running,
+                    running,
+                )
+                return False
+            record = {
+                "winner": winner,
+                "replaces": running,
+                "why": f"revised on {rows} rows: {why}",
+                "rows": rows,
+                "predicted": again["predicted"],
+                **(occupancy.record() if occupancy is not None else {}),
+            }
+            create_revised(folder.auto_revised_path, record)
+            log.info(
+                "spec=auto: revised on %d rows: %s takes the rest from %s in its engine (%s)",
+                rows,
+                winner,
+                running,
+                why,
+            )
+            return True
+
+        return revise
 
     def _per_occupancy(self, folder: RunFolder, plan: dict[str, Any]) -> Occupancy | None:
         """The choice per batch occupancy (specbatch.auto.handover) from the pilot's timed steps, for the rows the

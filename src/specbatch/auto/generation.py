@@ -119,7 +119,7 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
             self.unmeasurable = "the job's batch is not known before its engine starts: set spec.auto.slice_rows"
         elif choosing > auto.budget * rows:
             self.unmeasurable = (
-                f"measuring the baseline and {self._slots} set-up(s) at the job's batch takes {choosing} rows "
+                f"measuring the pilot and {self._slots} set-up(s) at the job's batch takes {choosing} rows "
                 f"({auto.repeats} slices of {slice_rows} each), {choosing / rows:.0%} of this shard's {rows}: more "
                 f"than spec.auto.budget={auto.budget:g} (more rows per shard, or a smaller batch with "
                 "engine.max_num_seqs, make it fit)"
@@ -170,14 +170,22 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
                     )
                     decision = self._decide(folder, plan)
             adopt(decision, self._by_label)
-            winner = "none" if folder.read_auto_switch() else decision["winner"]
+            revised = folder.read_auto_revised()
+            if revised is not None:
+                adopt(revised, self._by_label)
+            winner = (revised or decision)["winner"]
+            winner = "none" if folder.read_auto_switch() else winner
             rest = [n for n in left if not folder.part_path(n).exists()]
             if rest:
                 log.info("spec=auto: %d chunk(s) left, generated with %s (%s)", len(rest), winner, decision["why"])
-                live = lambda: self.streamer.steps if self.streamer else None  # noqa: E731 - the stream running now
-                check = switch_check(folder, live, winner) if winner != "none" else None
-                self._stream_with(folder, config, rest, winner, check)
+                self._stream_with(folder, config, rest, winner, self._rest_until(folder, decision, winner))
                 rest = [n for n in rest if not folder.part_path(n).exists()]
+                revised = folder.read_auto_revised()
+                if rest and revised is not None and revised["winner"] != winner and not folder.read_auto_switch():
+                    adopt(revised, self._by_label)
+                    winner = revised["winner"]
+                    self._stream_with(folder, config, rest, winner, self._rest_until(folder, decision, winner))
+                    rest = [n for n in rest if not folder.part_path(n).exists()]
                 if rest and folder.read_auto_switch():
                     self._turn_off(winner, folder, rest)
                     self._stream_with(folder, config, rest, "none")
@@ -197,6 +205,18 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
                 log.warning("closing spec=auto's engines failed too (%s: %s)", type(exc).__name__, exc)
             raise error from None
         self.engines.close()
+
+    def _rest_until(self, folder: RunFolder, decision: dict[str, Any], winner: str) -> Callable[[], bool] | None:
+        """What stops the rest's stream admitting chunks: the check against spec=none's steps (the switch back), and
+        for an unmeasured choice not revised yet, its one revision (ShardDecisions._revision)."""
+        live = lambda: self.streamer.steps if self.streamer else None  # noqa: E731 - the stream running now
+        stops = [switch_check(folder, live, winner)] if winner != "none" else []
+        plan = folder.read_auto_plan()
+        if not decision["measured"] and plan is not None and folder.read_auto_revised() is None:
+            stops.append(self._revision(folder, plan, winner))
+        if not stops:
+            return None
+        return lambda: any(stop() for stop in stops)
 
     def _pilot_label(self, folder: RunFolder) -> str:
         """The set-up this shard pilots on, fixed create-once before its pilot runs (specbatch.auto.likeliest): a
@@ -226,6 +246,7 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
         if first is None or folder.part_path(first).exists():
             return self._decide(folder, self._plan(folder))
         decided: dict[str, Any] = {}
+        goes_on: list[Callable[[], bool] | None] = []
 
         def hand_over() -> bool | None:
             if not decided and not folder.part_path(first).exists():
@@ -239,7 +260,11 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
                         decided["winner"],
                         pilot,
                     )
-            return decided["winner"] != pilot
+                    return True
+                # The pilot's set-up won: its stream goes on, watched as the rest's is.
+                goes_on.append(self._rest_until(folder, decided, pilot))
+            until = goes_on[0] if goes_on else None
+            return until is not None and until()
 
         self._stream_with(folder, config, [n for n in left if not folder.part_path(n).exists()], pilot, hand_over)
         return decided or self._decide(folder, self._plan(folder))

@@ -242,18 +242,27 @@ class RunFolder:
         return decision_file.read_pilot(self.auto_pilot_path)
 
     @property
+    def auto_revised_path(self) -> Path:
+        """spec=auto: the shard's choice revised from more of its rows, when its prediction changed."""
+        return self.stats_dir / "auto-revised.json"
+
+    def read_auto_revised(self) -> dict[str, Any] | None:
+        return decision_file.read_revised(self.auto_revised_path)
+
+    @property
     def steps_dir(self) -> Path:
         """The shard's step timing, one file per stream (specbatch.run.step_log)."""
         return self.stats_dir / "steps"
 
     def check_records(self) -> None:
         """Read the records a resumed shard reads before it generates, besides its parts and their stats: the digests
-        of its source rows, spec=auto's decision, pilot, plan and switch (absent for other runs). RecordError when one
-        is damaged."""
+        of its source rows, spec=auto's decision, pilot, plan, revision and switch (absent for other runs).
+        RecordError when one is damaged."""
         self.read_source_record()
         self.read_decision()
         self.read_auto_pilot()
         self.read_auto_plan()
+        self.read_auto_revised()
         self.read_auto_switch()
 
     @property

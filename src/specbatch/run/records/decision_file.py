@@ -2,10 +2,11 @@
 plan, ``stats/<shard>/auto-plan.json`` (its prediction and which set-up measures which slice), and each shard's switch
 back to spec=none, ``stats/<shard>/auto-switch.json`` (written only when its check found speculation slower), and the
 set-up each shard pilots on, ``stats/<shard>/auto-pilot.json`` (written before its pilot runs, so that a resumed
-shard pilots on the same one whatever earlier runs appeared meanwhile). What
+shard pilots on the same one whatever earlier runs appeared meanwhile), and the choice a shard revised from more of
+its rows, ``stats/<shard>/auto-revised.json`` (at most one, a set-up its running engine runs in place). What
 they say is :mod:`specbatch.auto`'s; their files are this module's.
 
-Version (``format``): 1 for all four (a file without the key is format 1 too); a newer one is refused. A key added
+Version (``format``): 1 for all five (a file without the key is format 1 too); a newer one is refused. A key added
 within format 1 is read with what it meant in the files written without it: a decision's ``decided_by`` (unknown:
 null), ``k_schedule`` (null: the winner runs one k), ``schedule`` and ``costs`` (null: decided before spec=auto
 timed steps).
@@ -85,3 +86,20 @@ def read_pilot(path: Path) -> dict[str, Any] | None:
 def create_pilot(path: Path, pilot: dict[str, Any]) -> bool:
     """Write the shard's pilot set-up unless it has one; True when this one is it."""
     return create_stamped_once(path, pilot, DECISION_FORMAT)
+
+
+_REVISED_KEYS = ("winner", "replaces", "why")
+_REVISED_FIX = (
+    "remove it: the shard's remaining rows then run with the run's decision, and its prediction is revised anew"
+)
+
+
+def read_revised(path: Path) -> dict[str, Any] | None:
+    """A shard's revised choice; None when it has not revised; RecordError when damaged or newer."""
+    record = read_checked(path, _REVISED_KEYS, DECISION_FORMAT, "revised choice", _REVISED_FIX)
+    return None if record is None else {"k_schedule": None, **record}
+
+
+def create_revised(path: Path, revised: dict[str, Any]) -> bool:
+    """Write the shard's revised choice unless it has one; True when this one is it."""
+    return create_stamped_once(path, revised, DECISION_FORMAT)
