@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 # An unmeasured choice is revised once, from every row written, when this share of the shard's rows is (a quarter:
 # four times the rows of a pilot of 1/16 of the shard, with most of the rest still to gain from it).
 REVISE_AT = 0.25
+# Engine steps between two counts of the parts written, while the revision waits for its share of the rows.
+REVISE_LOOK_EVERY = 16
 
 
 class ShardDecisions:
@@ -250,11 +252,16 @@ class ShardDecisions:
         in place may take over (a revision never costs a start-up): then the choice is written create-once as the
         shard's auto-revised.json, the stream admits no further chunk and the rest runs with it."""
         done: list[bool] = []
+        asked = [0]
 
         def revise() -> bool:
+            # Asked at every engine step: the parts written (a stat per chunk) are counted every REVISE_LOOK_EVERY.
+            asked[0] += 1
+            if done or asked[0] % REVISE_LOOK_EVERY:
+                return False
             written = [n for n in range(len(self._chunks)) if folder.part_path(n).exists()]
             rows = sum(len(self._chunks[n]) for n in written)
-            if done or rows < REVISE_AT * len(self._span):
+            if rows < REVISE_AT * len(self._span):
                 return False
             done.append(True)
             run, predicted, _ = self._predict_on(folder, written, running)

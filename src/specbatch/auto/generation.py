@@ -260,9 +260,11 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
                         decided["winner"],
                         pilot,
                     )
-                    return True
-                # The pilot's set-up won: its stream goes on, watched as the rest's is.
-                goes_on.append(self._rest_until(folder, decided, pilot))
+                else:
+                    # The pilot's set-up won: its stream goes on, watched as the rest's is.
+                    goes_on.append(self._rest_until(folder, decided, pilot))
+            if decided["winner"] != pilot:
+                return True  # every call from now on: no further chunk is admitted
             until = goes_on[0] if goes_on else None
             return until is not None and until()
 
