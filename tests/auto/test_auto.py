@@ -58,12 +58,12 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 @pytest.fixture(autouse=True)
 def leaders_could_win(monkeypatch):
     """The dummy's made-up tokens never repeat, so replay predicts no candidate faster than spec=none, and a leader
-    predicted beyond the error below it is not measured (decision.around_pilot): predicted at spec=none's pace here,
-    so that these shards measure their leaders."""
+    that could gain nothing is not measured (decision.around_pilot): predicted 1.05x here (below the unmeasured
+    pick's 1.1x), so that these shards measure their leaders."""
     real = deciding.predict
 
     def predict(*args, **kwargs):
-        return [dataclasses.replace(p, speedup=max(p.speedup, 1.0)) for p in real(*args, **kwargs)]
+        return [dataclasses.replace(p, speedup=max(p.speedup, 1.05)) for p in real(*args, **kwargs)]
 
     monkeypatch.setattr(deciding, "predict", predict)
 
@@ -605,6 +605,7 @@ def test_a_shard_left_by_the_division_by_a_silent_pilot_finishes(tmp_path: Path,
     job = _placeholder_job(tmp_path, measuring=True)
     with monkeypatch.context() as old:
         old.setattr(deciding, "silent_pilot", lambda folder, pilot: None)
+        old.setattr(deciding, "measuring_gain", lambda *args: None)  # it measured whatever it could gain
         # What replay predicted from no completions then: every candidate at tau 1, below none (within the error).
         old.setattr(deciding, "predict", lambda *args: [Predicted("ngram-k2", 1.0, 0.0, 1.0, 0.95)])
         old.setattr(deciding, "decide", lambda rates, pilot="none": 1 / statistics.median(rates["none"]))

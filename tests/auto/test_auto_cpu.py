@@ -30,10 +30,11 @@ def overrides(root: Path) -> list[str]:
         f"output_root={root}",
         "spec=auto",
         "spec.auto.candidates=[none,ngram-k3,ngram-k5]",
-        # Slices of 1 row, and measuring allowed however short the job: this test is about the mechanics, not
-        # the batch or the budget.
+        # Slices of 1 row, and measuring allowed however short the job and whatever it could gain: this test is
+        # about the mechanics, not the batch, the budget or what measuring is worth.
         "spec.auto.slice_rows=1",
         "spec.auto.budget=1",
+        "spec.auto.always_measure=true",
         "model.dtype=float32",
         f"max_samples={ROWS}",
         "sampling.max_tokens=32",

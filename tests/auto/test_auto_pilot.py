@@ -15,7 +15,7 @@ from conftest import compose_job
 from specbatch.auto import deciding, generation
 from specbatch.auto import engines as auto_engines
 from specbatch.auto import likeliest as likeliest_module
-from specbatch.auto.decision import Predicted
+from specbatch.auto.decision import Predicted, measuring_gain
 from specbatch.auto.generation import AutoShardGeneration
 from specbatch.backends.dummy.dummy import DummyEngine, StepCost
 from specbatch.config import ConfigError
@@ -68,11 +68,12 @@ def _every_row_once(folder: RunFolder, rows: int) -> None:
 def test_a_pilot_whose_set_up_wins_keeps_its_engine(tmp_path: Path, monkeypatch) -> None:
     """Without earlier runs the pilot is n-gram (the first that changes k in place); its other k is measured in the
     same engine, none is predicted out of reach, so whichever k wins the run starts one engine."""
-    _predicted(monkeypatch, ngram_k2=1.6, ngram_k5=1.5, suffix_k5=1.0)
+    _predicted(monkeypatch, ngram_k5=2.0, ngram_k2=1.6, suffix_k5=1.0)
     # Steps that take time, so that the engine's step log has something to fit the costs on.
     monkeypatch.setattr(DummyEngine, "start_step_cost", StepCost(0.002, 0.0005, 0.0005))
     started = _starts(monkeypatch)
-    result = run_job(pilot_job(tmp_path))
+    # 120 rows: enough left after the pilot's 6 that the prediction's error over the rest outweighs k 5's slices.
+    result = run_job(pilot_job(tmp_path, "max_samples=120"))
     folder = result.folder
     pilot = folder.read_auto_pilot()
     assert pilot["label"] == "ngram-k2" and pilot["source"].startswith("prior: ")
@@ -87,16 +88,18 @@ def test_a_pilot_whose_set_up_wins_keeps_its_engine(tmp_path: Path, monkeypatch)
     # The costs the choice used, measured in the pilot's engine (spec=none's own steps never timed).
     assert "steps of a speculative engine timed here" in decision["costs"]["speculative_source"]
     assert "spec=none's own steps not timed" in decision["costs"]["plain_source"]
-    _every_row_once(folder, 40)
+    _every_row_once(folder, 120)
 
 
 def test_none_is_measured_only_where_it_could_win(tmp_path: Path, monkeypatch) -> None:
-    """Nothing is predicted 1.1x spec=none: none is measured, in its own engine, last."""
-    _predicted(monkeypatch, ngram_k2=1.05, ngram_k5=1.0, suffix_k5=0.9)
+    """Nothing is predicted 1.1x spec=none, and none could gain more than measuring it costs: it is measured, in
+    its own engine. k 5, predicted a little below the pilot's k 2, could not gain what its slices cost."""
+    _predicted(monkeypatch, ngram_k2=0.8, ngram_k5=0.78, suffix_k5=0.7)
     started = _starts(monkeypatch)
     result = run_job(pilot_job(tmp_path))
     plan = json.loads(result.folder.auto_plan_path.read_text())
-    assert plan["measure"] == ["ngram-k5", "none"]
+    assert plan["measure"] == ["none"]
+    assert any(note.startswith("ngram-k5 is not measured: at most") for note in plan["not_measured"])
     decision = json.loads(result.folder.decision_path.read_text())
     assert started[:2] == ["ngram-k2", "none"] and len(started) == (2 if decision["winner"] == "none" else 3)
     assert decision["candidates"][0]["setup"] == "none" and decision["candidates"][0]["measured_tok_s"]
@@ -291,3 +294,14 @@ def test_a_resumed_shard_keeps_its_revision_and_does_not_revise_again(tmp_path: 
         len(_setups(folder)) - len(before)
     )
     _every_row_once(folder, 40)
+
+
+def test_measuring_pays_only_where_what_it_could_gain_beats_what_it_costs() -> None:
+    """The help-desk cell at batch 16 (about 200 s of rest, engine start-ups of 4.5 s, slices costing 4.8 s): suffix
+    decoding predicted within a hair of the pilot's n-gram could gain at most 10 s, less than its two start-ups and
+    its slices; on a job ten times as long it is worth measuring."""
+    cost = 2 * 4.5 + 4.8
+    why_not = measuring_gain(200.0, 0.987, 0.992, 1.05, cost)
+    assert why_not is not None and "at most 10.5 s to gain" in why_not and "13.8 s measuring it costs" in why_not
+    assert measuring_gain(2000.0, 0.987, 0.992, 1.05, cost) is None
+    assert measuring_gain(2000.0, 1.2, 0.9, 1.05, 0.0) is not None, "predicted below the pilot even at its best"

@@ -19,6 +19,7 @@ from specbatch.auto.decision import (
     around_pilot,
     candidate_rows,
     decide,
+    measuring_gain,
     measuring_pays,
     predict,
     unmeasured_winner,
@@ -41,6 +42,14 @@ log = logging.getLogger(__name__)
 # An unmeasured choice is revised once, from every row written, when this share of the shard's rows is (a quarter:
 # four times the rows of a pilot of 1/16 of the shard, with most of the rest still to gain from it).
 REVISE_AT = 0.25
+# A measured slice drains the engine (its rows all start together and finish as their lengths say), so about this
+# share of its time runs below the full batch: what measuring costs beyond the rows it generates. Seen on
+# jobs/bench.py --auto's help-desk cell at batch 16 (1,000 rows, 64 new tokens, 2 cores of an AMD EPYC with AVX-512
+# BF16): 12 slices of 16 rows cost about 15 s beyond the fixed run's 213 s, about half their own time.
+DRAIN_SHARE = 0.5
+# With the pass costs measured in the pilot's engine, what the prediction may be off by: the replay's acceptance
+# (within 2.3 % of the whole run's on chat) and the step fit's error; the prior's costs keep UNMEASURED_MARGIN.
+MEASURED_MARGIN = 1.05
 # Engine steps between two counts of the parts written, while the revision waits for its share of the rows.
 REVISE_LOOK_EVERY = 16
 
@@ -121,6 +130,22 @@ class ShardDecisions:
         startup = self._startup_seconds({})
         lead = self._candidate(pilot)
         shares = lambda label: self.engines.shares_engine(lead, self._candidate(label))  # noqa: E731
+        # What measuring a set-up could gain and what it costs (decision.measuring_gain): the rest at the pilot's
+        # pace; its slices, which drain the engine, each about DRAIN_SHARE of a pilot slice's time below the full
+        # batch; and for another engine two start-ups (its own, and one more if it loses).
+        rest_seconds = pilot_seconds / pilot_rows * (len(self._span) - pilot_rows) if pilot_rows else 0.0
+        slices = DRAIN_SHARE * pilot_seconds / max(len(self._pilot), 1) * self.auto.repeats
+        best_here = max([p.speedup for p in predicted if shares(p.label) or p.label == pilot] or [1.0])
+        if lead.method is SpecMethod.none:
+            best_here = max(best_here, 1.0)
+        margin = MEASURED_MARGIN if costs is not None and costs.speculative_measured else UNMEASURED_MARGIN
+
+        def pays_off(label: str, speedup: float) -> str | None:
+            if self.auto.always_measure:
+                return None
+            cost = slices + (0.0 if shares(label) else 2 * startup)
+            return measuring_gain(rest_seconds, best_here, speedup, margin, cost)
+
         measure, notes = around_pilot(
             lead,
             self.candidates,
@@ -129,6 +154,7 @@ class ShardDecisions:
             len(self._measure),
             shares,
             self._ruled_out(),
+            pays_off,
         )
         silent = silent_pilot(folder, self._pilot)
         if silent is not None:

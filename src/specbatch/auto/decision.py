@@ -129,6 +129,7 @@ def around_pilot(
     slots: int,
     shares_engine: Callable[[str], bool],
     ruled_out: dict[str, str],
+    pays_off: Callable[[str, float], str | None] = lambda label, speedup: None,
 ) -> tuple[list[str], list[str]]:
     """(the set-ups measured after a pilot on ``pilot``, in the order they run; a sentence on each one left out).
 
@@ -141,25 +142,33 @@ def around_pilot(
     - spec=none, in its own engine, only where it could win within that error: no candidate predicted
       UNMEASURED_MARGIN x spec=none or more. Last, so that a none that wins keeps its engine.
 
-    At most ``slots`` of them (the shard's cut): the ones that need no start-up first, then none, the learned
-    drafters and the other leaders."""
+    A predicted one is measured only where what it could gain pays for measuring it: ``pays_off(label, predicted
+    speedup)`` says why not (None: it pays). At most ``slots`` of them (the shard's cut): the ones that need no
+    start-up first, then none, the learned drafters and the other leaders."""
     by_label = {c.label: c for c in candidates}
     leaders = [p for p in predicted[:measure_top] if p.label != pilot.label]
-    in_place = [p.label for p in leaders if shares_engine(p.label)]
+    notes = []
+
+    def paying(label: str, speedup: float) -> bool:
+        why_not = pays_off(label, speedup)
+        if why_not is not None:
+            notes.append(f"{label} is not measured: {why_not}")
+        return why_not is None
+
+    in_place = [p.label for p in leaders if shares_engine(p.label) and paying(p.label, p.speedup)]
     own = [p.speedup for p in predicted if shares_engine(p.label) or p.label == pilot.label]
     if pilot.method is SpecMethod.none:
         own.append(1.0)  # spec=none's own pace: a leader predicted beyond the error below it cannot win
-    notes = []
     others = []
     for p in leaders:
-        if p.label in in_place:
+        if shares_engine(p.label):
             continue
         if own and p.speedup * UNMEASURED_MARGIN < max(own):
             notes.append(
                 f"{p.label} is not measured: predicted {p.speedup:.2f}x spec=none, beyond the error below "
                 f"{max(own):.2f}x of what the pilot's engine runs"
             )
-        else:
+        elif paying(p.label, p.speedup):
             others.append(p.label)
     learned = []
     for c in candidates:
@@ -172,9 +181,9 @@ def around_pilot(
     best = predicted[0].speedup if predicted else None
     none = []
     if pilot.method is not SpecMethod.none:
-        if best is None or best < UNMEASURED_MARGIN:
+        if best is None or (best < UNMEASURED_MARGIN and paying("none", 1.0)):
             none = ["none"]
-        else:
+        elif best >= UNMEASURED_MARGIN:
             notes.append(
                 f"spec=none is not measured: {predicted[0].label} is predicted {best:.2f}x it, beyond the "
                 f"prediction's error ({UNMEASURED_MARGIN:g}x)"
@@ -185,6 +194,23 @@ def around_pilot(
     order = [label for label in [*in_place, *learned, *others, *none] if label in kept]
     assert all(label in by_label for label in order)
     return order, notes
+
+
+def measuring_gain(
+    rest_seconds: float, best_here: float, speedup: float, margin: float, cost_seconds: float
+) -> str | None:
+    """Whether measuring a set-up predicted ``speedup`` (x spec=none) can pay, against the best the pilot's engine
+    runs (``best_here``): at its most (the prediction off by ``margin`` in its favour) it saves ``rest_seconds x (1 -
+    best_here / (speedup x margin))`` of the rest, which must exceed what measuring it costs (``cost_seconds``: its
+    slices' time below the full batch, and the engine start-ups it needs). None when it pays; else why not."""
+    gain = rest_seconds * (1 - best_here / (speedup * margin))
+    if gain > cost_seconds:
+        return None
+    return (
+        f"at most {max(gain, 0.0):.1f} s to gain over the rest (predicted {speedup:.2f}x spec=none against "
+        f"{best_here:.2f}x in the pilot's engine, {margin:g}x error in its favour), not more than the "
+        f"{cost_seconds:.1f} s measuring it costs"
+    )
 
 
 def measured_slots(candidates: list[Candidate], measure_top: int) -> int:

@@ -76,6 +76,11 @@ class AutoConfig:
     # The set-up the pilot runs (one of the candidates, e.g. none); null: the likeliest winner, from earlier runs of
     # the same kind, else the prior (specbatch.auto.likeliest). Left out of the digests while null.
     pilot: str | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
+    # null: a predicted set-up is measured only where what it could gain over the rest pays for measuring it
+    # (specbatch.auto.decision.measuring_gain); true: every leader that could win within the prediction's error, as
+    # measure_top says (an audit of the prediction, or a test of the measuring itself). Left out of the digests
+    # while null.
+    always_measure: bool | None = field(default=None, metadata={ABSENT_WHEN_NULL: True})
 
     def __post_init__(self) -> None:
         for key in ("pilot_rows", "repeats"):
