@@ -31,11 +31,11 @@ from specbatch.auto.candidates import candidates
 from specbatch.auto.cutting import spread
 from specbatch.auto.decision import (
     Predicted,
+    around_pilot,
     decide,
     measured_slots,
     measuring_pays,
     predict,
-    to_measure,
     unmeasured_winner,
 )
 from specbatch.auto.generation import AutoShardGeneration
@@ -251,7 +251,8 @@ def test_prediction_ranks_what_copies_the_prompt_first(tmp_path: Path) -> None:
     predicted = predict(turns, candidates(job), 2048, 4)
     assert [p.label for p in predicted] == ["ngram-k5", "ngram-k1"]
     assert predicted[0].acceptance_length > 3 and predicted[0].speedup > 1
-    assert to_measure(candidates(job), predicted, 1) == ["ngram-k5"]
+    none, *_ = candidates(job)
+    assert around_pilot(none, candidates(job), predicted, 1, 1, lambda label: False, {})[0] == ["ngram-k5"]
     assert unmeasured_winner([(p.label, p.speedup) for p in predicted])[0] == "ngram-k5"
     assert unmeasured_winner([("ngram-k1", 0.8)])[0] == "none"
 

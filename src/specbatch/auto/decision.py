@@ -113,14 +113,6 @@ def predict(
     return out
 
 
-def to_measure(candidates: list[Candidate], predicted: list[Predicted], measure_top: int) -> list[str]:
-    """The labels measured for real: the ``measure_top`` predicted leaders, then every candidate replay cannot
-    predict (checkpoint methods, mtp), in the order listed."""
-    leaders = [p.label for p in predicted[:measure_top]]
-    unpredicted = [c.label for c in candidates if not c.predictable and c.method is not SpecMethod.none]
-    return leaders + unpredicted
-
-
 def around_pilot(
     pilot: Candidate,
     candidates: list[Candidate],
@@ -188,8 +180,9 @@ def around_pilot(
                 f"spec=none is not measured: {predicted[0].label} is predicted {best:.2f}x it, beyond the "
                 f"prediction's error ({UNMEASURED_MARGIN:g}x)"
             )
-    kept = [*in_place, *none, *learned, *others][:slots]
-    for label in [*in_place, *none, *learned, *others][slots:]:
+    priority = [*in_place, *none, *learned, *others]
+    kept = priority[:slots]
+    for label in priority[slots:]:
         notes.append(f"{label} is not measured: the shard's cut has {slots} measured slot(s)")
     order = [label for label in [*in_place, *learned, *others, *none] if label in kept]
     assert all(label in by_label for label in order)

@@ -55,9 +55,7 @@ def likeliest(job: JobConfig, candidates: list[Candidate]) -> Likeliest:
         named = [c.label for c in candidates if wanted == c.label or wanted in c.spellings]
         label = named[0] if named else pilot_spelled(wanted, auto.checkpoints)
         return Likeliest(label, f"spec.auto.pilot={auto.pilot}")
-    own = RunFolder.for_job(job).root
-    # Each run's record read once: its config says whether it matches and, for a fixed run, its set-up.
-    configs = {root: config for root in earlier_runs(own) if (config := _config(root)) and _matches(job, config)}
+    configs = _matching(job)
     decided = [(root, d["winner"]) for root in configs if (d := _decision(root)) and d.get("winner") in labels]
     if decided:
         root, winner = max(decided, key=lambda item: _mtime(item[0] / "decision.json"))
@@ -79,9 +77,14 @@ def likeliest(job: JobConfig, candidates: list[Candidate]) -> Likeliest:
 
 def earlier_rates(job: JobConfig, candidates: list[Candidate]) -> dict[str, tuple[float, Path]]:
     """The fastest earlier fixed run of this kind (module docstring) of each candidate: label -> (tok/s, its root)."""
+    return _fixed_rates(_matching(job), {c.label for c in candidates})
+
+
+def _matching(job: JobConfig) -> dict[Path, dict[str, Any]]:
+    """The earlier runs of this kind (module docstring) and their configs, each run's record read once: its config
+    says whether it matches and, for a fixed run, its set-up."""
     own = RunFolder.for_job(job).root
-    configs = {root: config for root in earlier_runs(own) if (config := _config(root)) and _matches(job, config)}
-    return _fixed_rates(configs, {c.label for c in candidates})
+    return {root: config for root in earlier_runs(own) if (config := _config(root)) and _matches(job, config)}
 
 
 def _fixed_rates(configs: dict[Path, dict[str, Any]], labels: set[str]) -> dict[str, tuple[float, Path]]:
