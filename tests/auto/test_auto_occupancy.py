@@ -98,6 +98,26 @@ def test_a_speculative_engines_steps_alone_size_the_whole_model() -> None:
     assert costs.fit_speculative([_table("ngram-k3", steps[:8])]) is None  # 6 steps drafted: too few
 
 
+def test_the_prompts_share_of_spec_nones_time_is_reckoned_from_any_engine_s_steps() -> None:
+    """300 prompt tokens prefilled in one of every 5 steps, beside 16 requests decoding: at 0.0005 s a token the
+    prompts take 0.15 s of every 0.15 + 5 x 0.018 s. An engine decoding 1.5x spec=none's pace took 1/1.5 of none's
+    decoding time, which the share is reckoned against; a fit that prices the prompts above the steps' time leaves
+    them all."""
+    model = StepCosts(0.010, 0.0005, 0.0, 0.0, "", "")
+    steps = []
+    for _ in range(10):
+        steps.append((16, 16, 300, 0, model.plain(16) + 0.0005 * 300))
+        steps += [(16, 16, 0, 0, model.plain(16))] * 4
+    table = _table("none", steps)
+    prompt, decoding = 10 * 0.15, 50 * model.plain(16)
+    assert costs.prompt_share(model, [table], 1.0) == pytest.approx(prompt / (prompt + decoding), rel=1e-9)
+    # The same seconds from an engine decoding 1.5x faster than spec=none: none's decoding is 1.5x as long.
+    assert costs.prompt_share(model, [table], 1.5) == pytest.approx(prompt / (prompt + 1.5 * decoding), rel=1e-9)
+    assert costs.prompt_share(StepCosts(0.010, 0.05, 0.0, 0.0, "", ""), [table], 1.0) == 1.0
+    assert costs.prompt_share(StepCosts(0.010, 0.0, 0.0, 0.0, "", ""), [table], 1.0) is None  # no part per token
+    assert costs.prompt_share(model, [], 1.0) is None
+
+
 # --- the choice per batch occupancy ---
 
 # A CPU-like machine: a step's cost grows with the tokens it processes, so verifying drafts costs most at full batch.

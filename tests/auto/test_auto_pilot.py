@@ -15,7 +15,7 @@ from conftest import compose_job
 from specbatch.auto import deciding, generation
 from specbatch.auto import engines as auto_engines
 from specbatch.auto import likeliest as likeliest_module
-from specbatch.auto.decision import Predicted, measuring_gain
+from specbatch.auto.decision import Predicted, earlier_bound, measuring_gain, whole_job
 from specbatch.auto.generation import AutoShardGeneration
 from specbatch.backends.dummy.dummy import DummyEngine, StepCost
 from specbatch.config import ConfigError
@@ -305,3 +305,50 @@ def test_measuring_pays_only_where_what_it_could_gain_beats_what_it_costs() -> N
     assert why_not is not None and "at most 10.5 s to gain" in why_not and "13.8 s measuring it costs" in why_not
     assert measuring_gain(2000.0, 0.987, 0.992, 1.05, cost) is None
     assert measuring_gain(2000.0, 1.2, 0.9, 1.05, 0.0) is not None, "predicted below the pilot even at its best"
+
+
+def test_a_decode_speedup_is_weighed_as_the_whole_job_s() -> None:
+    """The retrieval cell at batch 16 (about 530 prompt tokens a row, 36 new ones): the prompts take 0.55 of
+    spec=none's time, so suffix decoding's predicted 1.41x on decoding is 1.15x of the job, n-gram k 3's 1.29x is
+    1.11x. The order is kept, and the decoding's figure stays in the record."""
+    decoding = [Predicted("suffix-k5", 2.1, 2.2, 1.9, 1.41), Predicted("ngram-k3", 2.5, 2.8, 2.0, 1.29)]
+    whole = whole_job(decoding, 0.55)
+    assert [p.label for p in whole] == ["suffix-k5", "ngram-k3"]
+    assert whole[0].speedup == pytest.approx(1 / (0.55 + 0.45 / 1.41)) and 1.14 < whole[0].speedup < 1.16
+    assert whole[1].speedup == pytest.approx(1 / (0.55 + 0.45 / 1.29))
+    assert whole[0].to_dict()["predicted_decode_speedup"] == 1.41 and "predicted_decode_speedup" not in (
+        decoding[0].to_dict()
+    )
+    assert whole_job(decoding, 0.0)[0].speedup == pytest.approx(1.41), "no prompt time: the decoding's own"
+
+
+def test_earlier_runs_of_this_kind_bound_a_prediction() -> None:
+    """Earlier fixed runs measured suffix decoding at 0.99x n-gram k 3's tok/s, the pilot predicted 1.11x: suffix's
+    1.15x is bounded to 1.10x, and no more than a measured whole run says; without both runs, the prediction."""
+    earlier = {"ngram-k3": 112.9, "suffix-k5": 111.8, "none": 113.5}
+    bounded, said = earlier_bound("suffix-k5", 1.15, "ngram-k3", 1.11, earlier)
+    assert bounded == pytest.approx(1.11 * 111.8 / 112.9) and "bounded to 1.10x by earlier runs" in said
+    assert earlier_bound("suffix-k5", 1.05, "ngram-k3", 1.11, earlier) == (1.05, ""), "already below: kept"
+    assert earlier_bound("ngram-k5", 1.15, "ngram-k3", 1.11, earlier) == (1.15, ""), "no earlier run of it"
+    assert earlier_bound("suffix-k5", 1.15, "ngram-k2", 1.11, earlier) == (1.15, ""), "no earlier run of the pilot"
+
+
+def test_a_leader_that_earlier_runs_measured_at_the_pilot_s_pace_is_not_measured(tmp_path: Path, monkeypatch) -> None:
+    """Suffix decoding is predicted well ahead of the pilot's n-gram k 2 and, with no earlier run, measured in its own
+    engine. Once earlier fixed runs of this kind made it 0.99x n-gram k 2's tok/s, what measuring it could gain is
+    bounded by theirs: less than its start-ups and slices cost, so it is not measured and the plan says why."""
+    _predicted(monkeypatch, suffix_k5=1.8, ngram_k2=1.6, ngram_k5=1.5)
+    first = run_job(pilot_job(tmp_path)).folder
+    assert json.loads(first.auto_plan_path.read_text())["measure"] == ["suffix-k5"]
+    roots = {}
+    for spec, rate in ((["spec=ngram", "spec.num_speculative_tokens=2"], 100.0), (["spec=suffix"], 99.0)):
+        fixed = run_job(
+            compose_job([f"output_root={tmp_path}", "engine.backend=dummy", "tracking=off", "max_samples=8", *spec])
+        )
+        roots[fixed.folder.root] = rate
+    monkeypatch.setattr(likeliest_module, "_rate", lambda root: roots.get(root))
+    again = run_job(pilot_job(tmp_path, "run_name=again")).folder
+    plan = json.loads(again.auto_plan_path.read_text())
+    assert plan["pilot"] == "ngram-k2" and "suffix-k5" not in plan["measure"]
+    note = next(n for n in plan["not_measured"] if n.startswith("suffix-k5 is not measured"))
+    assert "bounded to" in note and "by earlier runs of this kind (suffix-k5 99.0 tok/s, ngram-k2 100.0)" in note

@@ -15,6 +15,7 @@ its decoding ones process different numbers of tokens, which is what separates t
 after the hand-over), and so does ``k0_overhead`` (its decoding steps that drafted nothing); before, they are the
 priors below, and the log says where each came from. Where only a speculative engine was timed (a pilot on a
 speculative set-up), :func:`fit_speculative` sizes the whole model on its steps, split by the priors' ratios.
+:func:`prompt_share` says how much of spec=none's time the prompts take, which no set-up speeds up.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ class StepCosts:
     # A speculative engine's step that drafts nothing, as a share over a plain step (module docstring).
     k0_overhead: float = K0_OVERHEAD
     k0_source: str = f"prior: {K0_ORIGIN}"
+    # The share of spec=none's time on the timed rows spent on their prompt tokens (:func:`prompt_share`), which no
+    # set-up speeds up; None where it was not reckoned.
+    prompt_share: float | None = None
 
     def plain(self, requests: float) -> float:
         """Seconds of a plain decoding step of ``requests`` requests."""
@@ -89,6 +93,7 @@ class StepCosts:
             "speculative_source": self.speculative_source,
             "k0_overhead": self.k0_overhead,
             "k0_source": self.k0_source,
+            "prompt_share": self.prompt_share,
         }
 
 
@@ -225,3 +230,19 @@ def fit_speculative(tables: list[StepTable]) -> StepCosts | None:
         where,
     )
     return _with_k0_steps(costs, tables)
+
+
+def prompt_share(costs: StepCosts, tables: list[StepTable], decode_speedup: float) -> float | None:
+    """The share of spec=none's time on ``tables``' rows that goes to their prompt tokens: ``per_token`` x the prompt
+    tokens the steps processed (prefix-cache hits are not processed, so not counted), against that plus spec=none's
+    decoding, which is the rest of the steps' time x ``decode_speedup`` (the pace of the engine that ran them over
+    spec=none's on decoding; 1 for spec=none's own). A speculative set-up speeds up only the decoding, so on rows with
+    long prompts and short answers (retrieval) a decode speedup of 1.3x is a whole job's of 1.05x or less. None when
+    no step was timed or the costs have no part per token."""
+    steps = [s for table in tables for s in table.steps()]
+    seconds = sum(s.seconds for s in steps)
+    if seconds <= 0 or costs.per_token <= 0 or decode_speedup <= 0:
+        return None
+    # A fit that prices the prompts above the steps' own time leaves no decoding: all the time is the prompts'.
+    prompt = min(costs.per_token * sum(s.prompt_tokens for s in steps), seconds)
+    return prompt / (prompt + (seconds - prompt) * decode_speedup)

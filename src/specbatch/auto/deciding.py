@@ -9,20 +9,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from specbatch.auto.candidates import Candidate
-from specbatch.auto.costs import StepCosts, fit_plain, fit_speculative
+from specbatch.auto.costs import StepCosts, fit_plain, fit_speculative, prompt_share
 from specbatch.auto.decision import (
     UNMEASURED_MARGIN,
     Predicted,
     around_pilot,
     candidate_rows,
     decide,
+    earlier_bound,
     measuring_gain,
     measuring_pays,
     predict,
     unmeasured_winner,
+    whole_job,
 )
 from specbatch.auto.engines import ShardEngines
 from specbatch.auto.handover import Occupancy, lengths_of, per_occupancy, setup_tables
@@ -100,8 +104,7 @@ class ShardDecisions:
     def _costs(self, folder: RunFolder, pilot: str) -> StepCosts | None:
         """The step costs from the pilot's timed steps (its written streams, and the one running): spec=none's fit
         the plain step; a speculative set-up's size the whole model (specbatch.auto.costs.fit_speculative)."""
-        live = self.streamer.steps if self.streamer else None
-        tables = setup_tables(folder, live, pilot)
+        tables = setup_tables(folder, self.streamer.steps if self.streamer else None, pilot)
         return fit_plain(tables) if pilot == "none" else fit_speculative(tables)
 
     def _predict_on(
@@ -116,7 +119,16 @@ class ShardDecisions:
         pass_cost = None
         if costs is not None and batch:
             pass_cost = lambda d: costs.speculative_pass(batch, d) / costs.plain(batch)  # noqa: E731
-        return run, predict(run.turns, self.candidates, self.job.model.max_model_len, batch, pass_cost), costs
+        predicted = predict(run.turns, self.candidates, self.job.model.max_model_len, batch, pass_cost)
+        # The speedups as the whole job's: the prompts' share of the time, from the same steps at the pace of the
+        # set-up that ran them (not reckoned for one the replay does not predict, e.g. a scheduled winner).
+        pace = 1.0 if setup == "none" else next((p.speedup for p in predicted if p.label == setup), None)
+        if costs is not None and pace is not None:
+            tables = setup_tables(folder, self.streamer.steps if self.streamer else None, setup)
+            share = prompt_share(costs, tables, pace)
+            if share is not None:
+                costs, predicted = replace(costs, prompt_share=share), whole_job(predicted, share)
+        return run, predicted, costs
 
     def _plan(self, folder: RunFolder) -> dict[str, Any]:
         """The shard's plan, made from its pilot once (create-once: a resumed shard reads the one it wrote)."""
@@ -139,12 +151,16 @@ class ShardDecisions:
         if lead.method is SpecMethod.none:
             best_here = max(best_here, 1.0)
         margin = MEASURED_MARGIN if costs is not None and costs.speculative_measured else UNMEASURED_MARGIN
+        earlier = earlier_rates(self.job, self.candidates)
+        pace = 1.0 if lead.method is SpecMethod.none else next((p.speedup for p in predicted if p.label == pilot), 1.0)
 
         def pays_off(label: str, speedup: float) -> str | None:
             if self.auto.always_measure:
                 return None
             cost = slices + (0.0 if shares(label) else 2 * startup)
-            return measuring_gain(rest_seconds, best_here, speedup, margin, cost)
+            bounded, said = earlier_bound(label, speedup, pilot, pace, {k: r for k, (r, _) in earlier.items()})
+            why_not = measuring_gain(rest_seconds, best_here, bounded, margin, cost)
+            return why_not + said if why_not is not None else None
 
         measure, notes = around_pilot(
             lead,
@@ -153,7 +169,7 @@ class ShardDecisions:
             self.auto.measure_top,
             len(self._measure),
             shares,
-            self._ruled_out(),
+            self._ruled_out(earlier),
             pays_off,
         )
         silent = silent_pilot(folder, self._pilot)
@@ -195,11 +211,10 @@ class ShardDecisions:
         create_plan(folder.auto_plan_path, plan)
         return folder.read_auto_plan() or plan
 
-    def _ruled_out(self) -> dict[str, str]:
-        """The learned drafters an earlier fixed run of this kind (specbatch.auto.likeliest) measured slower than
-        another candidate beyond the prediction's error: measuring them again would cost an engine start-up for a
-        set-up that cannot win."""
-        rates = earlier_rates(self.job, self.candidates)
+    def _ruled_out(self, rates: dict[str, tuple[float, Path]]) -> dict[str, str]:
+        """The learned drafters an earlier fixed run of this kind (``rates``: specbatch.auto.likeliest.earlier_rates)
+        measured slower than another candidate beyond the prediction's error: measuring them again would cost an
+        engine start-up for a set-up that cannot win."""
         out = {}
         for label, (rate, root) in rates.items():
             if self._candidate(label).predictable or label == "none":

@@ -5,7 +5,7 @@ whether measuring pays, and pick the winner by jobs/compare.py's noise rule.
   (specbatch.prediction), for each n-gram and suffix candidate's acceptance; its speedup is tokens per pass over what
   a pass costs in plain steps: the costs measured in the pilot's engine at the job's batch (specbatch.auto.costs)
   when its steps were timed, else ``a + b * d`` with d the draft tokens per pass (analysis.predicted's model) and
-  (a, b) the prior below.
+  (a, b) the prior below. That is decoding's speedup; :func:`whole_job` weighs in the prompts' share of the time.
 - Measure around the pilot (:func:`around_pilot`): what runs in the pilot's engine, the learned drafters, and
   spec=none or another engine's leader only where they could win within the prediction's error.
 - Budget: measuring runs the pilot and each measured set-up for ``repeats`` slices of the job's batch (the shard's
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specbatch.analysis.recommend import Measured, pick, speedup_stats, within_noise
@@ -58,16 +58,48 @@ class Predicted:
     # Draft tokens per target pass (d), and tokens per pass (tau = output / passes).
     draft_tokens_per_pass: float
     tokens_per_pass: float
+    # x spec=none: the whole job's once whole_job has weighed in the prompts' share, else the decoding's.
     speedup: float
+    # The decoding's alone (tokens per pass over a pass's cost), where ``speedup`` is the whole job's.
+    decode_speedup: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "label": self.label,
             "predicted_acceptance_length": self.acceptance_length,
             "predicted_draft_tokens_per_pass": self.draft_tokens_per_pass,
             "predicted_tokens_per_pass": self.tokens_per_pass,
             "predicted_speedup": self.speedup,
         }
+        if self.decode_speedup is not None:
+            out["predicted_decode_speedup"] = self.decode_speedup
+        return out
+
+
+def whole_job(predicted: list[Predicted], prompt_share: float) -> list[Predicted]:
+    """Each decode speedup as the whole job's (Amdahl's law): ``prompt_share`` of spec=none's time goes to the prompt
+    tokens (costs.prompt_share), the same whichever set-up runs. The order is kept: only the sizes change, which the
+    margins (measure or not, none or not) are taken on."""
+    rest = 1.0 - prompt_share
+    return [replace(p, speedup=1.0 / (prompt_share + rest / p.speedup), decode_speedup=p.speedup) for p in predicted]
+
+
+def earlier_bound(
+    label: str, speedup: float, pilot: str, pilot_speedup: float, earlier: dict[str, float]
+) -> tuple[float, str]:
+    """(``label``'s predicted speedup, bounded by what earlier fixed runs of this kind measured; a clause saying so or
+    ""): where both ``label`` and the ``pilot`` ran before (``earlier``: tok/s per set-up, likeliest.earlier_rates),
+    their measured ratio times the pilot's predicted speedup bounds the prediction. Whole runs measured on rows of
+    this kind are better evidence than the step model, which errs towards speculation where prompts are long."""
+    if label not in earlier or pilot not in earlier or label == pilot or earlier[pilot] <= 0:
+        return speedup, ""
+    bound = pilot_speedup * earlier[label] / earlier[pilot]
+    if bound >= speedup:
+        return speedup, ""
+    return bound, (
+        f"; predicted {speedup:.2f}x, bounded to {bound:.2f}x by earlier runs of this kind ({label} "
+        f"{earlier[label]:.1f} tok/s, {pilot} {earlier[pilot]:.1f})"
+    )
 
 
 def replay_setup(candidate: Candidate) -> Setup:
@@ -328,6 +360,8 @@ def candidate_rows(
                 "caption": candidate.caption,
                 "predicted_acceptance_length": by_label.get(label, {}).get("predicted_acceptance_length"),
                 "predicted_speedup": by_label.get(label, {}).get("predicted_speedup"),
+                # Decoding's alone, where predicted_speedup is the whole job's (whole_job).
+                "predicted_decode_speedup": by_label.get(label, {}).get("predicted_decode_speedup"),
                 "measured_tok_s": statistics.median(timed) if timed else None,
                 "slices_tok_s": own,
                 "speedup": figures.get(label, {}).get("speedup"),
