@@ -336,7 +336,8 @@ def test_earlier_runs_of_this_kind_bound_a_prediction() -> None:
 def test_a_leader_that_earlier_runs_measured_at_the_pilot_s_pace_is_not_measured(tmp_path: Path, monkeypatch) -> None:
     """Suffix decoding is predicted well ahead of the pilot's n-gram k 2 and, with no earlier run, measured in its own
     engine. Once earlier fixed runs of this kind made it 0.99x n-gram k 2's tok/s, what measuring it could gain is
-    bounded by theirs: less than its start-ups and slices cost, so it is not measured and the plan says why."""
+    bounded by theirs: less than its start-ups and slices cost, so it is not measured and the plan says why; and the
+    choice made without measuring does not switch to it."""
     _predicted(monkeypatch, suffix_k5=1.8, ngram_k2=1.6, ngram_k5=1.5)
     first = run_job(pilot_job(tmp_path)).folder
     assert json.loads(first.auto_plan_path.read_text())["measure"] == ["suffix-k5"]
@@ -352,3 +353,9 @@ def test_a_leader_that_earlier_runs_measured_at_the_pilot_s_pace_is_not_measured
     assert plan["pilot"] == "ngram-k2" and "suffix-k5" not in plan["measure"]
     note = next(n for n in plan["not_measured"] if n.startswith("suffix-k5 is not measured"))
     assert "bounded to" in note and "by earlier runs of this kind (suffix-k5 99.0 tok/s, ngram-k2 100.0)" in note
+    assert "no error in its favour" in note, "whole runs measured it: the prediction's error does not apply"
+    # Nor does the unmeasured choice switch to it: the step model alone does not overrule whole runs.
+    assert plan["slower_before"] == ["suffix-k5"]
+    decision = json.loads(again.decision_path.read_text())
+    assert not decision["measured"] and not decision["winner"].startswith("suffix")
+    assert set(_setups(again)) == {"ngram-k2"} | ({decision["winner"]} if decision["winner"] != "none" else set())

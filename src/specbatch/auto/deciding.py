@@ -25,6 +25,8 @@ from specbatch.auto.decision import (
     measuring_gain,
     measuring_pays,
     predict,
+    slower_before,
+    switchable,
     unmeasured_winner,
     whole_job,
 )
@@ -159,7 +161,9 @@ class ShardDecisions:
                 return None
             cost = slices + (0.0 if shares(label) else 2 * startup)
             bounded, said = earlier_bound(label, speedup, pilot, pace, {k: r for k, (r, _) in earlier.items()})
-            why_not = measuring_gain(rest_seconds, best_here, bounded, margin, cost)
+            # Bounded by whole runs of this kind: no error in its favour. Those are finer than the few slices that
+            # would measure it, which could not tell a set-up they rank so close from the pilot's anyway.
+            why_not = measuring_gain(rest_seconds, best_here, bounded, 1.0 if said else margin, cost)
             return why_not + said if why_not is not None else None
 
         measure, notes = around_pilot(
@@ -197,6 +201,8 @@ class ShardDecisions:
             "requests_per_row": requests / pilot_rows if pilot_rows else 1.0,
             "completion_lengths": lengths_of(run.turns),
             "predicted": [p.to_dict() for p in predicted],
+            # Set-ups earlier fixed runs of this kind made no faster than the pilot's: not switched to unmeasured.
+            "slower_before": slower_before({label: rate for label, (rate, _) in earlier.items()}, pilot),
             # The step costs the prediction priced passes with (None: the prior's line, decision.PRIOR_PASS_COST).
             "costs": costs.to_dict() if costs is not None else None,
             "measure": measure,
@@ -283,7 +289,7 @@ class ShardDecisions:
         occupancy = self._per_occupancy(folder, plan)
         if occupancy is not None:
             return occupancy.label, occupancy.choice.why, occupancy
-        winner, why = unmeasured_winner([(p["label"], p["predicted_speedup"]) for p in plan["predicted"]])
+        winner, why = unmeasured_winner([(p["label"], p["predicted_speedup"]) for p in switchable(plan)])
         return winner, why, None
 
     def _revision(self, folder: RunFolder, plan: dict[str, Any], running: str) -> Callable[[], bool]:
@@ -361,7 +367,7 @@ class ShardDecisions:
             return method is pilot.method and (self.engines.roomy(method) or k == pilot.spec.k)
 
         return per_occupancy(
-            plan["predicted"],
+            switchable(plan),
             self._by_label,
             self._costs(folder, pilot.label),
             self._concurrency(),

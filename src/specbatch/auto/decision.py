@@ -90,7 +90,8 @@ def earlier_bound(
     """(``label``'s predicted speedup, bounded by what earlier fixed runs of this kind measured; a clause saying so or
     ""): where both ``label`` and the ``pilot`` ran before (``earlier``: tok/s per set-up, likeliest.earlier_rates),
     their measured ratio times the pilot's predicted speedup bounds the prediction. Whole runs measured on rows of
-    this kind are better evidence than the step model, which errs towards speculation where prompts are long."""
+    this kind are better evidence than the step model, which errs towards speculation where prompts are long (and
+    than a few measured slices: the retrieval cell's spread 0.04-0.15 between slices of one set-up)."""
     if label not in earlier or pilot not in earlier or label == pilot or earlier[pilot] <= 0:
         return speedup, ""
     bound = pilot_speedup * earlier[label] / earlier[pilot]
@@ -221,6 +222,20 @@ def around_pilot(
     return order, notes
 
 
+def slower_before(earlier: dict[str, float], pilot: str) -> list[str]:
+    """The set-ups earlier fixed runs of this kind (tok/s per set-up) made no faster than the ``pilot``'s."""
+    if pilot not in earlier:
+        return []
+    return sorted(label for label, rate in earlier.items() if label != pilot and rate <= earlier[pilot])
+
+
+def switchable(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The plan's predictions an unmeasured choice may switch to: not the set-ups earlier whole runs of this kind
+    made no faster than the pilot's (the plan's ``slower_before``), which the step model alone does not overrule."""
+    slower = set(plan.get("slower_before") or [])
+    return [p for p in plan["predicted"] if p["label"] not in slower]
+
+
 def measuring_gain(
     rest_seconds: float, best_here: float, speedup: float, margin: float, cost_seconds: float
 ) -> str | None:
@@ -231,10 +246,10 @@ def measuring_gain(
     gain = rest_seconds * (1 - best_here / (speedup * margin))
     if gain > cost_seconds:
         return None
+    error = f"{margin:g}x error in its favour" if margin > 1.0 else "no error in its favour"
     return (
         f"at most {max(gain, 0.0):.1f} s to gain over the rest (predicted {speedup:.2f}x spec=none against "
-        f"{best_here:.2f}x in the pilot's engine, {margin:g}x error in its favour), not more than the "
-        f"{cost_seconds:.1f} s measuring it costs"
+        f"{best_here:.2f}x in the pilot's engine, {error}), not more than the {cost_seconds:.1f} s measuring it costs"
     )
 
 
