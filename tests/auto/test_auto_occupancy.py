@@ -177,6 +177,22 @@ def test_one_k_everywhere_is_a_fixed_set_up_and_a_costly_switch_keeps_none() -> 
     assert kept.label == "none" and "less than the 1000.0 s the switch costs" in kept.why
 
 
+def test_a_speculative_pilot_keeps_its_k_where_nothing_saves_time_and_none_needs_a_start_up() -> None:
+    """n-gram k 1 is predicted 0.99x spec=none at every batch size, and k 0's overhead makes off everywhere slower
+    still. After a spec=none pilot, none stays. After a pilot on n-gram k 1, whose engine runs it in place, spec=none
+    would cost a start-up of 30 s against the second k 1 loses: k 1 is kept. (Help-desk at batch 16 switched to
+    spec=none so, and ran 0.89x the best fixed set-up.)"""
+    weak = [Option("ngram-k1", SpecMethod.ngram, 1, 1.05, 1.0)]
+    flat = StepCosts(0.010, 0.00001, 0.0005, 0.00001, "test", "test", k0_overhead=0.2)
+    assert choose(weak, flat, 16, 2_000, LENGTHS, switch_seconds=30.0).label == "none"
+    on_ngram = lambda method, k: method is SpecMethod.ngram  # noqa: E731
+    kept = choose(weak, flat, 16, 2_000, LENGTHS, switch_seconds=30.0, stays=on_ngram)
+    assert kept.label == "ngram-k1" and kept.fixed_k == 1 and -30.0 < kept.saved_seconds < 0
+    # A start-up cheaper than what k 1 loses: spec=none runs the rest.
+    cheap = choose(weak, flat, 16, 2_000, LENGTHS, switch_seconds=0.01, stays=on_ngram)
+    assert cheap.label == "none" and "spec=none runs the rest" in cheap.why
+
+
 def test_a_method_that_cannot_follow_a_schedule_runs_one_k_or_not_at_all() -> None:
     suffix = [Option("suffix-k5", SpecMethod.suffix, 5, 2.6, 2.0)]
     choice = choose(suffix, CPU, 256, 10_000, LENGTHS, switch_seconds=0.0)
@@ -318,6 +334,9 @@ def test_the_schedule_chosen_runs_through_the_engine_and_is_recorded(tmp_path: P
     assert by_bucket["8"]["k"] == 0 and by_bucket["8"]["predicted_speedup"] == 1.0
     assert decision["costs"]["speculative_source"].startswith("prior")
     assert decision["costs"]["per_token_seconds"] == pytest.approx(0.0005, rel=0.3), "fitted on the pilot's steps"
+    # The prompts' share the plan's speedups were weighed with, kept beside the costs the schedule used.
+    plan = json.loads(folder.auto_plan_path.read_text())
+    assert 0 < decision["costs"]["prompt_share"] == plan["costs"]["prompt_share"] < 1
     _every_row_once(folder, 48)
     # The winner's engine followed the schedule: no drafts with 8 requests in the step, drafts below.
     winner = [t for t in read_all_steps(folder.steps_dir) if t.setup == decision["winner"]]

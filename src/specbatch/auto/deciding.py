@@ -366,10 +366,11 @@ class ShardDecisions:
                 return method is None and pilot.method is SpecMethod.none
             return method is pilot.method and (self.engines.roomy(method) or k == pilot.spec.k)
 
+        costs, share = self._costs(folder, pilot.label), (plan.get("costs") or {}).get("prompt_share")
         return per_occupancy(
             switchable(plan),
             self._by_label,
-            self._costs(folder, pilot.label),
+            replace(costs, prompt_share=share) if costs is not None else None,  # the plan's speedups weighed it
             self._concurrency(),
             max(requests, 0),
             plan.get("completion_lengths") or [],
