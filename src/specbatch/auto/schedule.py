@@ -132,7 +132,13 @@ def choose(
         for group in groups:
             choice = _choose_ks(method, group, costs, buckets, at, plain_seconds, total_plain, schedulable)
             if choice.label == "none":
-                continue  # off everywhere in the method's engine: slower than spec=none itself
+                # Off everywhere in the method's engine is slower than spec=none itself. But where the engine open
+                # now runs one of its ks in place, keeping that k is an option: spec=none would cost a start-up.
+                kept = [o for o in group if free(method, o.k)]
+                if not kept:
+                    continue
+                fixed = [_choose_ks(method, [o], costs, buckets, at, plain_seconds, total_plain, False) for o in kept]
+                choice = max(fixed, key=lambda c: c.saved_seconds)
             staying = free(method, None) or free(method, choice.fixed_k)
             net = choice.saved_seconds - (0.0 if staying else switch_seconds)
             if best is None or net > best_net:
