@@ -232,6 +232,12 @@ def fit_speculative(tables: list[StepTable]) -> StepCosts | None:
     return _with_k0_steps(costs, tables)
 
 
+def fit_setup(tables: list[StepTable], setup: str) -> StepCosts | None:
+    """The step costs from ``setup``'s timed steps: spec=none's fit the plain step (:func:`fit_plain`); a speculative
+    set-up's size the whole model (:func:`fit_speculative`)."""
+    return fit_plain(tables) if setup == "none" else fit_speculative(tables)
+
+
 def prompt_share(costs: StepCosts, tables: list[StepTable], decode_speedup: float) -> float | None:
     """The share of spec=none's time on ``tables``' rows that goes to their prompt tokens: ``per_token`` x the prompt
     tokens the steps processed (prefix-cache hits are not processed, so not counted), against that plus spec=none's

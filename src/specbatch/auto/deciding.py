@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specbatch.auto.candidates import Candidate
-from specbatch.auto.costs import StepCosts, fit_plain, fit_speculative, prompt_share
+from specbatch.auto.costs import StepCosts, fit_setup, prompt_share
 from specbatch.auto.decision import (
     UNMEASURED_MARGIN,
     Predicted,
@@ -41,6 +41,7 @@ from specbatch.methods import SpecMethod
 from specbatch.prediction.turns import RunTurns, read_parts
 from specbatch.run.folder import RunFolder
 from specbatch.run.records.decision_file import create_decision, create_plan, create_revised
+from specbatch.run.records.steps_file import StepTable
 from specbatch.run.streaming import ChunkStreamer
 
 log = logging.getLogger(__name__)
@@ -104,10 +105,12 @@ class ShardDecisions:
         return float(plan.get("engine_startup_seconds") or 0.0)
 
     def _costs(self, folder: RunFolder, pilot: str) -> StepCosts | None:
-        """The step costs from the pilot's timed steps (its written streams, and the one running): spec=none's fit
-        the plain step; a speculative set-up's size the whole model (specbatch.auto.costs.fit_speculative)."""
-        tables = setup_tables(folder, self.streamer.steps if self.streamer else None, pilot)
-        return fit_plain(tables) if pilot == "none" else fit_speculative(tables)
+        """The step costs from the pilot's timed steps (its written streams, and the one running)."""
+        return fit_setup(self._tables(folder, pilot), pilot)
+
+    def _tables(self, folder: RunFolder, setup: str) -> list[StepTable]:
+        """``setup``'s timed steps in this shard: its written streams, and the one running."""
+        return setup_tables(folder, self.streamer.steps if self.streamer else None, setup)
 
     def _predict_on(
         self, folder: RunFolder, numbers: list[int], setup: str
@@ -117,7 +120,8 @@ class ShardDecisions:
         run = RunTurns(folder.root, {})
         read_parts([folder.part_path(n) for n in numbers], run)
         batch = self._concurrency()
-        costs = self._costs(folder, setup)
+        tables = self._tables(folder, setup)
+        costs = fit_setup(tables, setup)
         pass_cost = None
         if costs is not None and batch:
             pass_cost = lambda d: costs.speculative_pass(batch, d) / costs.plain(batch)  # noqa: E731
@@ -126,7 +130,6 @@ class ShardDecisions:
         # set-up that ran them (not reckoned for one the replay does not predict, e.g. a scheduled winner).
         pace = 1.0 if setup == "none" else next((p.speedup for p in predicted if p.label == setup), None)
         if costs is not None and pace is not None:
-            tables = setup_tables(folder, self.streamer.steps if self.streamer else None, setup)
             share = prompt_share(costs, tables, pace)
             if share is not None:
                 costs, predicted = replace(costs, prompt_share=share), whole_job(predicted, share)
@@ -154,13 +157,14 @@ class ShardDecisions:
             best_here = max(best_here, 1.0)
         margin = MEASURED_MARGIN if costs is not None and costs.speculative_measured else UNMEASURED_MARGIN
         earlier = earlier_rates(self.job, self.candidates)
+        rates = {label: rate for label, (rate, _) in earlier.items()}
         pace = 1.0 if lead.method is SpecMethod.none else next((p.speedup for p in predicted if p.label == pilot), 1.0)
 
         def pays_off(label: str, speedup: float) -> str | None:
             if self.auto.always_measure:
                 return None
             cost = slices + (0.0 if shares(label) else 2 * startup)
-            bounded, said = earlier_bound(label, speedup, pilot, pace, {k: r for k, (r, _) in earlier.items()})
+            bounded, said = earlier_bound(label, speedup, pilot, pace, rates)
             # Bounded by whole runs of this kind: no error in its favour. Those are finer than the few slices that
             # would measure it, which could not tell a set-up they rank so close from the pilot's anyway.
             why_not = measuring_gain(rest_seconds, best_here, bounded, 1.0 if said else margin, cost)
@@ -202,7 +206,7 @@ class ShardDecisions:
             "completion_lengths": lengths_of(run.turns),
             "predicted": [p.to_dict() for p in predicted],
             # Set-ups earlier fixed runs of this kind made no faster than the pilot's: not switched to unmeasured.
-            "slower_before": slower_before({label: rate for label, (rate, _) in earlier.items()}, pilot),
+            "slower_before": slower_before(rates, pilot),
             # The step costs the prediction priced passes with (None: the prior's line, decision.PRIOR_PASS_COST).
             "costs": costs.to_dict() if costs is not None else None,
             "measure": measure,
