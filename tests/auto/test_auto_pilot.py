@@ -359,3 +359,58 @@ def test_a_leader_that_earlier_runs_measured_at_the_pilot_s_pace_is_not_measured
     decision = json.loads(again.decision_path.read_text())
     assert not decision["measured"] and not decision["winner"].startswith("suffix")
     assert set(_setups(again)) == {"ngram-k2"} | ({decision["winner"]} if decision["winner"] != "none" else set())
+
+
+def test_when_earlier_runs_leave_nothing_to_measure_the_pilot_heads_one_stream(tmp_path: Path, monkeypatch) -> None:
+    """Earlier fixed runs of this kind measured every candidate, none faster than n-gram k 2, which pilots: the
+    shard knows before its pilot that it will measure nothing, so the pilot's slices head one ordinary stream (none
+    is drained on its own), and auto-pilot.json says so. Killed once its plan is due, and the earlier runs changed
+    meanwhile (n-gram k 5's is gone, so a fresh shard would measure it), the resumed shard keeps that way."""
+    _predicted(monkeypatch, suffix_k5=1.8, ngram_k2=1.6, ngram_k5=1.5)
+    monkeypatch.setattr(DummyEngine, "start_step_cost", StepCost(0.002, 0.0005, 0.0005))
+    roots = {}
+    for spec, rate in (
+        (["spec=none"], 90.0),
+        (["spec=ngram", "spec.num_speculative_tokens=2"], 100.0),
+        (["spec=ngram", "spec.num_speculative_tokens=5"], 97.0),
+        (["spec=suffix"], 99.0),
+    ):
+        fixed = run_job(
+            compose_job(
+                [f"output_root={tmp_path}", "engine.backend=dummy", "tracking=off", "max_samples=8"]
+                + ["engine.max_num_seqs=2", *spec]
+            )
+        )
+        roots[fixed.folder.root] = rate
+    monkeypatch.setattr(likeliest_module, "_rate", lambda root: roots.get(root))
+    job = pilot_job(tmp_path, "engine.max_num_seqs=2")
+    streams: list[int] = []
+    real_stream, real_plan = AutoShardGeneration._stream, AutoShardGeneration._plan
+
+    def stream(self, *args, **kwargs):
+        streams.append(len(args[2]))  # the chunks of this stream
+        return real_stream(self, *args, **kwargs)
+
+    def killed_at_plan(self, folder):
+        raise _Killed("plan")
+
+    monkeypatch.setattr(AutoShardGeneration, "_stream", stream)
+    monkeypatch.setattr(AutoShardGeneration, "_plan", killed_at_plan)
+    folder, before = killed_run(job)
+    pilot = folder.read_auto_pilot()
+    assert pilot["label"] == "ngram-k2" and "nothing is left to measure" in pilot["streamed"]
+    assert len(streams) == 1 and streams[0] > 3, "the pilot's three slices head one stream of the shard"
+    assert all(folder.part_path(n).exists() for n in range(3)) and set(_setups(folder)) == {"ngram-k2"}
+    roots = {root: rate for root, rate in roots.items() if "ngram-k5" not in root.name}
+    monkeypatch.setattr(generation, "nothing_to_measure", lambda *args: pytest.fail("asked again"))
+    monkeypatch.setattr(AutoShardGeneration, "_plan", real_plan)
+    started, streams[:] = _starts(monkeypatch), []
+    run_job(job)
+    assert {n: folder.read_part_stats(n)["launch"] for n in before} == before, "no written part made again"
+    plan = json.loads(folder.auto_plan_path.read_text())
+    assert plan["measure"] == [] and not plan["measuring"] and plan["why"] == pilot["streamed"]
+    assert plan["slower_before"] == ["none", "suffix-k5"], "the plan reads the earlier runs there are now"
+    decision = json.loads(folder.decision_path.read_text())
+    assert not decision["measured"] and decision["winner"].startswith("ngram")
+    assert len(streams) == 1 and started == ["ngram-k2"], "the rest in the one stream, in the pilot's engine"
+    _every_row_once(folder, 40)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from specbatch.auto.candidates import Candidate
@@ -32,7 +31,7 @@ from specbatch.auto.decision import (
 )
 from specbatch.auto.engines import ShardEngines
 from specbatch.auto.handover import Occupancy, lengths_of, per_occupancy, setup_tables
-from specbatch.auto.likeliest import earlier_rates
+from specbatch.auto.likeliest import earlier_rates, ruled_out
 from specbatch.auto.slices import no_tokens, silent_pilot, slice_rates
 from specbatch.config import ConfigError, JobConfig
 from specbatch.config.spec import AutoConfig
@@ -98,6 +97,14 @@ class ShardDecisions:
         recorded = folder.read_auto_pilot()
         return str(recorded["label"]) if recorded is not None else "none"
 
+    def _pilot_rates(self, folder: RunFolder, pilot: str) -> list[tuple[int, float]]:
+        """(tokens, seconds) of the pilot: each slice's when the shard measures; else the chunks of the stream it
+        headed, as one (their figures count from the stream's start, so they overlap)."""
+        rates = slice_rates(folder, self._pilot, pilot)
+        if self.unmeasurable is None or not rates:
+            return rates
+        return [(sum(t for t, _ in rates), max(s for _, s in rates))]
+
     def _startup_seconds(self, plan: dict[str, Any]) -> float:
         """What an engine start-up costs here: the first one timed in this launch, else the plan's."""
         if self.engines.startups:
@@ -143,7 +150,7 @@ class ShardDecisions:
         pilot = self._pilot_of(folder)
         run, predicted, costs = self._predict_on(folder, self._pilot, pilot)
         pilot_rows = sum(len(self._chunks[n]) for n in self._pilot)
-        pilot_seconds = sum(seconds for _, seconds in slice_rates(folder, self._pilot, pilot))
+        pilot_seconds = sum(seconds for _, seconds in self._pilot_rates(folder, pilot))
         startup = self._startup_seconds({})
         lead = self._candidate(pilot)
         shares = lambda label: self.engines.shares_engine(lead, self._candidate(label))  # noqa: E731
@@ -177,7 +184,7 @@ class ShardDecisions:
             self.auto.measure_top,
             len(self._measure),
             shares,
-            self._ruled_out(earlier),
+            ruled_out(self.candidates, earlier),
             pays_off,
         )
         silent = silent_pilot(folder, self._pilot)
@@ -221,24 +228,10 @@ class ShardDecisions:
         create_plan(folder.auto_plan_path, plan)
         return folder.read_auto_plan() or plan
 
-    def _ruled_out(self, rates: dict[str, tuple[float, Path]]) -> dict[str, str]:
-        """The learned drafters an earlier fixed run of this kind (``rates``: specbatch.auto.likeliest.earlier_rates)
-        measured slower than another candidate beyond the prediction's error: measuring them again would cost an
-        engine start-up for a set-up that cannot win."""
-        out = {}
-        for label, (rate, root) in rates.items():
-            if self._candidate(label).predictable or label == "none":
-                continue
-            faster = [(r, other) for other, (r, _) in rates.items() if r > rate * UNMEASURED_MARGIN]
-            if faster:
-                best, other = max(faster)
-                out[label] = f"an earlier run of this kind, {root}, made {rate:.1f} tok/s, {other}'s {best:.1f}"
-        return out
-
     def _decide(self, folder: RunFolder, plan: dict[str, Any]) -> dict[str, Any]:
         """This shard's decision, written as the run's unless another shard's is there first; the run's one."""
         pilot = plan.get("pilot", "none")
-        rates = {pilot: [t / s for t, s in slice_rates(folder, self._pilot, pilot)]}
+        rates = {pilot: [t / s for t, s in self._pilot_rates(folder, pilot)]}
         for slot, label in zip(self._measure, plan["measure"], strict=False):
             rates[label] = [t / s for t, s in slice_rates(folder, slot, label)]
         measured = plan["measuring"] and rates[pilot] and all(rates.get(m) for m in plan["measure"])

@@ -7,7 +7,9 @@ drawn across the shard, not its first rows (specbatch.auto.cutting: a sorted fil
 - the pilot, generated with the likeliest winner (specbatch.auto.likeliest, fixed create-once in the shard's
   auto-pilot.json before it runs, so that a resumed shard pilots on the same set-up): ``repeats`` slices of
   ``slice_rows`` (the job's batch) when the shard measures, else one chunk of ``pilot_rows`` (for the prediction
-  alone);
+  alone). When earlier runs of this kind leave nothing to measure beside the pilot
+  (specbatch.auto.likeliest.nothing_to_measure, recorded as the pilot's ``streamed``), the slices are cut as for
+  measuring but the shard takes the unmeasured way below: nothing is drained;
 - one measurement per measured set-up (the plan's, specbatch.auto.deciding): ``repeats`` further slices each;
 - the rest, the rows between them in chunks of ``chunk_size`` (after a pilot that is not measured, the first four
   batches' worth in chunks of at most a batch: see below), generated with the winner.
@@ -48,7 +50,7 @@ from specbatch.auto.decision import (
 )
 from specbatch.auto.engines import ShardEngines
 from specbatch.auto.handover import adopt, switch_check
-from specbatch.auto.likeliest import likeliest
+from specbatch.auto.likeliest import likeliest, nothing_to_measure
 from specbatch.common.interrupts import raise_if_stopped
 from specbatch.config import ConfigError, JobConfig
 from specbatch.engine import backend_class
@@ -155,6 +157,9 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
             decision = folder.read_decision()
             if decision is None:
                 pilot = self._pilot_label(folder)
+                # Earlier runs left nothing to measure (auto-pilot.json says so, for a resumed shard too): the
+                # pilot's slices head an ordinary stream, as when the shard cannot measure.
+                self.unmeasurable = self.unmeasurable or (folder.read_auto_pilot() or {}).get("streamed")
                 if self.unmeasurable is not None:
                     decision = self._lead_with(folder, config, left, pilot)
                 else:
@@ -230,6 +235,8 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
                 chosen = {"label": label, "source": "the pilot slices an earlier version of spec=auto wrote"}
             else:
                 chosen = likeliest(self.job, self.candidates).to_dict()
+                if self.unmeasurable is None:
+                    chosen["streamed"] = nothing_to_measure(self.job, self.candidates, chosen["label"])
             create_pilot(folder.auto_pilot_path, chosen)
             recorded = folder.read_auto_pilot() or chosen
         self._candidate(recorded["label"])  # one of this run's candidates, or a clear error
@@ -238,18 +245,19 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
 
     def _lead_with(self, folder: RunFolder, config: dict[str, Any], left: list[int], pilot: str) -> dict[str, Any]:
         """The unmeasured way: the pilot heads an ordinary stream of every chunk left with the pilot's set-up, so it
-        runs at the job's batch and a pilot that wins costs nothing. Once the pilot's part is written its plan and
+        runs at the job's batch and a pilot that wins costs nothing (its chunks are the shard's first: the cut numbers
+        them so, and a stream admits in order). Once the pilot's parts are written its plan and
         decision are made (replay and the pilot's timed steps, no other engine); when another set-up wins no further
         chunk is admitted, the ones in flight finish with the pilot's and the rest is left to the winner (in the
         same engine when its k can be set there)."""
-        first = self._pilot[0] if self._pilot else None
-        if first is None or folder.part_path(first).exists():
+        piloted = lambda: all(folder.part_path(n).exists() for n in self._pilot)  # noqa: E731
+        if piloted():
             return self._decide(folder, self._plan(folder))
         decided: dict[str, Any] = {}
         goes_on: list[Callable[[], bool] | None] = []
 
         def hand_over() -> bool | None:
-            if not decided and not folder.part_path(first).exists():
+            if not decided and not piloted():
                 return None  # the stream keeps the engine full and queues nothing ahead until the decision
             if not decided:
                 decided.update(self._decide(folder, self._plan(folder)))

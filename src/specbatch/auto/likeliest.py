@@ -15,7 +15,9 @@ its set-up must be one of this job's candidates. spec.auto.pilot, when set, name
    would price the predictable candidates wrongly.
 
 :func:`earlier_rates` gives the same runs' tok/s per set-up, which spec=auto's plan reads to leave out a learned
-drafter an earlier run of this kind measured too slow to win.
+drafter an earlier run of this kind measured too slow to win (:func:`ruled_out`), and to bound each prediction by.
+When those runs leave nothing to measure beside the pilot (:func:`nothing_to_measure`), the shard knows it before
+its pilot runs, and the pilot heads an ordinary stream rather than slices that drain the engine.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from specbatch.auto.candidates import Candidate, pilot_spelled, preset_k
+from specbatch.auto.decision import UNMEASURED_MARGIN, slower_before
 from specbatch.config import JobConfig, spec_label
 from specbatch.methods import METHODS, SpecMethod
 from specbatch.run.folder import RunFolder
@@ -78,6 +81,39 @@ def likeliest(job: JobConfig, candidates: list[Candidate]) -> Likeliest:
 def earlier_rates(job: JobConfig, candidates: list[Candidate]) -> dict[str, tuple[float, Path]]:
     """The fastest earlier fixed run of this kind (module docstring) of each candidate: label -> (tok/s, its root)."""
     return _fixed_rates(_matching(job), {c.label for c in candidates})
+
+
+def ruled_out(candidates: list[Candidate], rates: dict[str, tuple[float, Path]]) -> dict[str, str]:
+    """The learned drafters an earlier fixed run of this kind (``rates``: :func:`earlier_rates`) measured slower than
+    another candidate beyond the prediction's error, each with why: measuring them again would cost an engine
+    start-up for a set-up that cannot win."""
+    learned = {c.label for c in candidates if not c.predictable and c.method is not SpecMethod.none}
+    out = {}
+    for label, (rate, root) in rates.items():
+        faster = [(r, other) for other, (r, _) in rates.items() if r > rate * UNMEASURED_MARGIN]
+        if label in learned and faster:
+            best, other = max(faster)
+            out[label] = f"an earlier run of this kind, {root}, made {rate:.1f} tok/s, {other}'s {best:.1f}"
+    return out
+
+
+def nothing_to_measure(job: JobConfig, candidates: list[Candidate], pilot: str) -> str | None:
+    """Why a shard piloting on ``pilot`` would measure nothing, known before its pilot runs: earlier fixed runs of
+    this kind made every other candidate no faster than the pilot's set-up (decision.slower_before: the plan then
+    neither measures one nor switches to it unmeasured), or ruled it out (:func:`ruled_out`). None when one is
+    left to measure, or when spec.auto.always_measure asks for the slices."""
+    auto = job.spec.auto
+    if auto is not None and auto.always_measure:
+        return None
+    earlier = earlier_rates(job, candidates)
+    rates = {label: rate for label, (rate, _) in earlier.items()}
+    passed = set(slower_before(rates, pilot)) | set(ruled_out(candidates, earlier))
+    if pilot not in rates or any(c.label not in passed for c in candidates if c.label != pilot):
+        return None
+    return (
+        f"earlier fixed runs of this kind made no other candidate faster than {pilot} ({rates[pilot]:.1f} tok/s, "
+        f"{earlier[pilot][1]}) or ruled it out: nothing is left to measure, so the pilot heads the shard's stream"
+    )
 
 
 def _matching(job: JobConfig) -> dict[Path, dict[str, Any]]:

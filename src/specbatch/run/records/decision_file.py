@@ -9,7 +9,8 @@ they say is :mod:`specbatch.auto`'s; their files are this module's.
 Version (``format``): 1 for all five (a file without the key is format 1 too); a newer one is refused. A key added
 within format 1 is read with what it meant in the files written without it: a decision's ``decided_by`` (unknown:
 null), ``k_schedule`` (null: the winner runs one k), ``schedule`` and ``costs`` (null: decided before spec=auto
-timed steps).
+timed steps); a pilot's ``streamed`` (null: the pilot ran as slices of its own, or as the one chunk of a shard
+that cannot measure).
 """
 
 from __future__ import annotations
