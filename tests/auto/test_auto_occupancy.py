@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import compose_job
-from specbatch.auto import costs, deciding
+from specbatch.auto import costs, deciding, schedule
 from specbatch.auto.check import MIN_STEPS, SwitchCheck, check
 from specbatch.auto.costs import StepCosts, fit_plain, with_speculative_steps
 from specbatch.auto.decision import Predicted
@@ -193,6 +193,28 @@ def test_a_speculative_pilot_keeps_its_k_where_nothing_saves_time_and_none_needs
     assert cheap.label == "none" and "spec=none runs the rest" in cheap.why
 
 
+def test_the_set_up_running_is_kept_unless_a_choice_saves_a_margin_more() -> None:
+    """n-gram k 2 is predicted 0.99x spec=none at batch 16 and faster below, k 0 costs nothing more: k 2 below 16
+    and off at 16 is predicted to save 0.5 s more than k 2 everywhere, under KEEP_MARGIN (1 %) of the rest's ~70 s.
+    The set-up running is kept (help-desk at batch 16 revised to such a schedule on "0.0 s saved"); when k 2
+    everywhere loses more, the schedule takes over. After a spec=none pilot a switch in place costing nothing is
+    not made for 0.2 s either."""
+    costs = StepCosts(0.010, 0.0001, 0.0001, 0.0002, "test", "test", k0_overhead=0.0)
+    close = [Option("ngram-k2", SpecMethod.ngram, 2, 1.55, 2.0)]
+    on_ngram = lambda method, k: method is SpecMethod.ngram  # noqa: E731
+    assert choose(close, costs, 16, 2_000, LENGTHS, switch_seconds=30.0, stays=on_ngram).label.startswith(
+        "ngram-sched"
+    )
+    kept = choose(close, costs, 16, 2_000, LENGTHS, switch_seconds=30.0, stays=on_ngram, running="ngram-k2")
+    assert kept.label == "ngram-k2" and "under 1% of the rest: ngram-k2 is kept" in kept.why
+    behind = [Option("ngram-k2", SpecMethod.ngram, 2, 1.45, 2.0)]  # k 2 at 16: 0.93x
+    moved = choose(behind, costs, 16, 2_000, LENGTHS, switch_seconds=30.0, stays=on_ngram, running="ngram-k2")
+    assert moved.label.startswith("ngram-sched") and moved.schedule[-1][2] == 0
+    assert choose(close, costs, 16, 2_000, LENGTHS, switch_seconds=0.0).label.startswith("ngram-sched")
+    stays = choose(close, costs, 16, 2_000, LENGTHS, switch_seconds=0.0, running="none")
+    assert stays.label == "none" and "under 1% of the rest" in stays.why
+
+
 def test_a_method_that_cannot_follow_a_schedule_runs_one_k_or_not_at_all() -> None:
     suffix = [Option("suffix-k5", SpecMethod.suffix, 5, 2.6, 2.0)]
     choice = choose(suffix, CPU, 256, 10_000, LENGTHS, switch_seconds=0.0)
@@ -307,6 +329,8 @@ def timed(monkeypatch):
     monkeypatch.setattr(deciding, "predict", lambda *args: list(PREDICTED))
     # The dummy's speculative step costs more only when it verifies drafts: at k 0 it is spec=none's.
     monkeypatch.setattr(costs, "K0_OVERHEAD", 0.0)
+    # The dummy's schedules save a small share of its short rests: these tests follow a choice through the run.
+    monkeypatch.setattr(schedule, "KEEP_MARGIN", 0.0)
 
 
 def _rows(folder: RunFolder) -> list[dict]:

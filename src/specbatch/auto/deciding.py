@@ -373,6 +373,7 @@ class ShardDecisions:
             plan.get("completion_lengths") or [],
             self._startup_seconds(plan),
             stays,
+            pilot.label,  # the set-up running (the revision's plan names it as its pilot)
         )
 
     def setup_roles(self, folder: RunFolder) -> dict[str, list[str]]:

@@ -83,11 +83,12 @@ def per_occupancy(
     lengths: list[float],
     switch_seconds: float,
     stays: Callable[[SpecMethod | None, int | None], bool] | None = None,
+    running: str | None = None,
 ) -> Occupancy | None:
     """The choice per batch occupancy from the plan's predictions and the costs fitted on the pilot's steps
-    (``stays``: schedule.choose's); None when it cannot be made (no costs: too few steps timed, or a backend that
-    cannot tell its steps; a plan of an older version, without tokens per pass; an unknown batch), and the caller
-    keeps the prediction's own rule."""
+    (``stays``, ``running``: schedule.choose's); None when it cannot be made (no costs: too few steps timed, or a
+    backend that cannot tell its steps; a plan of an older version, without tokens per pass; an unknown batch), and
+    the caller keeps the prediction's own rule."""
     if costs is None or not batch or any("predicted_tokens_per_pass" not in p for p in predicted):
         return None
     options = [
@@ -101,7 +102,7 @@ def per_occupancy(
         for p in predicted
     ]
     log.info("spec=auto: plain step costs from %s; speculative from %s", costs.plain_source, costs.speculative_source)
-    choice = choose(options, costs, batch, requests_left, lengths, switch_seconds, stays)
+    choice = choose(options, costs, batch, requests_left, lengths, switch_seconds, stays, running)
     if choice.method is None or choice.label == "none":
         return Occupancy(choice, costs, None)
     fixed = choice.fixed_k

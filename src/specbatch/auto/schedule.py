@@ -16,7 +16,7 @@ falling as the pilot's completion lengths say (:func:`step_shares`); the schedul
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specbatch.auto.costs import StepCosts
@@ -26,6 +26,10 @@ from specbatch.run.step_log import bucket_label, bucket_of
 # A bucket speculates only where it is predicted this much faster than spec=none: the tokens per pass are the
 # replay's, and speculation's own costs are the prior until a speculative engine has run here.
 BUCKET_MARGIN = 1.05
+# The set-up running now is left only for a choice predicted to save this share of the rest more than it: a smaller
+# gain is within the step fit's error, and what a change in place costs is not priced (a k 0 bucket's overhead
+# fitted on a few idle steps). On jobs/bench.py --auto's help-desk cell a revision switched on "0.0 s saved".
+KEEP_MARGIN = 0.01
 
 
 @dataclass(frozen=True)
@@ -108,11 +112,13 @@ def choose(
     lengths: list[float],
     switch_seconds: float,
     stays: Callable[[SpecMethod | None, int | None], bool] | None = None,
+    running: str | None = None,
 ) -> Choice:
     """The method and schedule predicted to save the most time over the rest of the shard, net of the switch to it
     (module docstring). ``stays(method, k)`` says which set-ups run in the engine open now without a new start (k
     None: any k of that method, or a schedule of it; method None: spec=none); the others cost ``switch_seconds``.
-    By default only spec=none stays (a pilot on spec=none)."""
+    By default only spec=none stays (a pilot on spec=none). ``running`` (an option's label, or none) is kept unless
+    the best choice saves KEEP_MARGIN of the rest more than it."""
     free = stays or (lambda method, k: method is None)
     buckets = buckets_up_to(batch)
     shares = step_shares(batch, requests_left, lengths)
@@ -144,6 +150,13 @@ def choose(
             if best is None or net > best_net:
                 best, best_net = choice, net
     none_net = 0.0 if free(None, None) else -switch_seconds
+    own = next((o for o in options if o.label == running and free(o.method, o.k)), None)
+    if best is not None and own is not None and best.label != running:
+        kept = _choose_ks(own.method, [own], costs, buckets, at, plain_seconds, total_plain, False)
+        more = best_net - kept.saved_seconds
+        if more < KEEP_MARGIN * (total_plain - kept.saved_seconds):
+            why = f"{best.label} would save {more:.1f} s more, under {KEEP_MARGIN:.0%} of the rest: {running} is kept"
+            best, best_net = replace(kept, why=f"{kept.why}; {why}"), kept.saved_seconds
     if best is None:
         why = "no candidate is predicted to save time"
     elif best_net <= none_net:
@@ -151,6 +164,8 @@ def choose(
             f"{best.label} is predicted to save {best.saved_seconds:.1f} s of the rest, less than the "
             f"{switch_seconds:.1f} s the switch costs (an engine start-up)"
         )
+    elif running == "none" and free(None, None) and best_net < KEEP_MARGIN * total_plain:
+        why = f"{best.label} is predicted to save {best_net:.1f} s, under {KEEP_MARGIN:.0%} of the rest"
     else:
         return best
     rest = "spec=none stays" if free(None, None) else "spec=none runs the rest"
