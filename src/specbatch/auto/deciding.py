@@ -8,6 +8,7 @@ A mixin of specbatch.auto.generation.AutoShardGeneration, whose phases and strea
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -120,10 +121,11 @@ class ShardDecisions:
         return setup_tables(folder, self.streamer.steps if self.streamer else None, setup)
 
     def _predict_on(
-        self, folder: RunFolder, numbers: list[int], setup: str
+        self, folder: RunFolder, numbers: list[int], setup: str, left_out: Sequence[str] = ()
     ) -> tuple[RunTurns, list[Predicted], StepCosts | None]:
-        """The replay of the written parts ``numbers``, each candidate's passes priced with the costs of ``setup``'s
-        timed steps at the job's batch (the prior's line without them); the turns, the prediction and the costs."""
+        """The replay of the written parts ``numbers``, each candidate's passes (but ``left_out``'s) priced with the
+        costs of ``setup``'s timed steps at the job's batch (the prior's line without them); the turns, the
+        prediction and the costs."""
         run = RunTurns(folder.root, {})
         read_parts([folder.part_path(n) for n in numbers], run)
         batch = self._concurrency()
@@ -132,7 +134,8 @@ class ShardDecisions:
         pass_cost = None
         if costs is not None and batch:
             pass_cost = lambda d: costs.speculative_pass(batch, d) / costs.plain(batch)  # noqa: E731
-        predicted = predict(run.turns, self.candidates, self.job.model.max_model_len, batch, pass_cost)
+        replayed = [c for c in self.candidates if c.label not in left_out]
+        predicted = predict(run.turns, replayed, self.job.model.max_model_len, batch, pass_cost)
         # The speedups as the whole job's: the prompts' share of the time, from the same steps at the pace of the
         # set-up that ran them (not reckoned for one the replay does not predict, e.g. a scheduled winner).
         pace = 1.0 if setup == "none" else next((p.speedup for p in predicted if p.label == setup), None)
@@ -308,7 +311,9 @@ class ShardDecisions:
             if rows < REVISE_AT * len(self._span):
                 return False
             done.append(True)
-            run, predicted, _ = self._predict_on(folder, written, running)
+            # The stream waits for the replay: only what the revision may switch to is replayed.
+            began = time.perf_counter()
+            run, predicted, _ = self._predict_on(folder, written, running, plan.get("slower_before") or [])
             again = {
                 **plan,
                 "pilot": running,
@@ -317,15 +322,16 @@ class ShardDecisions:
                 "requests_per_row": len(run.turns) / rows if rows else 1.0,
             }
             winner, why, occupancy = self._unmeasured(folder, again)
+            rows_said = f"{rows} rows (in {time.perf_counter() - began:.1f} s)"
             if winner == running:
-                log.info("spec=auto: revised on %d rows, %s still wins (%s)", rows, running, why)
+                log.info("spec=auto: revised on %s, %s still wins (%s)", rows_said, running, why)
                 return False
             candidate = self._by_label.get(winner)
             if candidate is None or not self.engines.runs_in_place(candidate):
                 log.info(
-                    "spec=auto: revised on %d rows, %s would win, but not in %s's engine: %s is kept (a revision "
+                    "spec=auto: revised on %s, %s would win, but not in %s's engine: %s is kept (a revision "
                     "never costs a start-up)",
-                    rows,
+                    rows_said,
                     winner,
                     running,
                     running,
@@ -341,8 +347,8 @@ class ShardDecisions:
             }
             create_revised(folder.auto_revised_path, record)
             log.info(
-                "spec=auto: revised on %d rows: %s takes the rest from %s in its engine (%s)",
-                rows,
+                "spec=auto: revised on %s: %s takes the rest from %s in its engine (%s)",
+                rows_said,
                 winner,
                 running,
                 why,
