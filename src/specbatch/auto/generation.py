@@ -194,6 +194,8 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
                 if rest and folder.read_auto_switch():
                     self._turn_off(winner, folder, rest)
                     self._stream_with(folder, config, rest, "none")
+            elif winner != "none" and self.unmeasurable is not None and winner == self._pilot_of(folder):
+                log.info("spec=auto: %s piloted and won: its stream generated every row of this shard", winner)
             elif winner != "none":
                 log.info(
                     "spec=auto: %s won, but no row of this shard was left for it: the shard's %d rows were all "
@@ -246,10 +248,10 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
     def _lead_with(self, folder: RunFolder, config: dict[str, Any], left: list[int], pilot: str) -> dict[str, Any]:
         """The unmeasured way: the pilot heads an ordinary stream of every chunk left with the pilot's set-up, so it
         runs at the job's batch and a pilot that wins costs nothing (its chunks are the shard's first: the cut numbers
-        them so, and a stream admits in order). Once the pilot's parts are written its plan and
-        decision are made (replay and the pilot's timed steps, no other engine); when another set-up wins no further
-        chunk is admitted, the ones in flight finish with the pilot's and the rest is left to the winner (in the
-        same engine when its k can be set there)."""
+        them so, and a stream admits in order). Once the pilot's parts are written its plan and decision are made
+        (replay and the pilot's timed steps, no other engine); when another set-up wins no further chunk is
+        admitted, the ones in flight finish with the pilot's and the rest is left to the winner (in the same engine
+        when its k can be set there)."""
         piloted = lambda: all(folder.part_path(n).exists() for n in self._pilot)  # noqa: E731
         if piloted():
             return self._decide(folder, self._plan(folder))

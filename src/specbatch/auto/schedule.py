@@ -155,7 +155,8 @@ def choose(
         kept = _choose_ks(own.method, [own], costs, buckets, at, plain_seconds, total_plain, False)
         more = best_net - kept.saved_seconds
         if more < KEEP_MARGIN * (total_plain - kept.saved_seconds):
-            why = f"{best.label} would save {more:.1f} s more, under {KEEP_MARGIN:.0%} of the rest: {running} is kept"
+            short = f"{-more:.1f} s less" if more < 0 else f"{more:.1f} s more, under {KEEP_MARGIN:.0%} of the rest"
+            why = f"{best.label} would save {short}: {running} is kept"
             best, best_net = replace(kept, why=f"{kept.why}; {why}"), kept.saved_seconds
     if best is None:
         why = "no candidate is predicted to save time"
