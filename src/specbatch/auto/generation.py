@@ -50,7 +50,7 @@ from specbatch.auto.decision import (
 )
 from specbatch.auto.engines import ShardEngines
 from specbatch.auto.handover import adopt, switch_check
-from specbatch.auto.likeliest import likeliest, nothing_to_measure
+from specbatch.auto.likeliest import likeliest, matching_runs, nothing_to_measure
 from specbatch.common.interrupts import raise_if_stopped
 from specbatch.config import ConfigError, JobConfig
 from specbatch.engine import backend_class
@@ -236,9 +236,10 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
                 label = folder.read_part_stats(written[0]).get("setup", "none") if written else "none"
                 chosen = {"label": label, "source": "the pilot slices an earlier version of spec=auto wrote"}
             else:
-                chosen = likeliest(self.job, self.candidates).to_dict()
+                runs = matching_runs(self.job)  # read once for both questions
+                chosen = likeliest(self.job, self.candidates, runs).to_dict()
                 if self.unmeasurable is None:
-                    chosen["streamed"] = nothing_to_measure(self.job, self.candidates, chosen["label"])
+                    chosen["streamed"] = nothing_to_measure(self.job, self.candidates, chosen["label"], runs)
             create_pilot(folder.auto_pilot_path, chosen)
             recorded = folder.read_auto_pilot() or chosen
         self._candidate(recorded["label"])  # one of this run's candidates, or a clear error

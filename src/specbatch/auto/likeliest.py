@@ -49,8 +49,11 @@ class Likeliest:
         return {"label": self.label, "source": self.source}
 
 
-def likeliest(job: JobConfig, candidates: list[Candidate]) -> Likeliest:
-    """The pilot's set-up for ``job`` among ``candidates`` (module docstring), or the one spec.auto.pilot names."""
+def likeliest(
+    job: JobConfig, candidates: list[Candidate], runs: dict[Path, dict[str, Any]] | None = None
+) -> Likeliest:
+    """The pilot's set-up for ``job`` among ``candidates`` (module docstring), or the one spec.auto.pilot names.
+    ``runs``: :func:`matching_runs`, when the caller has read them already."""
     auto = job.spec.auto
     labels = {c.label for c in candidates}
     if auto is not None and auto.pilot is not None:
@@ -58,7 +61,7 @@ def likeliest(job: JobConfig, candidates: list[Candidate]) -> Likeliest:
         named = [c.label for c in candidates if wanted == c.label or wanted in c.spellings]
         label = named[0] if named else pilot_spelled(wanted, auto.checkpoints)
         return Likeliest(label, f"spec.auto.pilot={auto.pilot}")
-    configs = _matching(job)
+    configs = matching_runs(job) if runs is None else runs
     decided = [(root, d["winner"]) for root in configs if (d := _decision(root)) and d.get("winner") in labels]
     if decided:
         root, winner = max(decided, key=lambda item: _mtime(item[0] / "decision.json"))
@@ -80,7 +83,7 @@ def likeliest(job: JobConfig, candidates: list[Candidate]) -> Likeliest:
 
 def earlier_rates(job: JobConfig, candidates: list[Candidate]) -> dict[str, tuple[float, Path]]:
     """The fastest earlier fixed run of this kind (module docstring) of each candidate: label -> (tok/s, its root)."""
-    return _fixed_rates(_matching(job), {c.label for c in candidates})
+    return _fixed_rates(matching_runs(job), {c.label for c in candidates})
 
 
 def ruled_out(candidates: list[Candidate], rates: dict[str, tuple[float, Path]]) -> dict[str, str]:
@@ -97,15 +100,17 @@ def ruled_out(candidates: list[Candidate], rates: dict[str, tuple[float, Path]])
     return out
 
 
-def nothing_to_measure(job: JobConfig, candidates: list[Candidate], pilot: str) -> str | None:
+def nothing_to_measure(
+    job: JobConfig, candidates: list[Candidate], pilot: str, runs: dict[Path, dict[str, Any]] | None = None
+) -> str | None:
     """Why a shard piloting on ``pilot`` would measure nothing, known before its pilot runs: earlier fixed runs of
     this kind made every other candidate no faster than the pilot's set-up (decision.slower_before: the plan then
     neither measures one nor switches to it unmeasured), or ruled it out (:func:`ruled_out`). None when one is
-    left to measure, or when spec.auto.always_measure asks for the slices."""
+    left to measure, or when spec.auto.always_measure asks for the slices. ``runs``: as :func:`likeliest`'s."""
     auto = job.spec.auto
     if auto is not None and auto.always_measure:
         return None
-    earlier = earlier_rates(job, candidates)
+    earlier = _fixed_rates(matching_runs(job) if runs is None else runs, {c.label for c in candidates})
     rates = {label: rate for label, (rate, _) in earlier.items()}
     passed = set(slower_before(rates, pilot)) | set(ruled_out(candidates, earlier))
     if pilot not in rates or any(c.label not in passed for c in candidates if c.label != pilot):
@@ -116,7 +121,7 @@ def nothing_to_measure(job: JobConfig, candidates: list[Candidate], pilot: str) 
     )
 
 
-def _matching(job: JobConfig) -> dict[Path, dict[str, Any]]:
+def matching_runs(job: JobConfig) -> dict[Path, dict[str, Any]]:
     """The earlier runs of this kind (module docstring) and their configs, each run's record read once: its config
     says whether it matches and, for a fixed run, its set-up."""
     own = RunFolder.for_job(job).root
