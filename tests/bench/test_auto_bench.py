@@ -178,3 +178,27 @@ def test_in_a_shared_output_root_only_the_stopped_jobs_own_run_is_measured_again
         run_one("auto", ["spec=auto"], WORKLOADS["helpdesk"], plan, tmp_path / "auto-rep0", 16, 1000, history)
     assert seen == {"output_root": history, "run_name": "auto-rep0"}
     assert sorted(p.name for p in runs.iterdir()) == ["auto-rep0-extra-0123abcd", "sweep-ngram-k3-89abcdef"]
+
+
+def test_an_untimed_warm_up_job_runs_before_the_first_cell_outside_its_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first process after a while reads the model and libraries from disk: that goes to an untimed job, not to
+    whichever set-up the invocation measures first (spec=auto's, when --stamp resumes a cell after its sweep)."""
+    calls: list[tuple[str, Any]] = []
+
+    def generate(overrides: list[str], output_root: Path, run_name: str | None = None) -> None:
+        assert output_root.is_dir() and not output_root.is_relative_to(tmp_path), "never in a cell's history"
+        (output_root / "made-by-the-job").write_text("")
+        calls.append(("warm-up", (output_root, overrides, run_name)))
+
+    monkeypatch.setattr(auto_bench, "run_generate", generate)
+    monkeypatch.setattr(auto_bench, "measure_cell", lambda plan, workload, batch, where: calls.append(("cell", where)))
+    monkeypatch.setattr(auto_bench, "report", lambda plan, stamp, cells: f"{len(cells)} cells")
+    plan = AutoPlan((("helpdesk", 16), ("retrieval", 16)), SETUPS, 1000, 64, 2)
+    text, path = auto_bench.auto_report(plan, tmp_path, "STAMP")
+    assert [kind for kind, _ in calls] == ["warm-up", "cell", "cell"] and text == "2 cells"
+    scratch, overrides, run_name = calls[0][1]
+    assert not scratch.exists(), "the warm-up's folder is removed"
+    assert run_name is None and "dataset=helpdesk" in overrides and "engine.max_num_seqs=16" in overrides
+    assert "max_samples=32" in overrides and "sampling.max_tokens=64" in overrides and "tracking=off" in overrides
