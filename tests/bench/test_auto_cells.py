@@ -61,6 +61,22 @@ def test_where_none_is_best_auto_must_reach_097_of_it() -> None:
     assert "- goal missed: helpdesk at batch 16: auto / none 0.960 < 0.97 (none is best)" in summary_lines([short])
 
 
+def test_a_miss_smaller_than_one_fixed_jobs_own_spread_is_said_to_be_within_the_noise() -> None:
+    # ngram-k3's two runs are 8 / 125 = 6.4 % apart; auto's wall time is 4.1 % over that set-up's median, within it.
+    noisy = cell({"auto": [120, 120], "none": [100, 101], "ngram-k3": [121, 129]}, ["ngram-k3"] * 2)
+    assert noisy.noise == (pytest.approx(8 / 125), "ngram-k3") and noisy.goals()["cost"] is False
+    lines = summary_lines([noisy])
+    assert (
+        "- goal missed: helpdesk at batch 16: auto's wall time +4.1% over the fixed run of its choice (at most 3%); "
+        "within the cell's noise (ngram-k3's runs 6.4% apart)"
+    ) in lines
+    assert lines[-1] == "- noise, helpdesk at batch 16: ngram-k3's fixed runs 6.4% apart"
+    # A miss larger than the spread is said plainly; one run per set-up measures no spread.
+    steady = cell({"auto": [110, 110], "none": [100, 101], "ngram-k3": [124, 126]}, ["ngram-k3"] * 2)
+    assert any(line.endswith("(at most 3%)") for line in summary_lines([steady]))
+    assert cell({"auto": [110], "none": [100], "ngram-k3": [125]}).noise is None
+
+
 def test_a_choice_never_run_fixed_leaves_its_two_goals_unjudged() -> None:
     c = cell({"auto": [100, 100], "none": [90, 90], "ngram-k3": [110, 110]}, ["ngram-k3", "ngram-k5"])
     assert c.picks == ["ngram-k3", "ngram-k5"] and c.choice is None and c.cost is None

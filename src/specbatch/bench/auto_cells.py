@@ -7,6 +7,9 @@ Goals (issue 67), per cell, on medians of whole-job tok/s (output tokens over wa
 2. the cost of choosing: auto's wall time exceeds the fixed run of its choice by at most 3 % of that run's;
 3. where nothing pays (spec=none is the best fixed set-up): auto at least 0.97x spec=none;
 4. the whole job: auto at least 0.95x the best fixed set-up.
+
+A goal missed by less than the cell's noise (Cell.noise: how far one fixed job moved between its own runs) is said to
+be within it: on these machines that is often more than the 3 % of goal 2.
 """
 
 from __future__ import annotations
@@ -117,6 +120,19 @@ class Cell:
         }
 
     @property
+    def noise(self) -> tuple[float, str] | None:
+        """How far one fixed job moved between its runs in this cell: the largest (max - min) / median of job tok/s
+        over the fixed set-ups run more than once, and which set-up that was (None: none was). Measured on 2-core
+        machines, the same fixed job's decode steps ran 10-14 % apart in two runs minutes apart, so a goal missed by
+        less than this is within what the machine decides, not what spec=auto does."""
+        spreads = []
+        for setup, runs in self.results.items():
+            rates = [m.job_rate for m in runs]
+            if setup != "auto" and len(rates) > 1:
+                spreads.append(((max(rates) - min(rates)) / statistics.median(rates), setup))
+        return max(spreads) if spreads else None
+
+    @property
     def chose(self) -> str:
         """What auto ran, per repeat (its decision's caption, else its winner's label), counted when they differ."""
         picks = Counter(_caption(m.decision) for m in self.results["auto"])
@@ -161,19 +177,33 @@ def summary_lines(cells: list[Cell]) -> list[str]:
             f"{c.vs_best:.3f} | {' | '.join(_met(g) for g in goals.values())} |"
         )
     missed = [f"{c.workload} at batch {batch_name(c.batch)}: {why}" for c in cells for why in _misses(c)]
-    return [*lines, "", *([f"- goal missed: {m}" for m in missed] or ["- every goal met in every cell"])]
+    noise = [
+        f"- noise, {c.workload} at batch {batch_name(c.batch)}: {n[1]}'s fixed runs {n[0]:.1%} apart"
+        for c in cells
+        if (n := c.noise) is not None
+    ]
+    return [*lines, "", *([f"- goal missed: {m}" for m in missed] or ["- every goal met in every cell"]), *noise]
 
 
 def _misses(cell: Cell) -> list[str]:
-    goals, out = cell.goals(), []
+    """Each goal the cell missed, and whether its gap from parity is within the cell's noise (Cell.noise)."""
+    goals, out, noise = cell.goals(), [], cell.noise
+
+    def said(text: str, gap: float) -> str:
+        if noise is None or gap > noise[0]:
+            return text
+        return f"{text}; within the cell's noise ({noise[1]}'s runs {noise[0]:.1%} apart)"
+
     if goals["choice"] is False:
-        out.append(f"the fixed run of auto's choice / best ({cell.best}) {cell.choice:.3f} < {GOAL_CHOICE}")
+        text = f"the fixed run of auto's choice / best ({cell.best}) {cell.choice:.3f} < {GOAL_CHOICE}"
+        out.append(said(text, 1 - cell.choice))
     if goals["cost"] is False:
-        out.append(f"auto's wall time {cell.cost:+.1%} over the fixed run of its choice (at most {GOAL_COST:.0%})")
+        text = f"auto's wall time {cell.cost:+.1%} over the fixed run of its choice (at most {GOAL_COST:.0%})"
+        out.append(said(text, cell.cost))
     if goals["none"] is False:
-        out.append(f"auto / none {cell.vs_none:.3f} < {GOAL_NONE} (none is best)")
+        out.append(said(f"auto / none {cell.vs_none:.3f} < {GOAL_NONE} (none is best)", 1 - cell.vs_none))
     if goals["best"] is False:
-        out.append(f"auto / best ({cell.best}) {cell.vs_best:.3f} < {GOAL_BEST}")
+        out.append(said(f"auto / best ({cell.best}) {cell.vs_best:.3f} < {GOAL_BEST}", 1 - cell.vs_best))
     return out
 
 
