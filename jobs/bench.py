@@ -34,6 +34,7 @@ from specbatch.bench.simulate_bench import simulate_report
 from specbatch.bench.speedup import speedup_bench
 from specbatch.bench.startup import startup_bench
 from specbatch.bench.verification_bench import verification_report
+from specbatch.common.interrupts import EXIT_STOPPED, StopRequested, stop_signals_raise
 from specbatch.config import register_configs
 
 
@@ -83,4 +84,14 @@ def shown(report_and_path: tuple[str, Path]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # A stop signal raises here, so the job process running is killed and waited for on the way out (subprocess.run
+    # does that when interrupted): with Python's default SIGTERM the bench died at once and left its job to finish
+    # its rows in flight alone (at the full batch, every row: minutes). A job stopped part way is measured again from
+    # its start when --stamp resumes, so nothing of its is lost.
+    try:
+        with stop_signals_raise("while benchmarking"):
+            status = main()
+    except StopRequested as stop:
+        logging.getLogger("bench").warning("%s: the job running was stopped with it; --stamp resumes the rest", stop)
+        status = EXIT_STOPPED
+    sys.exit(status)
