@@ -81,9 +81,12 @@ def likeliest(
     )
 
 
-def earlier_rates(job: JobConfig, candidates: list[Candidate]) -> dict[str, tuple[float, Path]]:
-    """The fastest earlier fixed run of this kind (module docstring) of each candidate: label -> (tok/s, its root)."""
-    return _fixed_rates(matching_runs(job), {c.label for c in candidates})
+def earlier_rates(
+    job: JobConfig, candidates: list[Candidate], runs: dict[Path, dict[str, Any]] | None = None
+) -> dict[str, tuple[float, Path]]:
+    """The fastest earlier fixed run of this kind (module docstring) of each candidate: label -> (tok/s, its root).
+    ``runs``: as :func:`likeliest`'s."""
+    return _fixed_rates(matching_runs(job) if runs is None else runs, {c.label for c in candidates})
 
 
 def ruled_out(candidates: list[Candidate], rates: dict[str, tuple[float, Path]]) -> dict[str, str]:
@@ -110,7 +113,7 @@ def nothing_to_measure(
     auto = job.spec.auto
     if auto is not None and auto.always_measure:
         return None
-    earlier = _fixed_rates(matching_runs(job) if runs is None else runs, {c.label for c in candidates})
+    earlier = earlier_rates(job, candidates, runs)
     rates = {label: rate for label, (rate, _) in earlier.items()}
     passed = set(slower_before(rates, pilot)) | set(ruled_out(candidates, earlier))
     if pilot not in rates or any(c.label not in passed for c in candidates if c.label != pilot):

@@ -123,6 +123,21 @@ def chosen_overrides(decision: dict) -> list[str]:
     return overrides
 
 
+def job_overrides(
+    workload: list[str], spec: list[str], plan: AutoPlan, batch: int | None, rows: int | None
+) -> list[str]:
+    """A bench job's overrides: the workload, the set-up, the cell's batch (None: the engine's own), ``rows`` (None:
+    all) and the plan's new tokens, untracked."""
+    return [
+        *workload,
+        *spec,
+        *([f"engine.max_num_seqs={batch}"] if batch else []),
+        f"max_samples={rows}" if rows else "max_samples=null",
+        f"sampling.max_tokens={plan.max_tokens}",
+        "tracking=off",
+    ]
+
+
 def run_one(
     setup: str,
     spec: list[str],
@@ -150,15 +165,7 @@ def run_one(
         # Stopped part way: resuming its run would time only the rest, so the whole job is measured again.
         log.info("%s: %s holds a job stopped part way; it is measured again from the start", setup, path)
         shutil.rmtree(path)
-    overrides = [
-        *workload,
-        *spec,
-        *([f"engine.max_num_seqs={batch}"] if batch else []),
-        f"max_samples={rows}" if rows else "max_samples=null",
-        f"sampling.max_tokens={plan.max_tokens}",
-        "tracking=off",
-    ]
-    folder, shard, wall = run_generate(overrides, history or root, name)
+    folder, shard, wall = run_generate(job_overrides(workload, spec, plan, batch, rows), history or root, name)
     summary = shard.read_summary()
     decision = RunFolder(folder).read_decision()
     figures = Throughput(summary.rows, summary.output_tokens, summary.generation_seconds, wall)
@@ -238,16 +245,11 @@ def warm_up(plan: AutoPlan) -> None:
     cores) its engine started in 23.6 s, the next job's in 8.5 s, 6 % of a 500-row job. Whichever set-up runs
     first would pay it: with ``--stamp`` resuming a cell after its sweep, that is spec=auto's first round."""
     workload, batch = plan.cells[0]
-    overrides = [
-        *WORKLOADS[workload],
-        "spec=ngram",  # vLLM's n-gram matcher is compiled by numba in each process; its files are read once here
-        *([f"engine.max_num_seqs={batch}"] if batch else []),
-        f"max_samples={2 * (batch or 16)}",
-        f"sampling.max_tokens={plan.max_tokens}",
-        "tracking=off",
-    ]
+    rows = 2 * (batch or 16)
+    # n-gram: vLLM's n-gram matcher is compiled by numba in each process; its files are read once here too.
+    overrides = job_overrides(WORKLOADS[workload], ["spec=ngram"], plan, batch, rows)
     with tempfile.TemporaryDirectory(prefix="specbatch-bench-warm-up-") as scratch:
-        log.info("warm-up: one untimed job of %s rows (%s)", 2 * (batch or 16), workload)
+        log.info("warm-up: one untimed job of %s rows (%s)", rows, workload)
         run_generate(overrides, Path(scratch))
 
 
