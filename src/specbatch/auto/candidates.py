@@ -186,13 +186,14 @@ def preset_k(method: SpecMethod) -> int | None:
     return int(k) if isinstance(k, int) else None
 
 
-def candidate_jobs(job: JobConfig) -> list[JobConfig]:
-    """The job of every candidate, each refused here (naming it) when the backend cannot run it: the checks
-    specbatch.engine.validate_job runs for a spec=auto job, before anything is written or loaded."""
+def candidate_jobs(job: JobConfig, of: list[Candidate] | None = None) -> list[JobConfig]:
+    """The job of every candidate (``of``: candidates(job) already composed), each refused here (naming it) when the
+    backend cannot run it: the checks specbatch.engine.validate_job runs for a spec=auto job, before anything is
+    written or loaded."""
     validate_job(job)
     backend = backend_class(job.engine.backend)
     jobs = []
-    for candidate in candidates(job):
+    for candidate in candidates(job) if of is None else of:
         each = candidate_job(job, candidate)
         try:
             backend.validate(each)

@@ -94,7 +94,7 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
     # --- checks and the cut, before anything loads ---
 
     def engine_jobs(self) -> list[JobConfig]:
-        return candidate_jobs(self.job)
+        return candidate_jobs(self.job, self.candidates)
 
     def preflight(self, job: JobConfig) -> None:
         try:

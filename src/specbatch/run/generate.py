@@ -89,8 +89,10 @@ class ShardGeneration:
 
     def prepare(self, shard: Shard) -> ShardPlan:
         job = self.job
-        # What the backend refuses of the config: from the config alone, so before the data is read.
-        for each in self.engine_jobs():
+        # What the backend refuses of the config: from the config alone, so before the data is read. Read once: a
+        # spec=auto shard composes a job per candidate.
+        engine_jobs = self.engine_jobs()
+        for each in engine_jobs:
             validate_job(each)
         source = open_rows(job.dataset, job.max_samples)
         span = shard_range(len(source), shard)
@@ -108,13 +110,13 @@ class ShardGeneration:
         check_chat_template(job.dataset, self._tokenizer)
         skipped = preflight_skipped(job)
         if skipped is None:
-            for each in self.engine_jobs():
+            for each in engine_jobs:
                 self.preflight(each)
         else:
             log.info("engine.backend=%s: %s", job.engine.backend, skipped)
         if self.engine is None:
             # E.g. a server answers at engine.url: one clear error before the run folder is written.
-            check_engine(self.engine_jobs()[0])
+            check_engine(engine_jobs[0])
         return ShardPlan(source_rows=len(source), span=span, chunks=len(self._chunks))
 
     def chunk_digests(self) -> list[str]:
