@@ -67,3 +67,39 @@ def test_an_earlier_auto_runs_decision_comes_first(tmp_path: Path, monkeypatch: 
     # A run's own folder is never its own evidence: resumed, the earlier run finds only the fixed one.
     again = likeliest(_auto(tmp_path, "run_name=earlier"), candidates(job))
     assert again.label == "ngram-k5" and again.source.startswith("the fastest earlier fixed run")
+
+
+def test_set_ups_are_compared_on_runs_of_one_size_the_nearest_to_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's tok/s depends on its size as much as on its set-up: a 6-row sweep's winner is not outranked by
+    spec=none's one 12-row run, and once 12-row runs compare two set-ups, a 12-row job reads those."""
+
+    made: list[Path] = []
+
+    def fixed(rows: int, *overrides: str) -> Path:
+        made.append(
+            run_job(_job(tmp_path, *overrides, f"max_samples={rows}", f"run_name=fixed{len(made)}")).folder.root
+        )
+        return made[-1]
+
+    sweep = {
+        "none": fixed(6, "spec=none"),
+        "ngram-k2": fixed(6, "spec=ngram", "spec.num_speculative_tokens=2"),
+        "ngram-k5": fixed(6, "spec=ngram", "spec.num_speculative_tokens=5"),
+    }
+    long_none = fixed(12, "spec=none")
+    rates = {sweep["none"]: 50.0, sweep["ngram-k2"]: 60.0, sweep["ngram-k5"]: 70.0, long_none: 130.0}
+    monkeypatch.setattr(likeliest_module, "_rate", lambda root: rates[root])
+    job = _auto(tmp_path)  # 12 rows
+    chosen = likeliest(job, candidates(job))
+    assert chosen.label == "ngram-k5" and str(sweep["ngram-k5"]) in chosen.source
+    earlier = likeliest_module.earlier_rates(job, candidates(job))
+    assert {label: rate for label, (rate, _) in earlier.items()} == {"none": 50.0, "ngram-k2": 60.0, "ngram-k5": 70.0}
+    # The sweep says every other set-up is slower than n-gram k5: nothing left to measure beside it.
+    assert likeliest_module.nothing_to_measure(job, candidates(job), "ngram-k5") is None  # suffix-k5 never ran
+    # 12-row runs now compare two set-ups: the 12-row job reads them, a 6-row one still reads the sweep.
+    rates[fixed(12, "spec=ngram", "spec.num_speculative_tokens=5")] = 120.0
+    assert likeliest(job, candidates(job)).label == "none"
+    small = _auto(tmp_path, "max_samples=6")
+    assert likeliest(small, candidates(small)).label == "ngram-k5"

@@ -8,14 +8,19 @@ target (model path and dtype) with the same sampling (greedy or not, and n) at t
 its set-up must be one of this job's candidates. spec.auto.pilot, when set, names it instead; else, in this order:
 
 1. the winner of the latest matching spec=auto run (its decision.json);
-2. the fastest matching fixed run, by its generation tok/s (its summary over every shard);
+2. the fastest matching fixed run, by its generation tok/s (its summary over every shard), compared like with like:
+   among the runs of one size (max_samples and sampling.max_tokens), the size nearest this job's of those that
+   compare two set-ups or more (the same new tokens first, then the nearest number of rows). A run's tok/s depends on
+   its size as much as on its set-up: on the bench's help-desk cell at the full batch (256), n-gram k5 made 104 tok/s
+   and spec=none 81 in 200-row runs, which never fill the batch, but 127-130 and 128-139 in 1,000-row runs;
 3. else the prior: the first candidate replay can predict and whose engine can change its k in place (n-gram), at its
    preset's k (conf/spec/<method>.yaml: n-gram k 3, the set-up people start with) if listed; else the first
    predictable candidate; else the first speculative one. A learned drafter is not the prior's pilot: its steps
    would price the predictable candidates wrongly.
 
-:func:`earlier_rates` gives the same runs' tok/s per set-up, which spec=auto's plan reads to leave out a learned
-drafter an earlier run of this kind measured too slow to win (:func:`ruled_out`), and to bound each prediction by.
+:func:`earlier_rates` gives the same runs' tok/s per set-up (of that one size), which spec=auto's plan reads to leave
+out a learned drafter an earlier run of this kind measured too slow to win (:func:`ruled_out`), and to bound each
+prediction by.
 When those runs leave nothing to measure beside the pilot (:func:`nothing_to_measure`), the shard knows it before
 its pilot runs, and the pilot heads an ordinary stream rather than slices that drain the engine.
 """
@@ -23,6 +28,7 @@ its pilot runs, and the pilot heads an ordinary stream rather than slices that d
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +42,9 @@ from specbatch.run.records.record_files import RecordError
 from specbatch.run.status_merge import RunIncompleteError, finished_summary
 
 log = logging.getLogger(__name__)
+
+# A run of every row (max_samples null), as a number of rows to compare sizes by.
+ALL_ROWS = 1e12
 
 
 @dataclass(frozen=True)
@@ -66,7 +75,7 @@ def likeliest(
     if decided:
         root, winner = max(decided, key=lambda item: _mtime(item[0] / "decision.json"))
         return Likeliest(winner, f"the decision of the earlier spec=auto run {root}")
-    rates = _fixed_rates(configs, labels)
+    rates = _fixed_rates(configs, labels, job)
     if rates:
         label, (rate, root) = max(rates.items(), key=lambda item: item[1][0])
         return Likeliest(label, f"the fastest earlier fixed run of this kind, {root} ({rate:.1f} tok/s)")
@@ -86,7 +95,7 @@ def earlier_rates(
 ) -> dict[str, tuple[float, Path]]:
     """The fastest earlier fixed run of this kind (module docstring) of each candidate: label -> (tok/s, its root).
     ``runs``: as :func:`likeliest`'s."""
-    return _fixed_rates(matching_runs(job) if runs is None else runs, {c.label for c in candidates})
+    return _fixed_rates(matching_runs(job) if runs is None else runs, {c.label for c in candidates}, job)
 
 
 def ruled_out(candidates: list[Candidate], rates: dict[str, tuple[float, Path]]) -> dict[str, str]:
@@ -131,13 +140,32 @@ def matching_runs(job: JobConfig) -> dict[Path, dict[str, Any]]:
     return {root: config for root in earlier_runs(own) if (config := _config(root)) and _matches(job, config)}
 
 
-def _fixed_rates(configs: dict[Path, dict[str, Any]], labels: set[str]) -> dict[str, tuple[float, Path]]:
-    best: dict[str, tuple[float, Path]] = {}
+def _fixed_rates(
+    configs: dict[Path, dict[str, Any]], labels: set[str], job: JobConfig
+) -> dict[str, tuple[float, Path]]:
+    """The fastest run of each set-up among the runs of one size (module docstring: like with like)."""
+    by_size: dict[tuple[float, float], dict[str, tuple[float, Path]]] = {}
     for root, config in configs.items():
         label = _fixed_label(config)
-        if label in labels and (rate := _rate(root)) and rate > best.get(label, (0.0, root))[0]:
-            best[label] = (rate, root)
-    return best
+        if label in labels and (rate := _rate(root)):
+            best = by_size.setdefault(_size(config), {})
+            if rate > best.get(label, (0.0, root))[0]:
+                best[label] = (rate, root)
+    if not by_size:
+        return {}
+    rows, tokens = _size({"max_samples": job.max_samples, "sampling": {"max_tokens": job.sampling.max_tokens}})
+
+    def nearness(size: tuple[float, float]) -> tuple[bool, bool, float]:
+        # Runs that compare set-ups first, then the same new tokens per row, then the nearest number of rows.
+        return len(by_size[size]) > 1, size[1] == tokens, -abs(math.log(size[0]) - math.log(rows))
+
+    return by_size[max(by_size, key=nearness)]
+
+
+def _size(config: dict[str, Any]) -> tuple[float, float]:
+    """A run's rows (max_samples; every row: ALL_ROWS) and new tokens per row (sampling.max_tokens)."""
+    rows, tokens = config.get("max_samples"), (config.get("sampling") or {}).get("max_tokens")
+    return (float(rows) if rows else ALL_ROWS, float(tokens) if tokens else 0.0)
 
 
 def earlier_runs(own: Path) -> list[Path]:
