@@ -202,3 +202,35 @@ def test_an_untimed_warm_up_job_runs_before_the_first_cell_outside_its_history(
     assert not scratch.exists(), "the warm-up's folder is removed"
     assert run_name is None and "dataset=helpdesk" in overrides and "engine.max_num_seqs=16" in overrides
     assert "max_samples=32" in overrides and "sampling.max_tokens=64" in overrides and "tracking=off" in overrides
+
+
+def test_a_job_measured_before_its_steps_were_kept_reads_them_from_its_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report prices auto's steps at its choice's pace (auto_cells.Measured.paced_wall): a stamp measured before
+    the steps were kept in measured.json finds them in the job's own run folder, not another job's."""
+    history = tmp_path / "history"
+    runs = history / "runs" / "helpdesk" / "smollm2-135m-instruct"
+    for name in ("auto-rep0-0123abcd", "auto-rep0-extra-0123abcd"):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "run.json").write_text("{}")
+    steps = {"ngram-k3": {"16-31": {"steps": 20.0, "seconds": 6.0}}}
+
+    class Shard:
+        def __init__(self, folder: Path) -> None:
+            self.folder = folder
+
+        def read_summary(self) -> argparse.Namespace:
+            assert self.folder.name == "auto-rep0-0123abcd", "its own run's summary"
+            return argparse.Namespace(step_buckets=steps)
+
+    monkeypatch.setattr(auto_bench, "shard_folders", lambda folder: [Shard(folder)])
+    monkeypatch.setattr(auto_bench, "run_generate", lambda *a, **k: pytest.fail("ran the job again"))
+    old = Measured("auto", Throughput(32, 1000, 8.0, 10.0), 5.0, {"winner": "ngram-k3"}).to_dict()
+    del old["steps"]
+    root = tmp_path / "auto-rep0"
+    root.mkdir()
+    (root / auto_bench.MEASURED_FILE).write_text(json.dumps(old))
+    plan = AutoPlan((("helpdesk", 16),), [], 1000, 128, 1)
+    read = run_one("auto", ["spec=auto"], WORKLOADS["helpdesk"], plan, root, 16, 1000, history)
+    assert read.steps == steps and read.figures.wall_seconds == 10.0

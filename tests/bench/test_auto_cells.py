@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from specbatch.bench.auto_cells import Cell, Measured, cell_lines, summary_lines
@@ -88,7 +90,7 @@ def test_the_table_row_and_the_cells_lines() -> None:
     lines = summary_lines([c])
     assert lines[0].startswith("| workload | batch | none tok/s | best fixed | best tok/s | auto tok/s | auto chose |")
     assert lines[2] == (
-        "| helpdesk | full | 100.0 | ngram-k3 | 130.0 | 125.0 | ngram-k3 | 1.000 | +4.0% | 1.250 | 0.962 | met | "
+        "| helpdesk | full | 100.0 | ngram-k3 | 130.0 | 125.0 | ngram-k3 | 1.000 | +4.0% | - | 1.250 | 0.962 | met | "
         "MISSED | n/a | met |"
     )
     detail = cell_lines(c)
@@ -96,3 +98,38 @@ def test_the_table_row_and_the_cells_lines() -> None:
     assert detail[2] == "short sweep (job tok/s): ngram-k3 120.0, suffix-k5 90.0"
     assert "| none | 100.0 | 100.0 | 125.0 | 10.0 | 8.0 | 5.0 |" in detail
     assert detail[-1] == "- auto chose ngram-k3 (measured: None): None"
+
+
+def stepped(m: Measured, setup: str, buckets: dict[str, tuple[int, float]]) -> Measured:
+    """``m`` with engine steps: bucket -> (steps, seconds) of ``setup``."""
+    steps = {setup: {b: {"steps": float(n), "seconds": sec} for b, (n, sec) in buckets.items()}}
+    return Measured(m.setup, m.figures, m.startup_seconds, m.decision, steps)
+
+
+def test_the_cost_of_choosing_is_also_given_at_the_choices_pace() -> None:
+    """The same steps run slower when the machine does: auto's steps priced at the fixed run's seconds per step take
+    the machine's drift out of goal 2 and leave what choosing added."""
+    # Fixed k3, 10 s wall: 20 steps at 16-31 in 6 s, 10 at 1-15 in 1 s.
+    k3 = stepped(measured("ngram-k3", 100), "ngram-k3", {"16-31": (20, 6.0), "1-15": (10, 1.0)})
+    # Auto ran the same 30 steps of k3, each 20 % slower (8.4 s), and 1.6 s of pilot slices of suffix, 12.5 s wall.
+    slow = Measured("auto", Throughput(32, 1000, 10.0, 12.5), 5.0, {"winner": "ngram-k3"})
+    slow = stepped(slow, "ngram-k3", {"16-31": (20, 7.2), "1-15": (10, 1.2)})
+    assert slow.steps is not None
+    slow.steps["suffix-k5"] = {"16-31": {"steps": 4.0, "seconds": 1.6}}
+    # The machine ran at 7 / 8.4 of the fixed run's pace: 12.5 - (8.4 + 1.6) x (1 - 7 / 8.4) s.
+    paced = 12.5 - 10.0 * (1 - 7 / 8.4)
+    assert slow.paced_wall(k3, "ngram-k3") == pytest.approx(paced)
+    c = Cell("helpdesk", 16, {"auto": [slow], "none": [measured("none", 90)], "ngram-k3": [k3]})
+    assert c.cost == pytest.approx(0.25) and c.paced_cost == pytest.approx(paced / 10 - 1)
+    assert c.goals()["cost"] is False, "the verdict stays on the wall times"
+    lines = summary_lines([c])
+    assert f"| +25.0% | {paced / 10 - 1:+.1%} |" in lines[2]
+    assert any(f"(at most 3%); {paced / 10 - 1:+.1%} at its choice's pace" in line for line in lines)
+    # No steps of the choice in a bucket both ran: nothing to price.
+    assert slow.paced_wall(measured("ngram-k3", 100), "ngram-k3") is None
+    assert Cell("helpdesk", 16, {"auto": [slow], "ngram-k3": [measured("ngram-k3", 100)]}).paced_cost is None
+    # A choice run only in the rounds that chose it pairs with auto's runs by turn, not by round.
+    other = stepped(measured("auto", 80, {"winner": "suffix-k5"}), "suffix-k5", {"16-31": (4, 1.6)})
+    suffix = stepped(measured("suffix-k5", 90), "suffix-k5", {"16-31": (4, 0.8)})
+    mixed = Cell("helpdesk", 16, {"auto": [slow, other], "ngram-k3": [k3, k3], "suffix-k5": [suffix]})
+    assert mixed.paced_cost == pytest.approx(statistics.median([paced / 10 - 1, (12.5 - 0.8) / (1000 / 90) - 1]))

@@ -26,7 +26,7 @@ import logging
 import shlex
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specbatch.auto.candidates import candidates
@@ -37,7 +37,7 @@ from specbatch.bench.processes import named_run_folders, run_generate
 from specbatch.config import ConfigError
 from specbatch.config.compose import compose_job
 from specbatch.methods import AUTO_DEFAULT_CANDIDATES
-from specbatch.run.folder import RunFolder
+from specbatch.run.folder import RunFolder, shard_folders
 
 log = logging.getLogger(__name__)
 
@@ -154,10 +154,16 @@ def run_one(
     would (specbatch.auto.likeliest). A job that finished before (its ``measured.json`` is there) is read, not run
     again."""
     done = root / MEASURED_FILE
+    name = "-".join(root.relative_to(history.parent).parts) if history is not None else None
     if done.is_file():
         log.info("%s: measured before, read from %s", setup, done)
-        return Measured.from_dict(json.loads(done.read_text()))
-    name = "-".join(root.relative_to(history.parent).parts) if history is not None else None
+        measured = Measured.from_dict(json.loads(done.read_text()))
+        if measured.steps is None and history is not None and name is not None:
+            # Measured before its steps were kept: they are in its run folder's summary.
+            for folder in named_run_folders(history, name):
+                (shard,) = shard_folders(folder)
+                measured = replace(measured, steps=shard.read_summary().step_buckets)
+        return measured
     stale = [root] if history is None and root.exists() else []
     if history is not None and name is not None:
         stale += named_run_folders(history, name)
@@ -169,7 +175,7 @@ def run_one(
     summary = shard.read_summary()
     decision = RunFolder(folder).read_decision()
     figures = Throughput(summary.rows, summary.output_tokens, summary.generation_seconds, wall)
-    measured = Measured(setup, figures, summary.engine_startup_seconds, decision)
+    measured = Measured(setup, figures, summary.engine_startup_seconds, decision, summary.step_buckets)
     root.mkdir(parents=True, exist_ok=True)
     done.write_text(json.dumps(measured.to_dict(), indent=1) + "\n")
     return measured
