@@ -96,7 +96,7 @@ def test_the_table_row_and_the_cells_lines() -> None:
     detail = cell_lines(c)
     assert detail[0] == "### helpdesk, full batch"
     assert detail[2] == "short sweep (job tok/s): ngram-k3 120.0, suffix-k5 90.0"
-    assert "| none | 100.0 | 100.0 | 125.0 | 10.0 | 8.0 | 5.0 |" in detail
+    assert "| none | 100.0 | 100.0 | 125.0 | 10.0 | 8.0 | 5.0 | - |" in detail
     assert detail[-1] == "- auto chose ngram-k3 (measured: None): None"
 
 
@@ -125,6 +125,9 @@ def test_the_cost_of_choosing_is_also_given_at_the_choices_pace() -> None:
     lines = summary_lines([c])
     assert f"| +25.0% | {paced / 10 - 1:+.1%} |" in lines[2]
     assert any(f"(at most 3%); {paced / 10 - 1:+.1%} at its choice's pace" in line for line in lines)
+    # The work each run did, in engine steps (the machine's speed does not move it), beside the cell's walls.
+    assert slow.engine_steps == 34 and k3.engine_steps == 30
+    assert "| ngram-k3 | 100.0 | 100.0 | 125.0 | 10.0 | 8.0 | 5.0 | 30 |" in cell_lines(c)
     # No steps of the choice in a bucket both ran: nothing to price.
     assert slow.paced_wall(measured("ngram-k3", 100), "ngram-k3") is None
     assert Cell("helpdesk", 16, {"auto": [slow], "ngram-k3": [measured("ngram-k3", 100)]}).paced_cost is None

@@ -56,6 +56,13 @@ class Measured:
         figures = Throughput(**data["figures"])
         return cls(data["setup"], figures, data["startup_seconds"], data.get("decision"), data.get("steps"))
 
+    @property
+    def engine_steps(self) -> int | None:
+        """Every engine step the job took (all its set-ups): the work, which the machine's speed does not move."""
+        if not self.steps:
+            return None
+        return round(sum(bucket["steps"] for buckets in self.steps.values() for bucket in buckets.values()))
+
     def paced_wall(self, fixed: Measured, setup: str) -> float | None:
         """This job's wall time had its engine steps run at ``fixed``'s pace: its steps of ``setup`` in each batch
         bucket priced at ``fixed``'s seconds per step there give the machine's speed in this run against that one,
@@ -254,8 +261,9 @@ def cell_lines(cell: Cell) -> list[str]:
         ranked = sorted(cell.sweep.items(), key=lambda item: -item[1])
         lines += ["short sweep (job tok/s): " + ", ".join(f"{s} {r:.1f}" for s, r in ranked), ""]
     lines += [
-        "| set-up | job tok/s (median) | per run | generation tok/s | job s | generation s | engine start-ups s |",
-        "|---|---|---|---|---|---|---|",
+        "| set-up | job tok/s (median) | per run | generation tok/s | job s | generation s | engine start-ups s "
+        "| engine steps per run |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for setup, runs in cell.results.items():
         if not runs:
@@ -264,9 +272,10 @@ def cell_lines(cell: Cell) -> list[str]:
         generation = statistics.median(m.figures.tokens_per_second for m in runs)
         seconds = statistics.median(m.figures.generation_seconds for m in runs)
         startups = statistics.median(m.startup_seconds for m in runs)
+        steps = " ".join("-" if m.engine_steps is None else str(m.engine_steps) for m in runs)
         lines.append(
             f"| {setup} | {cell.rate(setup):.1f} | {per_run} | {generation:.1f} | {cell.wall(setup):.1f} | "
-            f"{seconds:.1f} | {startups:.1f} |"
+            f"{seconds:.1f} | {startups:.1f} | {steps} |"
         )
     for m in cell.results["auto"]:
         d = m.decision or {}
