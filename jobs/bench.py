@@ -63,7 +63,7 @@ def main() -> int:
     if args.auto:
         return shown(auto_report(AutoPlan.from_args(args), root, stamp))
     if args.predict:
-        plan = PredictPlan(args.rows or 64, args.two_turn_rows or 32, args.predict_max_tokens)
+        plan = PredictPlan(args.rows or 64, args.two_turn_rows or 32, args.predict_max_tokens, args.predict_sampling)
         return shown(predict_report(plan, root, stamp))
     if args.streaming:
         return shown(streaming_bench(args.rows or 128, args.two_turn_rows or 64, root, stamp, args.report))

@@ -1,12 +1,17 @@
 """jobs/bench.py --predict's report logic (specbatch.bench.prediction_bench): each goal judged on the right figure,
-and the 1,000-row timing input made of distinct requests."""
+the 1,000-row timing input made of distinct requests, and the runs a sampled bench asks for."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
 import numpy as np
+import pytest
 
 from specbatch.analysis.predicted import PredictedRow
-from specbatch.bench.prediction_bench import predicted_lines, scaled_turns
+from specbatch.bench import prediction_bench
+from specbatch.bench.prediction_bench import PredictPlan, predicted_lines, scaled_turns
 from specbatch.prediction.turns import ReplayTurn
 
 
@@ -53,3 +58,27 @@ def test_scaled_turns_are_distinct_requests_in_one_shard():
     assert len({t.key for t in turns}) == 10
     assert [t.position for t in turns] == [(0, 0, i) for i in range(10)]
     assert [t.completion[0] for t in turns] == [i % 3 for i in range(10)]
+
+
+def test_a_sampled_prediction_bench_samples_every_run_at_full_batch_in_runs_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--predict-sampling sampled: each case once at full batch with sampling=sampled, named apart from the greedy
+    runs of the same stamp (the greedy bench keeps both batch sizes and its run names)."""
+    asked: list[list[str]] = []
+
+    def run_job(job: object) -> SimpleNamespace:
+        return SimpleNamespace(folder=SimpleNamespace(root=tmp_path / str(len(asked))))
+
+    monkeypatch.setattr(prediction_bench, "compose_job", lambda overrides: asked.append(overrides) or overrides)
+    monkeypatch.setattr(prediction_bench, "run_job", run_job)
+    monkeypatch.setattr(prediction_bench, "write_two_turn_file", lambda path: path)
+    sampled = prediction_bench.measure(PredictPlan(8, 4, 16, "sampled"), tmp_path, "S")
+    assert len(asked) == 2 * len(prediction_bench.CASES)
+    assert all("sampling=sampled" in o and "engine.max_num_seqs=null" in o for o in asked)
+    assert {o[-1] for o in asked} == {"run_name=full-sampled-S"}
+    assert set(sampled["humaneval_edit"]) == {(m, k, "full") for m, k in prediction_bench.CASES}
+    asked.clear()
+    prediction_bench.measure(PredictPlan(8, 4, 16), tmp_path, "S")
+    assert len(asked) == 4 * len(prediction_bench.CASES) and not any("sampling=sampled" in o for o in asked)
+    assert {o[-1] for o in asked} == {"run_name=bs1-S", "run_name=full-S"}

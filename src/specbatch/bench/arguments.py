@@ -30,6 +30,9 @@ def bench_arguments(description: str, output_root: Path) -> argparse.ArgumentPar
     parser.add_argument("--schedule-dir", type=Path, help="(d): output root of its runs (reuse one to resume)")
     parser.add_argument("--predict", action="store_true", help="run only (f), predicted beside measured")
     parser.add_argument("--predict-max-tokens", type=int, default=128, help="(f), (k): new tokens per turn")
+    parser.add_argument(
+        "--predict-sampling", choices=["greedy", "sampled"], default="greedy", help="(f): sampled: at full batch only"
+    )
     parser.add_argument("--stamp", help="(f), (g): an earlier run's stamp: its finished runs are read, not run again")
     parser.add_argument("--auto", action="store_true", help="run only (g), spec=auto against the fixed set-ups")
     parser.add_argument("--cells", type=cell_list, default=DEFAULT_CELLS, help="(g): workload@batch, e.g. chat@full")

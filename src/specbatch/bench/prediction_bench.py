@@ -1,7 +1,12 @@
 """(f) Predicted beside measured (issue 27): spec=none, n-gram at several k and suffix, each run for real at batch 1
 and at full batch on humaneval_edit and on the two-turn chat file; compare's analysis replays each n-gram and suffix
 set-up on its baseline's tokens (analysis/predicted.py) and the report puts predicted AL and speedup beside measured.
-Then the replay's own speed: 8 n-gram and 3 suffix set-ups predicted for a 1,000-row run."""
+Then the replay's own speed: 8 n-gram and 3 suffix set-ups predicted for a 1,000-row run.
+
+With ``--predict-sampling sampled`` every run samples (sampling=sampled) at full batch only: the replay then predicts
+a set-up's acceptance in expectation (a deterministic draft is accepted with the target's probability of it, and
+spec=none's sampled tokens hit it with that same probability), and the table says how far one run's measured AL is
+from it (issue 67)."""
 
 from __future__ import annotations
 
@@ -39,6 +44,18 @@ class PredictPlan:
     rows: int
     two_turn_rows: int
     max_tokens: int
+    # The sampling preset of every run: greedy (both batch sizes) or sampled (full batch only).
+    sampling: str = "greedy"
+
+    @property
+    def batches(self) -> tuple[tuple[str, str], ...]:
+        full = ("engine.max_num_seqs=null", "full")
+        return (("engine.max_num_seqs=1", "bs1"), full) if self.sampling == "greedy" else (full,)
+
+    @property
+    def sampled(self) -> list[str]:
+        """The sampling override and run-name part: none for greedy, whose runs keep their names."""
+        return [] if self.sampling == "greedy" else [f"sampling={self.sampling}"]
 
 
 def _datasets(plan: PredictPlan, root: Path) -> dict[str, list[str]]:
@@ -61,21 +78,24 @@ Measured = dict[str, dict[tuple[str, int | None, str], Path]]
 
 def measure(plan: PredictPlan, root: Path, stamp: str) -> Measured:
     """Every case at batch 1 ("bs1") and at full batch ("full"), per data set, greedy float32 (where greedy is
-    batch-invariant enough for n-gram to be exact); per data set, the run folder of each (method, k, batch)."""
+    batch-invariant enough for n-gram to be exact), or sampled at full batch (PredictPlan.batches); per data set,
+    the run folder of each (method, k, batch)."""
     folders: Measured = {}
     for name, data in _datasets(plan, root).items():
         for method, k in CASES:
             spec = [f"spec={method}"] + ([f"spec.num_speculative_tokens={k}"] if k else [])
-            for batch, label in (("engine.max_num_seqs=1", "bs1"), ("engine.max_num_seqs=null", "full")):
+            for batch, label in plan.batches:
+                named = "-".join([label, *([plan.sampling] if plan.sampled else []), stamp])
                 overrides = [
                     *data,
                     *spec,
                     batch,
                     "model.dtype=float32",
+                    *plan.sampled,
                     f"sampling.max_tokens={plan.max_tokens}",
                     "tracking=off",
                     f"output_root={root}",
-                    f"run_name={label}-{stamp}",
+                    f"run_name={named}",
                 ]
                 log.info("(f) %s: %s", name, " ".join(overrides))
                 run = run_job(compose_job(overrides))
@@ -168,20 +188,27 @@ def predict_report(plan: PredictPlan, root: Path, stamp: str) -> tuple[str, Path
         f"# jobs/bench.py --predict, {time.strftime('%Y-%m-%d %H:%M')}",
         machine_header(),
         "",
-        f"greedy, float32, max_tokens={plan.max_tokens}, default model; humaneval_edit {plan.rows} rows, two-turn "
-        f"chat {plan.two_turn_rows} rows (turn 2 asks for type hints on the model's own answer). One run per set-up "
-        "and batch size. Predicted: each set-up replayed on spec=none's tokens at the same batch size; speedup "
-        "= tau / (a + b·d), the pass cost fitted to the *other* set-ups at that batch size. Goals: AL within "
-        f"{AL_GOALS['ngram']:.0%} (n-gram) and {AL_GOALS['suffix']:.0%} (suffix), speedup within {SPEEDUP_GOAL:.0%}.",
+        f"{plan.sampling}, float32, max_tokens={plan.max_tokens}, default model; humaneval_edit {plan.rows} rows, "
+        f"two-turn chat {plan.two_turn_rows} rows (turn 2 asks for type hints on the model's own answer). One run "
+        "per set-up and batch size. Predicted: each set-up replayed on spec=none's tokens at the same batch size; "
+        "speedup = tau / (a + b·d), the pass cost fitted to the *other* set-ups at that batch size. Goals: AL within "
+        f"{AL_GOALS['ngram']:.0%} (n-gram) and {AL_GOALS['suffix']:.0%} (suffix), speedup within {SPEEDUP_GOAL:.0%}"
+        + (
+            " (greedy's: sampled, the replay predicts AL in expectation and one run's measured AL is one draw of it)."
+            if plan.sampled
+            else "."
+        ),
         "",
     ]
     for name, runs in folders.items():
-        out_dir = root / f"comparison-{name.replace(' ', '_')}-{stamp}"
+        out_dir = root / "-".join(
+            ["comparison", name.replace(" ", "_"), *([plan.sampling] if plan.sampled else []), stamp]
+        )
         result = run_compare(Sources(list(runs.values())), out_dir=out_dir)
         lines += predicted_lines(name, result.comparison.predicted)
         lines += [f"note: {n}" for n in result.comparison.notes if n.startswith("not predicted")]
     lines += timing_lines(folders["humaneval_edit"][("none", None, "full")])
-    path = root / f"predict-{stamp}.md"
+    path = root / f"predict-{'-'.join([*([plan.sampling] if plan.sampled else []), stamp])}.md"
     report = "\n".join(lines)
     path.write_text(report + "\n")
     return report, path
