@@ -53,9 +53,15 @@ class PredictPlan:
         return (("engine.max_num_seqs=1", "bs1"), full) if self.sampling == "greedy" else (full,)
 
     @property
+    def tag(self) -> list[str]:
+        """The part of run, comparison and report names that sets a sampled bench apart; none for greedy, whose
+        names stay as they were."""
+        return [] if self.sampling == "greedy" else [self.sampling]
+
+    @property
     def sampled(self) -> list[str]:
-        """The sampling override and run-name part: none for greedy, whose runs keep their names."""
-        return [] if self.sampling == "greedy" else [f"sampling={self.sampling}"]
+        """The sampling override of every run (greedy is the default preset: none)."""
+        return [f"sampling={tag}" for tag in self.tag]
 
 
 def _datasets(plan: PredictPlan, root: Path) -> dict[str, list[str]]:
@@ -85,7 +91,7 @@ def measure(plan: PredictPlan, root: Path, stamp: str) -> Measured:
         for method, k in CASES:
             spec = [f"spec={method}"] + ([f"spec.num_speculative_tokens={k}"] if k else [])
             for batch, label in plan.batches:
-                named = "-".join([label, *([plan.sampling] if plan.sampled else []), stamp])
+                named = "-".join([label, *plan.tag, stamp])
                 overrides = [
                     *data,
                     *spec,
@@ -201,14 +207,12 @@ def predict_report(plan: PredictPlan, root: Path, stamp: str) -> tuple[str, Path
         "",
     ]
     for name, runs in folders.items():
-        out_dir = root / "-".join(
-            ["comparison", name.replace(" ", "_"), *([plan.sampling] if plan.sampled else []), stamp]
-        )
+        out_dir = root / "-".join(["comparison", name.replace(" ", "_"), *plan.tag, stamp])
         result = run_compare(Sources(list(runs.values())), out_dir=out_dir)
         lines += predicted_lines(name, result.comparison.predicted)
         lines += [f"note: {n}" for n in result.comparison.notes if n.startswith("not predicted")]
     lines += timing_lines(folders["humaneval_edit"][("none", None, "full")])
-    path = root / f"predict-{'-'.join([*([plan.sampling] if plan.sampled else []), stamp])}.md"
+    path = root / f"predict-{'-'.join([*plan.tag, stamp])}.md"
     report = "\n".join(lines)
     path.write_text(report + "\n")
     return report, path
