@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specbatch.bench.full_engine import Throughput
+from specbatch.run.step_log import bucket_totals
 
 GOAL_CHOICE, GOAL_COST, GOAL_NONE, GOAL_BEST = 0.97, 0.03, 0.97, 0.95
 
@@ -59,9 +60,7 @@ class Measured:
     @property
     def engine_steps(self) -> int | None:
         """Every engine step the job took (all its set-ups): the work, which the machine's speed does not move."""
-        if not self.steps:
-            return None
-        return round(sum(bucket["steps"] for buckets in self.steps.values() for bucket in buckets.values()))
+        return round(bucket_totals(self.steps)["steps"]) if self.steps else None
 
     def paced_wall(self, fixed: Measured, setup: str) -> float | None:
         """This job's wall time had its engine steps run at ``fixed``'s pace: its steps of ``setup`` in each batch
@@ -74,8 +73,7 @@ class Measured:
             return None
         priced = sum(own[b]["steps"] * theirs[b]["seconds"] / theirs[b]["steps"] for b in shared)
         pace = priced / sum(own[b]["seconds"] for b in shared)
-        stepped = sum(bucket["seconds"] for buckets in (self.steps or {}).values() for bucket in buckets.values())
-        return self.figures.wall_seconds - stepped * (1 - pace)
+        return self.figures.wall_seconds - bucket_totals(self.steps)["seconds"] * (1 - pace)
 
 
 def batch_name(batch: int | None) -> str:

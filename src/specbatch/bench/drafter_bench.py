@@ -37,6 +37,7 @@ from specbatch.bench.processes import run_generate
 from specbatch.drafter.embedded_head import SMOLLM2_EAGLE3, ensure_embedded_head, work_dir
 from specbatch.drafter.train import TRAINED_RECORD, read_exports, train_head
 from specbatch.run.folder import shard_folders
+from specbatch.run.step_log import bucket_totals
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +76,8 @@ class Measured:
 
     def mean_step_ms(self) -> float | None:
         """The run's engine steps, timed: total seconds over total steps, every set-up and occupancy bucket."""
-        buckets = self.summary.get("step_buckets") or {}
-        steps = sum(b.get("steps", 0) for setup in buckets.values() for b in setup.values())
-        seconds = sum(b.get("seconds", 0) for setup in buckets.values() for b in setup.values())
-        return 1000 * seconds / steps if steps else None
+        totals = bucket_totals(self.summary.get("step_buckets"))
+        return 1000 * totals["seconds"] / totals["steps"] if totals["steps"] else None
 
 
 def large_head() -> Path:

@@ -92,6 +92,16 @@ def merged_bucket_figures(
     return {setup: _derived(buckets) for setup, buckets in out.items()} or None
 
 
+def bucket_totals(figures: dict[str, dict[str, dict[str, float]]] | None) -> dict[str, float]:
+    """The sums (_SUMS) over every set-up and bucket of a summary's bucket figures: a run's steps, their seconds..."""
+    totals = dict.fromkeys(_SUMS, 0.0)
+    for buckets in (figures or {}).values():
+        for sums in buckets.values():
+            for name in _SUMS:
+                totals[name] += sums.get(name, 0)
+    return totals
+
+
 def _derived(buckets: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     """Buckets in ascending order, each with its mean step seconds and tok/s beside its sums."""
     out = {}
