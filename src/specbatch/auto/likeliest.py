@@ -148,12 +148,13 @@ def _fixed_rates(
     for root, config in configs.items():
         label = _fixed_label(config)
         if label in labels and (rate := _rate(root)):
-            best = by_size.setdefault(_size(config), {})
+            sampling = config.get("sampling") or {}
+            best = by_size.setdefault(_size(config.get("max_samples"), sampling.get("max_tokens")), {})
             if rate > best.get(label, (0.0, root))[0]:
                 best[label] = (rate, root)
     if not by_size:
         return {}
-    rows, tokens = _size({"max_samples": job.max_samples, "sampling": {"max_tokens": job.sampling.max_tokens}})
+    rows, tokens = _size(job.max_samples, job.sampling.max_tokens)
 
     def nearness(size: tuple[float, float]) -> tuple[bool, bool, float]:
         # Runs that compare set-ups first, then the same new tokens per row, then the nearest number of rows.
@@ -162,9 +163,8 @@ def _fixed_rates(
     return by_size[max(by_size, key=nearness)]
 
 
-def _size(config: dict[str, Any]) -> tuple[float, float]:
-    """A run's rows (max_samples; every row: ALL_ROWS) and new tokens per row (sampling.max_tokens)."""
-    rows, tokens = config.get("max_samples"), (config.get("sampling") or {}).get("max_tokens")
+def _size(rows: int | None, tokens: int | None) -> tuple[float, float]:
+    """A run's size as compared: its rows (max_samples; every row: ALL_ROWS) and new tokens per row."""
     return (float(rows) if rows else ALL_ROWS, float(tokens) if tokens else 0.0)
 
 
