@@ -103,3 +103,34 @@ def test_set_ups_are_compared_on_runs_of_one_size_the_nearest_to_the_job(
     assert likeliest(job, candidates(job)).label == "none"
     small = _auto(tmp_path, "max_samples=6")
     assert likeliest(small, candidates(small)).label == "ngram-k5"
+
+
+def test_fixed_runs_that_beat_an_earlier_decisions_winner_beyond_noise_outrank_the_decision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decision is a prediction or a few slices; whole fixed runs of this kind are measurements. At the full batch,
+    where a shard cannot measure, the decision would otherwise pass itself on from run to run."""
+    none = run_job(_job(tmp_path, "spec=none")).folder.root
+    k5 = run_job(_job(tmp_path, "spec=ngram", "spec.num_speculative_tokens=5")).folder.root
+    earlier = run_job(_auto(tmp_path, "run_name=earlier")).folder.root
+    winner = {"label": "ngram-k5"}
+    monkeypatch.setattr(
+        likeliest_module, "_decision", lambda root: {"winner": winner["label"]} if root == earlier else None
+    )
+    rates = {none: 140.0, k5: 120.0}
+    monkeypatch.setattr(likeliest_module, "_rate", lambda root: rates.get(root))
+    job = _auto(tmp_path)
+    chosen = likeliest(job, candidates(job))
+    assert chosen.label == "none" and str(none) in chosen.source and "1.1x ngram-k5's (120.0)" in chosen.source
+    assert str(earlier) in chosen.source
+    # Faster within one run's noise (1.1x): the decision stands.
+    rates[k5] = 130.0
+    assert likeliest(job, candidates(job)).label == "ngram-k5"
+    # The decision's winner is the fastest fixed run too: the decision.
+    rates[k5] = 150.0
+    assert likeliest(job, candidates(job)) == likeliest_module.Likeliest(
+        "ngram-k5", f"the decision of the earlier spec=auto run {earlier}"
+    )
+    # No fixed run of this kind ran the decision's winner: nothing measured against it, the decision stands.
+    winner["label"] = "suffix-k5"
+    assert likeliest(job, candidates(job)).label == "suffix-k5"

@@ -7,7 +7,13 @@ in the same ``output_root`` (the same data set and model folder, RunFolder.for_j
 target (model path and dtype) with the same sampling (greedy or not, and n) at the same batch (engine.max_num_seqs);
 its set-up must be one of this job's candidates. spec.auto.pilot, when set, names it instead; else, in this order:
 
-1. the winner of the latest matching spec=auto run (its decision.json);
+1. the winner of the latest matching spec=auto run (its decision.json), unless the fixed runs of 2. made another
+   candidate faster than that winner's own fixed run by more than a whole run's noise (UNMEASURED_MARGIN): whole
+   runs outrank a decision made on a prediction or on a few slices. At the full batch a shard cannot measure, so its
+   pilot is kept, and a decision would otherwise pass itself on from run to run however wrong it was (help-desk@full:
+   every round's auto piloted on, and kept, the first round's n-gram k5). Within the margin the decision stands:
+   there, spec=none's 1,000-row runs made 133.5 generation tok/s to k5's 128.5 (medians of two), while one set-up's
+   runs were 18 % apart, and each set-up's rate here is its fastest run;
 2. the fastest matching fixed run, by its generation tok/s (its summary over every shard), compared like with like:
    among the runs of one size (max_samples and sampling.max_tokens), the size nearest this job's of those that
    compare two set-ups or more (the same new tokens first, then the nearest number of rows). A run's tok/s depends on
@@ -71,13 +77,22 @@ def likeliest(
         label = named[0] if named else pilot_spelled(wanted, auto.checkpoints)
         return Likeliest(label, f"spec.auto.pilot={auto.pilot}")
     configs = matching_runs(job) if runs is None else runs
+    rates = _fixed_rates(configs, labels, job)
+    fastest = max(rates.items(), key=lambda item: item[1][0]) if rates else None
     decided = [(root, d["winner"]) for root in configs if (d := _decision(root)) and d.get("winner") in labels]
     if decided:
         root, winner = max(decided, key=lambda item: _mtime(item[0] / "decision.json"))
-        return Likeliest(winner, f"the decision of the earlier spec=auto run {root}")
-    rates = _fixed_rates(configs, labels, job)
-    if rates:
-        label, (rate, root) = max(rates.items(), key=lambda item: item[1][0])
+        if fastest is None or winner not in rates or fastest[1][0] <= rates[winner][0] * UNMEASURED_MARGIN:
+            return Likeliest(winner, f"the decision of the earlier spec=auto run {root}")
+        label, (rate, fixed_root) = fastest
+        return Likeliest(
+            label,
+            f"the fastest earlier fixed run of this kind, {fixed_root} ({rate:.1f} tok/s), more than "
+            f"{UNMEASURED_MARGIN:g}x {winner}'s ({rates[winner][0]:.1f}), the decision of the earlier spec=auto run "
+            f"{root}",
+        )
+    if fastest is not None:
+        label, (rate, root) = fastest
         return Likeliest(label, f"the fastest earlier fixed run of this kind, {root} ({rate:.1f} tok/s)")
     speculative = [c for c in candidates if c.method is not SpecMethod.none]
     predictable = [c for c in speculative if c.predictable]
