@@ -7,6 +7,7 @@ export (jobs/eval_drafter.py). A smoke test: the head is barely trained, so its 
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -160,3 +161,57 @@ def test_the_heads_acceptance_is_read_offline_from_an_export_of_its_own_target(
         evaluate_head(other, [flow["export"]])
     with pytest.raises(ConfigError, match="is not a head"):
         evaluate_head(tmp_path, [flow["export"]])
+
+
+def test_a_stopped_training_goes_on_from_its_checkpoint_through_the_same_steps(
+    flow: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from dataclasses import replace
+
+    from safetensors.torch import load_file
+
+    from specbatch.drafter import training_state
+    from specbatch.drafter.train import TrainSettings, read_exports, train_head
+
+    caplog.set_level(logging.INFO, logger="specbatch.drafter.training_state")
+    data = read_exports([flow["export"]])
+    settings = TrainSettings(epochs=2, tokens_per_step=512, draft_vocab_size=2048, prompt_loss=True, feature_noise=0.1)
+    whole = train_head(data, tmp_path / "whole", settings)
+    per_epoch = whole.steps // 2
+    assert per_epoch >= 2, "the test stops inside the second epoch"
+
+    class Stop(Exception):
+        pass
+
+    def stop_at(step_wanted: int):
+        def on_step(step: int, loss: float, accuracies: dict[str, float]) -> None:
+            if step == step_wanted:
+                raise Stop
+
+        return on_step
+
+    # A checkpoint after every step; the stop comes inside the second epoch, so the resumed training deals that
+    # epoch's order again and skips what was done, with the noise and the schedule where they were.
+    monkeypatch.setattr(training_state, "CHECKPOINT_SECONDS", 0.0)
+    out = tmp_path / "resumed"
+    with pytest.raises(Stop):
+        train_head(data, out, settings, stop_at(per_epoch + 2))
+    checkpoint = training_state.checkpoint_path(out)
+    assert checkpoint.is_file() and not out.exists()
+    resumed = train_head(data, out, settings)
+    assert "resuming the training" in caplog.text
+    assert resumed.steps == whole.steps and resumed.tokens == whole.tokens
+    assert resumed.losses == pytest.approx(whole.losses, rel=1e-5)
+    weights, again = load_file(tmp_path / "whole" / "model.safetensors"), load_file(out / "model.safetensors")
+    assert weights.keys() == again.keys()
+    assert all(torch.allclose(weights[k], again[k], rtol=1e-4, atol=1e-6) for k in weights)
+    assert not checkpoint.exists(), "the checkpoint goes once the head is in place"
+
+    # A checkpoint of other settings is not resumed from: that training starts again, and says so.
+    other = tmp_path / "other"
+    with pytest.raises(Stop):
+        train_head(data, other, settings, stop_at(2))
+    caplog.clear()
+    started = train_head(data, other, replace(settings, learning_rate=2e-3))
+    assert "of other data or settings: training starts again" in caplog.text
+    assert started.steps == whole.steps and not training_state.checkpoint_path(other).exists()

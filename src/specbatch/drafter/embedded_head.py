@@ -7,12 +7,13 @@ with the target's hidden states (:mod:`specbatch.drafter.export`), train an EAGL
 (:mod:`specbatch.drafter.train`). The folder's name carries the recipe's version: a changed recipe builds a new
 head instead of reading an old one.
 
-Each step resumes: the regeneration is a run folder (a rerun finishes it), the export is per shard, and the head is
-trained into a work folder and renamed into place with its ready marker, so the cache holds a whole head or none. The
-work folder (``heads/.work-<data>``: the regenerated run, its export, about 2.6 GB) is named by the data, not the
-head: a recipe that changes only the training reuses it and only trains. It is kept for retraining (the drafter bench
-trains its smaller head on it) and may be deleted. Two jobs asking at once: the second waits for the
-first's build (a lock in the work folder) and then reads its head.
+Each step resumes: the regeneration is a run folder (a rerun finishes it), the export is per shard, the training goes
+on from its last checkpoint (every 5 minutes: specbatch.drafter.training_state), and the head is trained into a work
+folder and renamed into place with its ready marker, so the cache holds a whole head or none. The work folder
+(``heads/.work-<data>``: the regenerated run, its export, about 2.6 GB) is named by the data, not the head: a recipe
+that changes only the training reuses it and only trains. It is kept for retraining (the drafter bench trains its
+smaller head on it) and may be deleted. Two jobs asking at once: the second waits for the first's build (a lock in the
+work folder) and then reads its head.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import ctypes
 import fcntl
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -128,11 +128,11 @@ def build_head(recipe: HeadRecipe, out: Path, work: Path, settings: TrainSetting
     """Regenerate, export and train (each step resumed) and put the head at ``out`` with its ready marker."""
     export = export_of(recipe, work)
     trained = work / f"head-{out.name}"
-    if trained.exists() and not is_ready(trained):
-        shutil.rmtree(trained)  # a training a stop cut short: it starts again (it keeps no checkpoint)
     if not trained.exists():
+        # A stop inside the training keeps its last checkpoint, and this goes on from it (drafter.training_state).
         train_head(read_exports([export]), trained, settings or recipe.settings)
-        (trained / READY_MARKER).write_text("")
+    # train_head renames the head into place whole; a stop before its marker leaves a whole head to mark.
+    (trained / READY_MARKER).write_text("")
     out.parent.mkdir(parents=True, exist_ok=True)
     os.replace(trained, out)
     return out

@@ -11,7 +11,8 @@ in float32 with SDPA attention (FlexAttention has no backward there) and the eag
 Sequences are packed, in order, into steps of at most ``tokens_per_step`` tokens (attention over the packed tokens
 grows with their square: about 1,000 tokens a step keeps a CPU step near a second), shuffled by step with a seeded
 generator, for ``epochs`` passes. The head is saved in a temporary folder and renamed into place: OUT holds a whole
-checkpoint or none.
+checkpoint or none. Every few minutes the training's state is saved beside OUT, and the same command run again after
+a stop goes on from it (specbatch.drafter.training_state).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import psutil
 
 from specbatch.common.errors import require
 from specbatch.config import ConfigError
+from specbatch.drafter import training_state
 from specbatch.drafter.export import DONE, EXPORT_RECORD, LAYERS_FILE, TOKEN_FREQ, shard_name
 
 log = logging.getLogger(__name__)
@@ -278,15 +280,25 @@ def train_head(
     )
     rng = random.Random(settings.seed)
     noise = torch.Generator().manual_seed(settings.seed)
-    losses: list[float] = []
-    tokens = 0
-    began = time.monotonic()
+    checkpoint = training_state.checkpoint_path(out)
+    key = training_state.fingerprint(data.exports, data.runs, settings)
+    done = training_state.load(checkpoint, key, model, optimizer, schedule, noise)
+    if done is None:
+        done = training_state.Progress(0, 0, None, [], 0, 0.0)
+    else:
+        rng.setstate(done.epoch_rng)
+    losses = done.losses
+    began = time.monotonic() - done.seconds
+    saved = time.monotonic()
     model.train()
-    with tqdm(total=total, desc="training the head", unit="step", mininterval=2.0) as bar:
-        for _ in range(settings.epochs):
+    with tqdm(total=total, initial=len(losses), desc="training the head", unit="step", mininterval=2.0) as bar:
+        for epoch in range(done.epoch, settings.epochs):
+            epoch_rng = rng.getstate()
             order = list(steps)
             rng.shuffle(order)
-            for indices in order:
+            # A resumed epoch deals the same order again and skips the steps its checkpoint had done.
+            skip = done.done_in_epoch if epoch == done.epoch else 0
+            for position, indices in enumerate(order[skip:], start=skip):
                 if len(losses) >= total:
                     break
                 batch = training_batch(collate([dataset[i] for i in indices]), settings, len(aux), noise)
@@ -299,16 +311,23 @@ def train_head(
                 optimizer.step()
                 schedule.step()
                 losses.append(float(loss.item()))
-                tokens += int((batch["document_ids"] != -1).sum())
+                done.tokens += int((batch["document_ids"] != -1).sum())
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
                 bar.update()
                 if on_step is not None:
                     on_step(len(losses), losses[-1], _accuracies(metrics))
+                if time.monotonic() - saved >= training_state.CHECKPOINT_SECONDS and len(losses) < total:
+                    where = training_state.Progress(
+                        epoch, position + 1, epoch_rng, losses, done.tokens, time.monotonic() - began
+                    )
+                    training_state.save(checkpoint, key, model, optimizer, schedule, noise, where)
+                    saved = time.monotonic()
     seconds = time.monotonic() - began
     model.eval()
-    _save(model, out, data, settings, losses, tokens, seconds)
-    log.info("trained in %.1f s (%d tokens, last loss %.3f): %s", seconds, tokens, losses[-1], out)
-    return TrainResult(out, len(losses), tokens, seconds, losses)
+    _save(model, out, data, settings, losses, done.tokens, seconds)
+    checkpoint.unlink(missing_ok=True)
+    log.info("trained in %.1f s (%d tokens, last loss %.3f): %s", seconds, done.tokens, losses[-1], out)
+    return TrainResult(out, len(losses), done.tokens, seconds, losses)
 
 
 def _accuracies(metrics: dict[str, Any]) -> dict[str, float]:
