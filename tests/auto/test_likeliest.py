@@ -134,3 +134,39 @@ def test_fixed_runs_that_beat_an_earlier_decisions_winner_beyond_noise_outrank_t
     # No fixed run of this kind ran the decision's winner: nothing measured against it, the decision stands.
     winner["label"] = "suffix-k5"
     assert likeliest(job, candidates(job)).label == "suffix-k5"
+
+
+def test_a_learned_drafter_a_short_run_measured_slow_stays_ruled_out_once_longer_runs_of_others_exist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bench's rounds: a 6-row sweep ran the head at half n-gram's tok/s; later 12-row runs of the other set-ups
+    never ran it. The pilot's rates are the 12-row runs (like with like), but the head is judged among the runs of
+    the nearest size that ran it, so it is not measured again in every round at the cost of two engine start-ups."""
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "config.json").write_text('{"vocab_size": 49152}')
+    learned = [f"+spec.auto.checkpoints.eagle3.model={head}", "spec.auto.candidates=[none,ngram-k5,eagle3-k3]"]
+    made: dict[Path, float] = {}
+
+    def fixed(rows: int, rate: float, *overrides: str) -> Path:
+        root = run_job(_job(tmp_path, *overrides, f"max_samples={rows}", f"run_name=fixed{len(made)}")).folder.root
+        made[root] = rate
+        return root
+
+    sweep_head = fixed(6, 50.0, "spec=eagle3", f"spec.model={head}")
+    fixed(6, 100.0, "spec=ngram", "spec.num_speculative_tokens=5")
+    fixed(12, 120.0, "spec=ngram", "spec.num_speculative_tokens=5")
+    fixed(12, 110.0, "spec=none")
+    monkeypatch.setattr(likeliest_module, "_rate", lambda root: made.get(root))
+    job = _auto(tmp_path, *learned)  # 12 rows
+    earlier = likeliest_module.earlier_rates(job, candidates(job))
+    assert sorted(earlier) == ["ngram-k5", "none"], "the pilot's evidence: the 12-row runs"
+    out = likeliest_module.ruled_out(job, candidates(job))
+    assert list(out) == ["eagle3-k3"]
+    assert str(sweep_head) in out["eagle3-k3"] and "ngram-k5's 100.0" in out["eagle3-k3"]
+    # Within the error of the set-ups it ran beside, the head is measured.
+    made[sweep_head] = 95.0
+    assert likeliest_module.ruled_out(job, candidates(job)) == {}
+    assert likeliest_module.nothing_to_measure(job, candidates(job), "ngram-k5") is None
+    made[sweep_head] = 50.0
+    assert likeliest_module.nothing_to_measure(job, candidates(job), "ngram-k5") is not None

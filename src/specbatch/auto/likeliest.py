@@ -24,9 +24,9 @@ its set-up must be one of this job's candidates. spec.auto.pilot, when set, name
    predictable candidate; else the first speculative one. A learned drafter is not the prior's pilot: its steps
    would price the predictable candidates wrongly.
 
-:func:`earlier_rates` gives the same runs' tok/s per set-up (of that one size), which spec=auto's plan reads to leave
-out a learned drafter an earlier run of this kind measured too slow to win (:func:`ruled_out`), and to bound each
-prediction by.
+:func:`earlier_rates` gives the same runs' tok/s per set-up (of that one size), which spec=auto's plan reads to bound
+each prediction by; :func:`ruled_out` leaves out a learned drafter an earlier run of this kind measured too slow to
+win (compared among the runs of the nearest size that ran it).
 When those runs leave nothing to measure beside the pilot (:func:`nothing_to_measure`), the shard knows it before
 its pilot runs, and the pilot heads an ordinary stream rather than slices that drain the engine.
 """
@@ -113,17 +113,27 @@ def earlier_rates(
     return _fixed_rates(matching_runs(job) if runs is None else runs, {c.label for c in candidates}, job)
 
 
-def ruled_out(candidates: list[Candidate], rates: dict[str, tuple[float, Path]]) -> dict[str, str]:
-    """The learned drafters an earlier fixed run of this kind (``rates``: :func:`earlier_rates`) measured slower than
-    another candidate beyond the prediction's error, each with why: measuring them again would cost an engine
-    start-up for a set-up that cannot win."""
-    learned = {c.label for c in candidates if not c.predictable and c.method is not SpecMethod.none}
+def ruled_out(
+    job: JobConfig, candidates: list[Candidate], runs: dict[Path, dict[str, Any]] | None = None
+) -> dict[str, str]:
+    """The learned drafters an earlier fixed run of this kind measured slower than another candidate beyond the
+    prediction's error, each with why: measuring them again would cost an engine start-up for a set-up that cannot
+    win. Each is compared like with like too, but among the runs of the size nearest the job's *that ran it*: a
+    head a short sweep ran at 0.65x spec=none stays ruled out once 1,000-row runs of the other set-ups exist, which
+    :func:`earlier_rates` reads and which never ran it. ``runs``: as :func:`likeliest`'s."""
+    by_size = _by_size(matching_runs(job) if runs is None else runs, {c.label for c in candidates})
     out = {}
-    for label, (rate, root) in rates.items():
+    for c in candidates:
+        if c.predictable or c.method is SpecMethod.none:
+            continue
+        rates = _nearest(by_size, job, having=c.label)
+        if c.label not in rates:
+            continue
+        rate, root = rates[c.label]
         faster = [(r, other) for other, (r, _) in rates.items() if r > rate * UNMEASURED_MARGIN]
-        if label in learned and faster:
+        if faster:
             best, other = max(faster)
-            out[label] = f"an earlier run of this kind, {root}, made {rate:.1f} tok/s, {other}'s {best:.1f}"
+            out[c.label] = f"an earlier run of this kind, {root}, made {rate:.1f} tok/s, {other}'s {best:.1f}"
     return out
 
 
@@ -139,7 +149,7 @@ def nothing_to_measure(
         return None
     earlier = earlier_rates(job, candidates, runs)
     rates = {label: rate for label, (rate, _) in earlier.items()}
-    passed = set(slower_before(rates, pilot)) | set(ruled_out(candidates, earlier))
+    passed = set(slower_before(rates, pilot)) | set(ruled_out(job, candidates, runs))
     if pilot not in rates or any(c.label not in passed for c in candidates if c.label != pilot):
         return None
     return (
@@ -159,6 +169,11 @@ def _fixed_rates(
     configs: dict[Path, dict[str, Any]], labels: set[str], job: JobConfig
 ) -> dict[str, tuple[float, Path]]:
     """The fastest run of each set-up among the runs of one size (module docstring: like with like)."""
+    return _nearest(_by_size(configs, labels), job)
+
+
+def _by_size(configs: dict[Path, dict[str, Any]], labels: set[str]) -> dict[tuple[float, float], dict[str, Any]]:
+    """The fastest run of each of ``labels`` per run size: size -> label -> (tok/s, its root)."""
     by_size: dict[tuple[float, float], dict[str, tuple[float, Path]]] = {}
     for root, config in configs.items():
         label = _fixed_label(config)
@@ -167,7 +182,15 @@ def _fixed_rates(
             best = by_size.setdefault(_size(config.get("max_samples"), sampling.get("max_tokens")), {})
             if rate > best.get(label, (0.0, root))[0]:
                 best[label] = (rate, root)
-    if not by_size:
+    return by_size
+
+
+def _nearest(
+    by_size: dict[tuple[float, float], dict[str, Any]], job: JobConfig, having: str | None = None
+) -> dict[str, tuple[float, Path]]:
+    """The runs of the size nearest ``job``'s (module docstring), among the sizes that ran ``having`` if named."""
+    sizes = [size for size, group in by_size.items() if having is None or having in group]
+    if not sizes:
         return {}
     rows, tokens = _size(job.max_samples, job.sampling.max_tokens)
 
@@ -175,7 +198,7 @@ def _fixed_rates(
         # Runs that compare set-ups first, then the same new tokens per row, then the nearest number of rows.
         return len(by_size[size]) > 1, size[1] == tokens, -abs(math.log(size[0]) - math.log(rows))
 
-    return by_size[max(by_size, key=nearness)]
+    return by_size[max(sizes, key=nearness)]
 
 
 def _size(rows: int | None, tokens: int | None) -> tuple[float, float]:
