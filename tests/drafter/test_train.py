@@ -81,3 +81,22 @@ def test_a_head_is_renamed_into_place_whole_and_a_killed_trainings_leftover_remo
     assert json.loads((out / TRAINED_RECORD).read_text())["last_loss"] == 1.0
     assert (out / "config.json").is_file()
     assert not left.exists() and running.exists()
+
+
+def test_a_damaged_checkpoint_is_not_resumed_from_and_a_killed_writers_leftover_is_removed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from specbatch.drafter import training_state
+
+    path = training_state.checkpoint_path(tmp_path / "head")
+    assert path == tmp_path / ".head.checkpoint.pt"
+    left = path.with_name(f"{path.name}.999999999.partial")  # no such process: a kill -9 while writing
+    running = path.with_name(f"{path.name}.1.partial")  # init is alive: another training still writing
+    for partial in (left, running):
+        partial.write_bytes(b"half a checkpoint")
+    # Nothing to resume: the training's objects are never touched.
+    assert training_state.load(path, {}, None, None, None, None) is None
+    assert not left.exists() and running.exists()
+    path.write_bytes(b"\x80\x04broken bytes")
+    assert training_state.load(path, {}, None, None, None, None) is None
+    assert "cannot be read" in caplog.text and "training starts again" in caplog.text

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 log = logging.getLogger(__name__)
 
 # Seconds of training between checkpoints: a stop loses at most this much. A checkpoint of the embedded head (its
@@ -75,7 +77,10 @@ def load(path: Path, key: dict[str, Any], model: Any, optimizer: Any, schedule: 
     import torch
 
     for left in path.parent.glob(f"{path.name}.*.partial"):
-        left.unlink(missing_ok=True)  # a checkpoint a stop cut off while writing: never read
+        # A checkpoint a stop cut off while writing (its process is gone): never read. A live one's is its own.
+        pid = left.name[len(path.name) + 1 : -len(".partial")]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            left.unlink(missing_ok=True)
     if not path.is_file():
         return None
     try:
