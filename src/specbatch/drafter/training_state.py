@@ -23,7 +23,7 @@ import psutil
 log = logging.getLogger(__name__)
 
 # Seconds of training between checkpoints: a stop loses at most this much. A checkpoint of the embedded head (its
-# weights and AdamW's two moments, about 0.3 GB) takes a second or two to write.
+# weights and AdamW's two moments, 212 MB) takes a second or two to write.
 CHECKPOINT_SECONDS = 300.0
 
 
