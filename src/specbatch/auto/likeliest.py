@@ -147,6 +147,7 @@ def nothing_to_measure(
     auto = job.spec.auto
     if auto is not None and auto.always_measure:
         return None
+    runs = matching_runs(job) if runs is None else runs
     earlier = earlier_rates(job, candidates, runs)
     rates = {label: rate for label, (rate, _) in earlier.items()}
     passed = set(slower_before(rates, pilot)) | set(ruled_out(job, candidates, runs))

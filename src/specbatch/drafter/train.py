@@ -29,8 +29,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from specbatch.common.errors import require
 from specbatch.config import ConfigError
 from specbatch.drafter import training_state
@@ -354,8 +352,7 @@ def _save(
     """The head in speculators' format, and our record beside it, in a temporary folder renamed into place."""
     for left in out.parent.glob(f".{out.name}.building-*"):
         # What a killed training of this OUT left (its process is gone): never a whole head.
-        pid = left.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+        if training_state.writer_gone(left.name.rsplit("-", 1)[-1]):
             shutil.rmtree(left, ignore_errors=True)
     building = out.with_name(f".{out.name}.building-{os.getpid()}")
     shutil.rmtree(building, ignore_errors=True)

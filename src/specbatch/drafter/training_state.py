@@ -40,6 +40,12 @@ class Progress:
     seconds: float
 
 
+def writer_gone(pid: str) -> bool:
+    """Whether the process a leftover's name holds (the pid of the training that wrote it) is gone: only then is the
+    leftover removed, since a live one is another training still writing."""
+    return pid.isdigit() and not psutil.pid_exists(int(pid))
+
+
 def checkpoint_path(out: Path) -> Path:
     """Where a training of ``out`` keeps its checkpoint: beside it, hidden."""
     return out.with_name(f".{out.name}.checkpoint.pt")
@@ -78,8 +84,7 @@ def load(path: Path, key: dict[str, Any], model: Any, optimizer: Any, schedule: 
 
     for left in path.parent.glob(f"{path.name}.*.partial"):
         # A checkpoint a stop cut off while writing (its process is gone): never read. A live one's is its own.
-        pid = left.name[len(path.name) + 1 : -len(".partial")]
-        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+        if writer_gone(left.name[len(path.name) + 1 : -len(".partial")]):
             left.unlink(missing_ok=True)
     if not path.is_file():
         return None
