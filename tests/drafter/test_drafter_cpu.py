@@ -198,8 +198,12 @@ def test_a_stopped_training_goes_on_from_its_checkpoint_through_the_same_steps(
         train_head(data, out, settings, stop_at(per_epoch + 2))
     checkpoint = training_state.checkpoint_path(out)
     assert checkpoint.is_file() and not out.exists()
-    resumed = train_head(data, out, settings)
+    curve: list[tuple[int, float]] = []
+    resumed = train_head(data, out, settings, lambda step, loss, _: curve.append((step, loss)))
     assert "resuming the training" in caplog.text
+    # The run that finishes the head logs the whole loss curve, the steps before the stop included.
+    assert [step for step, _ in curve] == list(range(1, whole.steps + 1))
+    assert [loss for _, loss in curve] == pytest.approx(whole.losses, rel=1e-5)
     assert resumed.steps == whole.steps and resumed.tokens == whole.tokens
     assert resumed.losses == pytest.approx(whole.losses, rel=1e-5)
     weights, again = load_file(tmp_path / "whole" / "model.safetensors"), load_file(out / "model.safetensors")

@@ -205,7 +205,9 @@ def train_head(
     on_step: Callable[[int, float, dict[str, float]], None] | None = None,
 ) -> TrainResult:
     """Train an EAGLE-3 head on ``data`` and save it at ``out`` in speculators' format (module docstring).
-    ``on_step(step, loss, metrics)`` sees every step (the MLflow run's loss curve)."""
+    ``on_step(step, loss, metrics)`` sees every step (the MLflow run's loss curve); a training resumed from its
+    checkpoint first replays the steps done before the stop, with their losses and no metrics (the checkpoint keeps
+    the losses only), so the curve of the run that finishes the head starts at step 1."""
     import torch
     from speculators.losses import resolve_loss_config
     from speculators.models.eagle3 import Eagle3DraftModel
@@ -285,6 +287,9 @@ def train_head(
         done = training_state.Progress(0, 0, None, [], 0, 0.0)
     else:
         rng.setstate(done.epoch_rng)
+        if on_step is not None:
+            for step, loss in enumerate(done.losses, start=1):
+                on_step(step, loss, {})
     losses = done.losses
     began = time.monotonic() - done.seconds
     saved = time.monotonic()
