@@ -325,12 +325,12 @@ def test_a_decode_speedup_is_weighed_as_the_whole_job_s() -> None:
 def test_earlier_runs_of_this_kind_bound_a_prediction() -> None:
     """Earlier fixed runs measured suffix decoding at 0.99x n-gram k 3's tok/s, the pilot predicted 1.11x: suffix's
     1.15x is bounded to 1.10x, and no more than a measured whole run says; without both runs, the prediction."""
-    earlier = {"ngram-k3": 112.9, "suffix-k5": 111.8, "none": 113.5}
+    earlier = {"suffix-k5": (111.8, 112.9), "none": (113.5, 112.9)}  # each beside n-gram k 3's runs
     bounded, said = earlier_bound("suffix-k5", 1.15, "ngram-k3", 1.11, earlier)
     assert bounded == pytest.approx(1.11 * 111.8 / 112.9) and "bounded to 1.10x by earlier runs" in said
+    assert "(suffix-k5 111.8 tok/s, ngram-k3 112.9)" in said
     assert earlier_bound("suffix-k5", 1.05, "ngram-k3", 1.11, earlier) == (1.05, ""), "already below: kept"
     assert earlier_bound("ngram-k5", 1.15, "ngram-k3", 1.11, earlier) == (1.15, ""), "no earlier run of it"
-    assert earlier_bound("suffix-k5", 1.15, "ngram-k2", 1.11, earlier) == (1.15, ""), "no earlier run of the pilot"
 
 
 def test_a_leader_that_earlier_runs_measured_at_the_pilot_s_pace_is_not_measured(tmp_path: Path, monkeypatch) -> None:

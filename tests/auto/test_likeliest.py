@@ -170,3 +170,37 @@ def test_a_learned_drafter_a_short_run_measured_slow_stays_ruled_out_once_longer
     assert likeliest_module.nothing_to_measure(job, candidates(job), "ngram-k5") is None
     made[sweep_head] = 50.0
     assert likeliest_module.nothing_to_measure(job, candidates(job), "ngram-k5") is not None
+
+
+def test_a_set_up_a_short_sweep_measured_slower_than_the_pilots_stays_so_once_longer_runs_of_others_exist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bench's help-desk cell at batch 16: the 200-row sweep made n-gram k 2 0.93x spec=none; the first round's
+    1,000-row runs (here 12-row ones) of the others never ran it. Each candidate is judged against the pilot's set-up
+    among the runs of the nearest size that ran both, so k 2 is not measured again (an engine start-up, the switch
+    back and its slices) when the runs beside spec=none already measured it slower."""
+    made: dict[Path, float] = {}
+
+    def fixed(rows: int, rate: float, *overrides: str) -> Path:
+        root = run_job(_job(tmp_path, *overrides, f"max_samples={rows}", f"run_name=fixed{len(made)}")).folder.root
+        made[root] = rate
+        return root
+
+    fixed(6, 90.0, "spec=none")
+    k2 = fixed(6, 81.0, "spec=ngram", "spec.num_speculative_tokens=2")
+    fixed(6, 86.0, "spec=ngram", "spec.num_speculative_tokens=5")
+    fixed(12, 110.0, "spec=none")
+    fixed(12, 109.0, "spec=suffix")
+    fixed(12, 105.0, "spec=ngram", "spec.num_speculative_tokens=5")
+    monkeypatch.setattr(likeliest_module, "_rate", lambda root: made.get(root))
+    job = _auto(tmp_path)  # 12 rows
+    assert likeliest(job, candidates(job)).label == "none"
+    against = likeliest_module.against_pilot(job, candidates(job), "none")
+    assert against == {"ngram-k2": (81.0, 90.0), "ngram-k5": (105.0, 110.0), "suffix-k5": (109.0, 110.0)}
+    why = likeliest_module.nothing_to_measure(job, candidates(job), "none")
+    assert why is not None and "ngram-k2 81.0 tok/s to 90.0" in why and "suffix-k5 109.0 tok/s to 110.0" in why
+    # Faster than spec=none beside it in the sweep: left to measure.
+    made[k2] = 95.0
+    assert likeliest_module.nothing_to_measure(job, candidates(job), "none") is None
+    # A pilot no earlier run compared with the others: nothing to judge against, so nothing is ruled so.
+    assert likeliest_module.against_pilot(job, candidates(job), "ngram-k3") == {}

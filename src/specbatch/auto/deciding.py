@@ -32,7 +32,7 @@ from specbatch.auto.decision import (
 )
 from specbatch.auto.engines import ShardEngines
 from specbatch.auto.handover import Occupancy, lengths_of, per_occupancy, setup_tables
-from specbatch.auto.likeliest import earlier_rates, matching_runs, ruled_out
+from specbatch.auto.likeliest import against_pilot, matching_runs, ruled_out
 from specbatch.auto.slices import no_tokens, silent_pilot, slice_rates
 from specbatch.config import ConfigError, JobConfig
 from specbatch.config.spec import AutoConfig
@@ -167,8 +167,7 @@ class ShardDecisions:
             best_here = max(best_here, 1.0)
         margin = MEASURED_MARGIN if costs is not None and costs.speculative_measured else UNMEASURED_MARGIN
         runs = matching_runs(self.job)
-        earlier = earlier_rates(self.job, self.candidates, runs)
-        rates = {label: rate for label, (rate, _) in earlier.items()}
+        rates = against_pilot(self.job, self.candidates, pilot, runs)
         pace = 1.0 if lead.method is SpecMethod.none else next((p.speedup for p in predicted if p.label == pilot), 1.0)
 
         def pays_off(label: str, speedup: float) -> str | None:
@@ -217,7 +216,7 @@ class ShardDecisions:
             "completion_lengths": lengths_of(run.turns),
             "predicted": [p.to_dict() for p in predicted],
             # Set-ups earlier fixed runs of this kind made no faster than the pilot's: not switched to unmeasured.
-            "slower_before": slower_before(rates, pilot),
+            "slower_before": slower_before(rates),
             # The step costs the prediction priced passes with (None: the prior's line, decision.PRIOR_PASS_COST).
             "costs": costs.to_dict() if costs is not None else None,
             "measure": measure,

@@ -85,21 +85,23 @@ def whole_job(predicted: list[Predicted], prompt_share: float) -> list[Predicted
 
 
 def earlier_bound(
-    label: str, speedup: float, pilot: str, pilot_speedup: float, earlier: dict[str, float]
+    label: str, speedup: float, pilot: str, pilot_speedup: float, earlier: dict[str, tuple[float, float]]
 ) -> tuple[float, str]:
     """(``label``'s predicted speedup, bounded by what earlier fixed runs of this kind measured; a clause saying so or
-    ""): where both ``label`` and the ``pilot`` ran before (``earlier``: tok/s per set-up, likeliest.earlier_rates),
-    their measured ratio times the pilot's predicted speedup bounds the prediction. Whole runs measured on rows of
-    this kind are better evidence than the step model, which errs towards speculation where prompts are long (and
-    than a few measured slices: the retrieval cell's spread 0.04-0.15 between slices of one set-up)."""
-    if label not in earlier or pilot not in earlier or label == pilot or earlier[pilot] <= 0:
+    ""): where both ``label`` and the ``pilot`` ran before (``earlier``: label -> its tok/s and the pilot's, on the
+    runs of one size, likeliest.against_pilot), their measured ratio times the pilot's predicted speedup bounds the
+    prediction. Whole runs measured on rows of this kind are better evidence than the step model, which errs towards
+    speculation where prompts are long (and than a few measured slices: the retrieval cell's spread 0.04-0.15 between
+    slices of one set-up)."""
+    if label not in earlier or label == pilot or earlier[label][1] <= 0:
         return speedup, ""
-    bound = pilot_speedup * earlier[label] / earlier[pilot]
+    rate, pilot_rate = earlier[label]
+    bound = pilot_speedup * rate / pilot_rate
     if bound >= speedup:
         return speedup, ""
     return bound, (
         f"; predicted {speedup:.2f}x, bounded to {bound:.2f}x by earlier runs of this kind ({label} "
-        f"{earlier[label]:.1f} tok/s, {pilot} {earlier[pilot]:.1f})"
+        f"{rate:.1f} tok/s, {pilot} {pilot_rate:.1f})"
     )
 
 
@@ -222,11 +224,10 @@ def around_pilot(
     return order, notes
 
 
-def slower_before(earlier: dict[str, float], pilot: str) -> list[str]:
-    """The set-ups earlier fixed runs of this kind (tok/s per set-up) made no faster than the ``pilot``'s."""
-    if pilot not in earlier:
-        return []
-    return sorted(label for label, rate in earlier.items() if label != pilot and rate <= earlier[pilot])
+def slower_before(earlier: dict[str, tuple[float, float]]) -> list[str]:
+    """The set-ups earlier fixed runs of this kind made no faster than the pilot's (``earlier``: as
+    :func:`earlier_bound`'s)."""
+    return sorted(label for label, (rate, pilot_rate) in earlier.items() if rate <= pilot_rate)
 
 
 def switchable(plan: dict[str, Any]) -> list[dict[str, Any]]:

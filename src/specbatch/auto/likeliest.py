@@ -24,9 +24,14 @@ its set-up must be one of this job's candidates. spec.auto.pilot, when set, name
    predictable candidate; else the first speculative one. A learned drafter is not the prior's pilot: its steps
    would price the predictable candidates wrongly.
 
-:func:`earlier_rates` gives the same runs' tok/s per set-up (of that one size), which spec=auto's plan reads to bound
-each prediction by; :func:`ruled_out` leaves out a learned drafter an earlier run of this kind measured too slow to
-win (compared among the runs of the nearest size that ran it).
+:func:`earlier_rates` gives the same runs' tok/s per set-up (of that one size). Each other candidate is judged against
+the pilot's set-up among the runs of the size nearest the job's *that ran both* (:func:`against_pilot`), which
+spec=auto's plan reads to bound each prediction by: a set-up a short sweep measured slower than the pilot's stays
+so once longer runs of the others exist, which never ran it (help-desk at batch 16: the 200-row sweep made n-gram
+k 2 0.93x spec=none; reading the first round's 1,000-row runs of none, suffix and n-gram k 1 instead, the second
+round's auto measured k 2 in an engine of its own, two start-ups and its slices, and ran 4.8 % behind spec=none's
+run of that round). :func:`ruled_out` leaves out a learned drafter an earlier run of this kind measured too slow to
+win, compared the same way.
 When those runs leave nothing to measure beside the pilot (:func:`nothing_to_measure`), the shard knows it before
 its pilot runs, and the pilot heads an ordinary stream rather than slices that drain the engine.
 """
@@ -113,6 +118,23 @@ def earlier_rates(
     return _fixed_rates(matching_runs(job) if runs is None else runs, {c.label for c in candidates}, job)
 
 
+def against_pilot(
+    job: JobConfig, candidates: list[Candidate], pilot: str, runs: dict[Path, dict[str, Any]] | None = None
+) -> dict[str, tuple[float, float]]:
+    """Each other candidate's fastest earlier fixed run of this kind and the ``pilot``'s, in tok/s, among the runs of
+    the size nearest the job's that ran both (module docstring): label -> (its tok/s, the pilot's). Candidates no
+    size ran beside the pilot are left out, and so are learned drafters: no prediction to bound, and whether one is
+    measured again is :func:`ruled_out`'s call, with the prediction's error as its margin. ``runs``: as
+    :func:`likeliest`'s."""
+    by_size = _by_size(matching_runs(job) if runs is None else runs, {c.label for c in candidates})
+    out = {}
+    for c in candidates:
+        judged = c.predictable or c.method is SpecMethod.none
+        if judged and c.label != pilot and (group := _nearest(by_size, job, having=(c.label, pilot))):
+            out[c.label] = (group[c.label][0], group[pilot][0])
+    return out
+
+
 def ruled_out(
     job: JobConfig, candidates: list[Candidate], runs: dict[Path, dict[str, Any]] | None = None
 ) -> dict[str, str]:
@@ -126,7 +148,7 @@ def ruled_out(
     for c in candidates:
         if c.predictable or c.method is SpecMethod.none:
             continue
-        rates = _nearest(by_size, job, having=c.label)
+        rates = _nearest(by_size, job, having=(c.label,))
         if c.label not in rates:
             continue
         rate, root = rates[c.label]
@@ -141,21 +163,25 @@ def nothing_to_measure(
     job: JobConfig, candidates: list[Candidate], pilot: str, runs: dict[Path, dict[str, Any]] | None = None
 ) -> str | None:
     """Why a shard piloting on ``pilot`` would measure nothing, known before its pilot runs: earlier fixed runs of
-    this kind made every other candidate no faster than the pilot's set-up (decision.slower_before: the plan then
-    neither measures one nor switches to it unmeasured), or ruled it out (:func:`ruled_out`). None when one is
-    left to measure, or when spec.auto.always_measure asks for the slices. ``runs``: as :func:`likeliest`'s."""
+    this kind made every other candidate no faster than the pilot's set-up (:func:`against_pilot`,
+    decision.slower_before: the plan then neither measures one nor switches to it unmeasured), or ruled it out
+    (:func:`ruled_out`). None when one is left to measure, or when spec.auto.always_measure asks for the slices.
+    ``runs``: as :func:`likeliest`'s."""
     auto = job.spec.auto
     if auto is not None and auto.always_measure:
         return None
     runs = matching_runs(job) if runs is None else runs
-    earlier = earlier_rates(job, candidates, runs)
-    rates = {label: rate for label, (rate, _) in earlier.items()}
-    passed = set(slower_before(rates, pilot)) | set(ruled_out(job, candidates, runs))
-    if pilot not in rates or any(c.label not in passed for c in candidates if c.label != pilot):
+    against = against_pilot(job, candidates, pilot, runs)
+    passed = set(slower_before(against)) | set(ruled_out(job, candidates, runs))
+    if not against or any(c.label not in passed for c in candidates if c.label != pilot):
         return None
+    compared = ", ".join(
+        f"{label} {rate:.1f} tok/s to {pilot_rate:.1f}" for label, (rate, pilot_rate) in against.items()
+    )
     return (
-        f"earlier fixed runs of this kind made no other candidate faster than {pilot} ({rates[pilot]:.1f} tok/s, "
-        f"{earlier[pilot][1]}) or ruled it out: nothing is left to measure, so the pilot heads the shard's stream"
+        f"earlier fixed runs of this kind made no other candidate faster than {pilot} ({compared}, each on the runs "
+        "of the nearest size that ran both) or ruled it out: nothing is left to measure, so the pilot heads the "
+        "shard's stream"
     )
 
 
@@ -187,10 +213,10 @@ def _by_size(configs: dict[Path, dict[str, Any]], labels: set[str]) -> dict[tupl
 
 
 def _nearest(
-    by_size: dict[tuple[float, float], dict[str, Any]], job: JobConfig, having: str | None = None
+    by_size: dict[tuple[float, float], dict[str, Any]], job: JobConfig, having: tuple[str, ...] = ()
 ) -> dict[str, tuple[float, Path]]:
-    """The runs of the size nearest ``job``'s (module docstring), among the sizes that ran ``having`` if named."""
-    sizes = [size for size, group in by_size.items() if having is None or having in group]
+    """The runs of the size nearest ``job``'s (module docstring), among the sizes that ran every one of ``having``."""
+    sizes = [size for size, group in by_size.items() if all(label in group for label in having)]
     if not sizes:
         return {}
     rows, tokens = _size(job.max_samples, job.sampling.max_tokens)
