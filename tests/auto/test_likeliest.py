@@ -155,6 +155,7 @@ def test_a_learned_drafter_a_short_run_measured_slow_stays_ruled_out_once_longer
 
     sweep_head = fixed(6, 50.0, "spec=eagle3", f"spec.model={head}")
     fixed(6, 100.0, "spec=ngram", "spec.num_speculative_tokens=5")
+    fixed(6, 90.0, "spec=none")
     fixed(12, 120.0, "spec=ngram", "spec.num_speculative_tokens=5")
     fixed(12, 110.0, "spec=none")
     monkeypatch.setattr(likeliest_module, "_rate", lambda root: made.get(root))
@@ -170,6 +171,12 @@ def test_a_learned_drafter_a_short_run_measured_slow_stays_ruled_out_once_longer
     assert likeliest_module.nothing_to_measure(job, candidates(job), "ngram-k5") is None
     made[sweep_head] = 50.0
     assert likeliest_module.nothing_to_measure(job, candidates(job), "ngram-k5") is not None
+    # spec=none and a head the runs beside it ruled out: nothing to compare, and still nothing to measure.
+    pair = _auto(tmp_path, *learned[:1], "spec.auto.candidates=[none,eagle3-k3]")
+    why = likeliest_module.nothing_to_measure(pair, candidates(pair), "none")
+    assert why is not None and why.startswith(
+        "earlier fixed runs of this kind made no other candidate faster than none or"
+    )
 
 
 def test_a_set_up_a_short_sweep_measured_slower_than_the_pilots_stays_so_once_longer_runs_of_others_exist(

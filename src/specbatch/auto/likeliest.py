@@ -172,16 +172,19 @@ def nothing_to_measure(
         return None
     runs = matching_runs(job) if runs is None else runs
     against = against_pilot(job, candidates, pilot, runs)
-    passed = set(slower_before(against)) | set(ruled_out(job, candidates, runs))
-    if not against or any(c.label not in passed for c in candidates if c.label != pilot):
+    ruled = ruled_out(job, candidates, runs)
+    passed = set(slower_before(against)) | set(ruled)
+    # Only what earlier runs say: with none of them, nothing is known before the pilot (spec.auto.candidates=[none,
+    # eagle3-k3] with the head ruled out has nothing to compare beside the pilot, and still nothing to measure).
+    if not (against or ruled) or any(c.label not in passed for c in candidates if c.label != pilot):
         return None
     compared = ", ".join(
         f"{label} {rate:.1f} tok/s to {pilot_rate:.1f}" for label, (rate, pilot_rate) in against.items()
     )
+    said = f" ({compared}, each on the runs of the nearest size that ran both)" if compared else ""
     return (
-        f"earlier fixed runs of this kind made no other candidate faster than {pilot} ({compared}, each on the runs "
-        "of the nearest size that ran both) or ruled it out: nothing is left to measure, so the pilot heads the "
-        "shard's stream"
+        f"earlier fixed runs of this kind made no other candidate faster than {pilot}{said} or ruled it out: nothing "
+        "is left to measure, so the pilot heads the shard's stream"
     )
 
 
