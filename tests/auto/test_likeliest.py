@@ -22,6 +22,12 @@ def _job(root: Path, *extra: str):
     return compose_job([f"output_root={root}", "engine.backend=dummy", "tracking=off", "max_samples=12", *extra])
 
 
+def _fixed_rates(job):
+    """The fastest earlier fixed run of each candidate among the runs of the one size the pilot is chosen from."""
+    labels = {c.label for c in candidates(job)}
+    return likeliest_module._fixed_rates(likeliest_module.matching_runs(job), labels, job)
+
+
 def _auto(root: Path, *extra: str):
     return _job(root, "spec=auto", CANDIDATES, "spec.auto.pilot_rows=4", "spec.auto.measure_top=0", *extra)
 
@@ -94,7 +100,7 @@ def test_set_ups_are_compared_on_runs_of_one_size_the_nearest_to_the_job(
     job = _auto(tmp_path)  # 12 rows
     chosen = likeliest(job, candidates(job))
     assert chosen.label == "ngram-k5" and str(sweep["ngram-k5"]) in chosen.source
-    earlier = likeliest_module.earlier_rates(job, candidates(job))
+    earlier = _fixed_rates(job)
     assert {label: rate for label, (rate, _) in earlier.items()} == {"none": 50.0, "ngram-k2": 60.0, "ngram-k5": 70.0}
     # The sweep says every other set-up is slower than n-gram k5: nothing left to measure beside it.
     assert likeliest_module.nothing_to_measure(job, candidates(job), "ngram-k5") is None  # suffix-k5 never ran
@@ -160,7 +166,7 @@ def test_a_learned_drafter_a_short_run_measured_slow_stays_ruled_out_once_longer
     fixed(12, 110.0, "spec=none")
     monkeypatch.setattr(likeliest_module, "_rate", lambda root: made.get(root))
     job = _auto(tmp_path, *learned)  # 12 rows
-    earlier = likeliest_module.earlier_rates(job, candidates(job))
+    earlier = _fixed_rates(job)
     assert sorted(earlier) == ["ngram-k5", "none"], "the pilot's evidence: the 12-row runs"
     out = likeliest_module.ruled_out(job, candidates(job))
     assert list(out) == ["eagle3-k3"]

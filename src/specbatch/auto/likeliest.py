@@ -24,7 +24,7 @@ its set-up must be one of this job's candidates. spec.auto.pilot, when set, name
    predictable candidate; else the first speculative one. A learned drafter is not the prior's pilot: its steps
    would price the predictable candidates wrongly.
 
-:func:`earlier_rates` gives the same runs' tok/s per set-up (of that one size). Each other candidate is judged against
+The pilot comes from the runs of that one size. Each other candidate is judged against
 the pilot's set-up among the runs of the size nearest the job's *that ran both* (:func:`against_pilot`), which
 spec=auto's plan reads to bound each prediction by: a set-up a short sweep measured slower than the pilot's stays
 so once longer runs of the others exist, which never ran it (help-desk at batch 16: the 200-row sweep made n-gram
@@ -110,14 +110,6 @@ def likeliest(
     )
 
 
-def earlier_rates(
-    job: JobConfig, candidates: list[Candidate], runs: dict[Path, dict[str, Any]] | None = None
-) -> dict[str, tuple[float, Path]]:
-    """The fastest earlier fixed run of this kind (module docstring) of each candidate: label -> (tok/s, its root).
-    ``runs``: as :func:`likeliest`'s."""
-    return _fixed_rates(matching_runs(job) if runs is None else runs, {c.label for c in candidates}, job)
-
-
 def against_pilot(
     job: JobConfig, candidates: list[Candidate], pilot: str, runs: dict[Path, dict[str, Any]] | None = None
 ) -> dict[str, tuple[float, float]]:
@@ -142,7 +134,7 @@ def ruled_out(
     prediction's error, each with why: measuring them again would cost an engine start-up for a set-up that cannot
     win. Each is compared like with like too, but among the runs of the size nearest the job's *that ran it*: a
     head a short sweep ran at 0.65x spec=none stays ruled out once 1,000-row runs of the other set-ups exist, which
-    :func:`earlier_rates` reads and which never ran it. ``runs``: as :func:`likeliest`'s."""
+    the pilot is chosen from and which never ran it. ``runs``: as :func:`likeliest`'s."""
     by_size = _by_size(matching_runs(job) if runs is None else runs, {c.label for c in candidates})
     out = {}
     for c in candidates:
