@@ -224,10 +224,10 @@ def around_pilot(
     return order, notes
 
 
-def slower_before(earlier: dict[str, tuple[float, float]]) -> list[str]:
-    """The set-ups earlier fixed runs of this kind made no faster than the pilot's (``earlier``: as
-    :func:`earlier_bound`'s)."""
-    return sorted(label for label, (rate, pilot_rate) in earlier.items() if rate <= pilot_rate)
+def slower_before(earlier: dict[str, tuple[float, float]], margin: float = 1.0) -> list[str]:
+    """The set-ups earlier fixed runs of this kind made no faster than the pilot's, or than ``margin`` times it
+    (``earlier``: as :func:`earlier_bound`'s)."""
+    return sorted(label for label, (rate, pilot_rate) in earlier.items() if rate <= pilot_rate * margin)
 
 
 def switchable(plan: dict[str, Any]) -> list[dict[str, Any]]:

@@ -155,17 +155,22 @@ def nothing_to_measure(
     job: JobConfig, candidates: list[Candidate], pilot: str, runs: dict[Path, dict[str, Any]] | None = None
 ) -> str | None:
     """Why a shard piloting on ``pilot`` would measure nothing, known before its pilot runs: earlier fixed runs of
-    this kind made every other candidate no faster than the pilot's set-up (:func:`against_pilot`,
-    decision.slower_before: the plan then neither measures one nor switches to it unmeasured), or ruled it out
-    (:func:`ruled_out`). None when one is left to measure, or when spec.auto.always_measure asks for the slices.
-    ``runs``: as :func:`likeliest`'s."""
+    this kind made every other candidate no faster than the pilot's set-up by more than a whole run's noise
+    (:func:`against_pilot`, decision.slower_before with UNMEASURED_MARGIN), or ruled it out (:func:`ruled_out`).
+    Within that noise whole runs cannot tell two set-ups apart, and neither can the few slices that would measure
+    them (a slice's tok/s moves more than a whole run's), so draining the engine for those slices buys nothing: the
+    bench's help-desk cell at batch 16, round 4, drained its pilot's slices and then measured nothing because round
+    3's fixed n-gram k 1 run had made 111.2 generation tok/s to spec=none's best 109.9 (1.01x; one set-up's runs
+    there were 10 % apart). The replay may still switch to such a set-up after the pilot (the plan's
+    ``slower_before`` keeps the strict comparison). None when one is left to measure, or when
+    spec.auto.always_measure asks for the slices. ``runs``: as :func:`likeliest`'s."""
     auto = job.spec.auto
     if auto is not None and auto.always_measure:
         return None
     runs = matching_runs(job) if runs is None else runs
     against = against_pilot(job, candidates, pilot, runs)
     ruled = ruled_out(job, candidates, runs)
-    passed = set(slower_before(against)) | set(ruled)
+    passed = set(slower_before(against, UNMEASURED_MARGIN)) | set(ruled)
     # Only what earlier runs say: with none of them, nothing is known before the pilot (spec.auto.candidates=[none,
     # eagle3-k3] with the head ruled out has nothing to compare beside the pilot, and still nothing to measure).
     if not (against or ruled) or any(c.label not in passed for c in candidates if c.label != pilot):
@@ -175,8 +180,9 @@ def nothing_to_measure(
     )
     said = f" ({compared}, each on the runs of the nearest size that ran both)" if compared else ""
     return (
-        f"earlier fixed runs of this kind made no other candidate faster than {pilot}{said} or ruled it out: nothing "
-        "is left to measure, so the pilot heads the shard's stream"
+        f"earlier fixed runs of this kind made no other candidate faster than {pilot} by more than a whole run's "
+        f"noise ({UNMEASURED_MARGIN:g}x){said} or ruled it out: nothing is left to measure, so the pilot heads the "
+        "shard's stream"
     )
 
 
