@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from specbatch.bench.roomy_engine import full_bucket, report, variants
+from specbatch.bench.roomy_engine import report, variants
 from specbatch.config import compose_job
+from specbatch.run.step_log import bucket_label, bucket_of
 
 
 def test_the_roomy_set_up_is_started_at_the_room_and_runs_the_k_at_every_batch_size_of_the_job() -> None:
@@ -19,8 +20,8 @@ def test_the_roomy_set_up_is_started_at_the_room_and_runs_the_k_at_every_batch_s
 
 
 def test_the_full_batch_bucket_and_the_report_compare_each_set_up_with_the_plain_engine() -> None:
-    assert full_bucket({"1": {}, "8-15": {}, "16-31": {}}, 16) == "16-31"
-    assert full_bucket({"1": {}, "2-3": {}}, 16) is None
+    # The bucket the bench reads a batch of 16 from, as the step log labels it.
+    assert bucket_label(bucket_of(16)) == "16-31" and bucket_label(bucket_of(15)) == "8-15"
     run = {"wall": 80.0, "tok_s": 60.0, "steps": 276.0, "batch_steps": 217.0, "tokens": 5097.0}
     figures = {
         "plain": [run | {"batch_ms": 270.0}, run | {"batch_ms": 280.0}, run | {"batch_ms": 290.0}],

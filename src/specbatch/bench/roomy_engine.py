@@ -27,7 +27,7 @@ from pathlib import Path
 
 from specbatch.bench import machine_header
 from specbatch.bench.processes import run_generate
-from specbatch.run.step_log import bucket_totals
+from specbatch.run.step_log import bucket_label, bucket_of, bucket_totals
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +40,6 @@ def variants(k: int, room: int, batch: int) -> dict[str, list[str]]:
         "schedule": ["spec=ngram", f"spec.k_schedule=[{schedule}]"],
         "roomy": ["spec=ngram", f"spec.k_schedule=[{schedule},[{batch + 1},{batch + 1},{room}]]"],
     }
-
-
-def full_bucket(buckets: dict[str, dict[str, float]], batch: int) -> str | None:
-    """The bucket label (``16-31``) that holds the job's batch size."""
-    for label in buckets:
-        first, _, last = label.partition("-")
-        if int(first) <= batch <= int(last or first):
-            return label
-    return None
 
 
 def run_rounds(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
@@ -70,9 +61,8 @@ def run_rounds(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
             _, shard, wall = run_generate(overrides, args.output_root.resolve(), f"{name}-r{round_}-{stamp}")
             summary = shard.read_summary()
             steps = summary.step_buckets or {}
-            buckets = next(iter(steps.values()), {})
-            label = full_bucket(buckets, args.batch)
-            at_batch = buckets.get(label, {}) if label else {}
+            # The bucket the job's batch size falls in (``16-31``), as the step log labels it.
+            at_batch = next(iter(steps.values()), {}).get(bucket_label(bucket_of(args.batch)), {})
             totals = bucket_totals(steps)
             figures[name].append(
                 {
