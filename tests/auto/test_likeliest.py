@@ -212,8 +212,11 @@ def test_a_set_up_a_short_sweep_measured_slower_than_the_pilots_stays_so_once_lo
     assert likeliest(job, candidates(job)).label == "none"
     against = likeliest_module.against_pilot(job, candidates(job), "none")
     assert against == {"ngram-k2": (81.0, 90.0), "ngram-k5": (105.0, 110.0), "suffix-k5": (109.0, 110.0)}
+    read: list[Path] = []
+    monkeypatch.setattr(likeliest_module, "_rate", lambda root: read.append(root) or made.get(root))
     why = likeliest_module.nothing_to_measure(job, candidates(job), "none")
     assert why is not None and "ngram-k2 81.0 tok/s to 90.0" in why and "suffix-k5 109.0 tok/s to 110.0" in why
+    assert sorted(read) == sorted(made), "each earlier run's summary read once for both questions"
     # Faster than spec=none beside it in the sweep, but within a whole run's noise (1.06x < UNMEASURED_MARGIN): the
     # few slices that would measure it could not tell it from spec=none either, so none are drained for it (the
     # help-desk cell's round 4: n-gram k 1 at 1.01x spec=none). The plan still reads it as not slower.

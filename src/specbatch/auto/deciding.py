@@ -32,7 +32,7 @@ from specbatch.auto.decision import (
 )
 from specbatch.auto.engines import ShardEngines
 from specbatch.auto.handover import Occupancy, lengths_of, per_occupancy, setup_tables
-from specbatch.auto.likeliest import against_pilot, matching_runs, ruled_out
+from specbatch.auto.likeliest import earlier_verdicts
 from specbatch.auto.slices import no_tokens, silent_pilot, slice_rates
 from specbatch.config import ConfigError, JobConfig
 from specbatch.config.spec import AutoConfig
@@ -166,8 +166,7 @@ class ShardDecisions:
         if lead.method is SpecMethod.none:
             best_here = max(best_here, 1.0)
         margin = MEASURED_MARGIN if costs is not None and costs.speculative_measured else UNMEASURED_MARGIN
-        runs = matching_runs(self.job)
-        rates = against_pilot(self.job, self.candidates, pilot, runs)
+        rates, ruled = earlier_verdicts(self.job, self.candidates, pilot)
         pace = 1.0 if lead.method is SpecMethod.none else next((p.speedup for p in predicted if p.label == pilot), 1.0)
 
         def pays_off(label: str, speedup: float) -> str | None:
@@ -187,7 +186,7 @@ class ShardDecisions:
             self.auto.measure_top,
             len(self._measure),
             shares,
-            ruled_out(self.job, self.candidates, runs),
+            ruled,
             pays_off,
         )
         silent = silent_pilot(folder, self._pilot)

@@ -118,7 +118,14 @@ def against_pilot(
     size ran beside the pilot are left out, and so are learned drafters: no prediction to bound, and whether one is
     measured again is :func:`ruled_out`'s call, with the prediction's error as its margin. ``runs``: as
     :func:`likeliest`'s."""
-    by_size = _by_size(matching_runs(job) if runs is None else runs, {c.label for c in candidates})
+    return _against(
+        _by_size(matching_runs(job) if runs is None else runs, {c.label for c in candidates}), job, candidates, pilot
+    )
+
+
+def _against(
+    by_size: dict[tuple[float, float], dict[str, Any]], job: JobConfig, candidates: list[Candidate], pilot: str
+) -> dict[str, tuple[float, float]]:
     out = {}
     for c in candidates:
         judged = c.predictable or c.method is SpecMethod.none
@@ -135,7 +142,14 @@ def ruled_out(
     win. Each is compared like with like too, but among the runs of the size nearest the job's *that ran it*: a
     head a short sweep ran at 0.65x spec=none stays ruled out once 1,000-row runs of the other set-ups exist, which
     the pilot is chosen from and which never ran it. ``runs``: as :func:`likeliest`'s."""
-    by_size = _by_size(matching_runs(job) if runs is None else runs, {c.label for c in candidates})
+    return _ruled(
+        _by_size(matching_runs(job) if runs is None else runs, {c.label for c in candidates}), job, candidates
+    )
+
+
+def _ruled(
+    by_size: dict[tuple[float, float], dict[str, Any]], job: JobConfig, candidates: list[Candidate]
+) -> dict[str, str]:
     out = {}
     for c in candidates:
         if c.predictable or c.method is SpecMethod.none:
@@ -149,6 +163,15 @@ def ruled_out(
             best, other = max(faster)
             out[c.label] = f"an earlier run of this kind, {root}, made {rate:.1f} tok/s, {other}'s {best:.1f}"
     return out
+
+
+def earlier_verdicts(
+    job: JobConfig, candidates: list[Candidate], pilot: str, runs: dict[Path, dict[str, Any]] | None = None
+) -> tuple[dict[str, tuple[float, float]], dict[str, str]]:
+    """:func:`against_pilot` and :func:`ruled_out` from one reading of the earlier runs' tok/s (each run's summary
+    is read once, not once per question). ``runs``: as :func:`likeliest`'s."""
+    by_size = _by_size(matching_runs(job) if runs is None else runs, {c.label for c in candidates})
+    return _against(by_size, job, candidates, pilot), _ruled(by_size, job, candidates)
 
 
 def nothing_to_measure(
@@ -168,8 +191,7 @@ def nothing_to_measure(
     if auto is not None and auto.always_measure:
         return None
     runs = matching_runs(job) if runs is None else runs
-    against = against_pilot(job, candidates, pilot, runs)
-    ruled = ruled_out(job, candidates, runs)
+    against, ruled = earlier_verdicts(job, candidates, pilot, runs)
     passed = set(slower_before(against, UNMEASURED_MARGIN)) | set(ruled)
     # Only what earlier runs say: with none of them, nothing is known before the pilot (spec.auto.candidates=[none,
     # eagle3-k3] with the head ruled out has nothing to compare beside the pilot, and still nothing to measure).
