@@ -7,7 +7,7 @@
     .venv/bin/python jobs/bench.py --startup CHECKOUT [CHECKOUT ...] [--repeats 3]
     .venv/bin/python jobs/bench.py --predict [--rows 64] [--two-turn-rows 32] [--predict-max-tokens 128] [--stamp S]
     .venv/bin/python jobs/bench.py --auto [--cells helpdesk@16,helpdesk@full,code_edit@16,retrieval@16]
-        [--setups none,ngram-k3,suffix-k5] [--sweep-rows 200] [--repeats 2] [--rows 1000] [--stamp S]
+        [--setups none,ngram-k3,suffix-k5] [--sweep-rows 200] [--repeats 2] [--from-round 1] [--rows 1000] [--stamp S]
     .venv/bin/python jobs/bench.py --sampling [--max-samples 16]  |  --simulate [--max-samples 16] [--repeats 3]
     .venv/bin/python jobs/bench.py --verification [--max-samples 16] [--two-turn-rows 16]   (needs a GPU)
     .venv/bin/python jobs/bench.py --ray [--rows 128] [--predict-max-tokens 128] [--repeats 3]
@@ -61,6 +61,8 @@ def main() -> int:
     if args.drafter:
         return shown(drafter_report(DrafterPlan(rows=args.rows or 48), root, stamp))
     if args.auto:
+        if not 1 <= args.from_round <= args.repeats:
+            parser.error(f"--from-round {args.from_round}: give a round from 1 to --repeats ({args.repeats})")
         return shown(auto_report(AutoPlan.from_args(args), root, stamp))
     if args.predict:
         plan = PredictPlan(args.rows or 64, args.two_turn_rows or 32, args.predict_max_tokens, args.predict_sampling)

@@ -118,6 +118,26 @@ def test_the_sweep_keeps_the_two_fastest_and_a_choice_outside_them_is_run_fixed(
     assert cell.goals()["choice"] is False
 
 
+def test_from_round_runs_and_counts_only_the_rounds_from_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Round 1 measured by an older spec=auto: --from-round 2 neither runs nor reads it, and the report says so.
+    (tmp_path / "auto-rep0").mkdir()
+    slow = Measured("auto", Throughput(1000, 1000, 90.0, 100.0), 5.0, {"winner": "none"})
+    (tmp_path / "auto-rep0" / auto_bench.MEASURED_FILE).write_text(json.dumps(slow.to_dict()))
+    fake = FakeGenerate({"none": 100.0, "ngram-k3": 140.0, "auto": 138.0}, ["ngram-k3", "ngram-k3"])
+    _fake(monkeypatch, fake)
+    plan = AutoPlan((("helpdesk", 16),), ["none", "ngram-k3"], 1000, 128, 3, from_round=2)
+    cell = measure_cell(plan, "helpdesk", 16, tmp_path)
+    assert [name for name, _ in fake.calls] == [
+        "auto-rep1", "none-rep1", "ngram-k3-rep1", "auto-rep2", "none-rep2", "ngram-k3-rep2",
+    ]  # fmt: skip
+    assert [m.figures.wall_seconds for m in cell.results["auto"]] == pytest.approx([1000 / 138] * 2)
+    assert "medians of 2 round(s), 2 to 3 (the earlier ones not counted)" in report(plan, "STAMP", [cell])
+    args = argparse.Namespace(
+        setups="none", cells="helpdesk@16", rows=None, auto_max_tokens=64, repeats=3, sweep_rows=200, from_round=2
+    )
+    assert AutoPlan.from_args(args).rounds == range(1, 3)
+
+
 def test_few_setups_skip_the_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeGenerate({"none": 100.0, "ngram-k3": 140.0, "auto": 138.0}, ["ngram-k3"])
     _fake(monkeypatch, fake)

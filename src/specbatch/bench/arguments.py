@@ -38,6 +38,9 @@ def bench_arguments(description: str, output_root: Path) -> argparse.ArgumentPar
     parser.add_argument("--cells", type=cell_list, default=DEFAULT_CELLS, help="(g): workload@batch, e.g. chat@full")
     parser.add_argument("--setups", help="(g): the sweep's set-ups, e.g. none,ngram-k3 (default: auto's candidates)")
     parser.add_argument("--sweep-rows", type=int, default=200, help="(g): rows of the short sweep")
+    parser.add_argument(
+        "--from-round", type=int, default=1, help="(g): the first round run and counted (earlier ones: not read)"
+    )
     parser.add_argument("--auto-max-tokens", type=int, default=128, help="(g): new tokens per row")
     parser.add_argument("--startup", type=Path, nargs="+", metavar="CHECKOUT", help="run only (e), these checkouts")
     parser.add_argument("--sampling", action="store_true", help="run only (h), n=4 sampling and the lossless check")

@@ -87,13 +87,28 @@ class AutoPlan:
     max_tokens: int
     repeats: int
     sweep_rows: int = 200
+    # The first round (1-based) run and counted: the rounds before it are neither run nor read, e.g. rounds an older
+    # spec=auto ran (their runs stay in the cell's history/, which spec=auto reads as a user's earlier jobs).
+    from_round: int = 1
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AutoPlan:
         """jobs/bench.py --auto's flags."""
         setups = args.setups.split(",") if args.setups else default_setups()
         cells = args.cells if isinstance(args.cells, tuple) else cell_list(args.cells)
-        return cls(cells, setups, args.rows or 1000, args.auto_max_tokens, args.repeats, args.sweep_rows)
+        from_round = getattr(args, "from_round", 1)
+        return cls(cells, setups, args.rows or 1000, args.auto_max_tokens, args.repeats, args.sweep_rows, from_round)
+
+    @property
+    def rounds(self) -> range:
+        """The rounds run and counted, 0-based (the run folders' ``-rep<n>``)."""
+        return range(self.from_round - 1, self.repeats)
+
+    def rounds_said(self) -> str:
+        counted = len(self.rounds)
+        if self.from_round == 1:
+            return f"{counted} round(s)"
+        return f"{counted} round(s), {self.from_round} to {self.repeats} (the earlier ones not counted)"
 
 
 def default_setups() -> list[str]:
@@ -209,7 +224,7 @@ def measure_cell(plan: AutoPlan, workload: str, batch: int | None, where: Path) 
     fixed = ["none", *(kept(rates) if rates else [s for s in plan.setups if s != "none"])]
     results: dict[str, list[Measured]] = {"auto": [], **{s: [] for s in fixed}}
     data = WORKLOADS[workload]
-    for repeat in range(plan.repeats):
+    for repeat in plan.rounds:
         log.info("%s at batch %s: round %d of %d", workload, batch_name(batch), repeat + 1, plan.repeats)
         auto = run_one("auto", ["spec=auto"], data, plan, where / f"auto-rep{repeat}", batch, plan.rows, history)
         results["auto"].append(auto)
@@ -233,7 +248,7 @@ def report(plan: AutoPlan, stamp: str, cells: list[Cell]) -> str:
         machine_header(),
         f"greedy, model.dtype as the machine picks it, sampling.max_tokens={plan.max_tokens}, "
         f"{'all' if plan.rows is None else plan.rows} rows; the fixed set-ups: spec=none and the {KEPT} fastest of a "
-        f"sweep on {plan.sweep_rows} rows; medians of {plan.repeats} round(s), alternating; tok/s = output tokens / "
+        f"sweep on {plan.sweep_rows} rows; medians of {plan.rounds_said()}, alternating; tok/s = output tokens / "
         "the job's wall seconds, launch to exit (spec=auto: pilot, measuring, decision and every engine start-up "
         "included).",
         "",
