@@ -215,6 +215,21 @@ def test_within_noise_the_smaller_k_or_none_wins() -> None:
     assert winner == "none"
 
 
+def test_the_pilot_wins_a_tie_only_where_losing_it_would_cost_a_switch() -> None:
+    # The pilot k 8 against k 5, 4 % ahead and within its slices' noise (the bench's HumanEval-edit cell at batch 16).
+    rates = {"ngram-k8": [100, 100, 100], "ngram-k5": [104, 92, 116]}
+    # k 5 needs an engine of its own: staying saves the switch.
+    winner, why, _ = decide(rates, "ngram-k8")
+    assert winner == "ngram-k8" and "the pilot's set-up, which needs no switch, wins a tie" in why
+    # The pilot's engine runs k 5 with its k set in place: nothing to save, so the measured lead stands.
+    winner, why, figures = decide(rates, "ngram-k8", ["ngram-k8", "ngram-k5"])
+    assert winner == "ngram-k5" and "measured fastest: 1.04x the pilot's ngram-k8" in why
+    assert figures["ngram-k5"]["against"] == "ngram-k8"
+    # spec=none within the noise still wins its tie (pick's rule), in place or not.
+    winner, _, _ = decide({"none": [100, 90, 110], "ngram-k8": [102, 101, 103]}, "ngram-k8", ["ngram-k8"])
+    assert winner == "none"
+
+
 def test_slices_that_generated_no_tokens_are_not_divided_by() -> None:
     """0 tok/s is a slice whose rows all failed: it timed nothing. A pilot of such slices leaves no rate to take a
     speedup against (none, saying so); a set-up of such slices is unmeasured; a lone one is left out."""
@@ -533,7 +548,7 @@ def test_shards_use_the_first_decision_written(tmp_path: Path, monkeypatch) -> N
     other = "none" if theirs["winner"] != "none" else "ngram-k2"
     real_decide = deciding.decide
     monkeypatch.setattr(
-        deciding, "decide", lambda rates, pilot="none": (other, "this shard's own pick", real_decide(rates)[2])
+        deciding, "decide", lambda rates, pilot="none", _=(): (other, "this shard's own pick", real_decide(rates)[2])
     )
     # Shard 1 as if it had started at the same moment: no decision yet when it began, shard 0's when it decides.
     shared = first.folder.decision_path.read_text()
@@ -609,7 +624,7 @@ def test_a_shard_left_by_the_division_by_a_silent_pilot_finishes(tmp_path: Path,
         old.setattr(deciding, "measuring_gain", lambda *args: None)  # it measured whatever it could gain
         # What replay predicted from no completions then: every candidate at tau 1, below none (within the error).
         old.setattr(deciding, "predict", lambda *args: [Predicted("ngram-k2", 1.0, 0.0, 1.0, 0.95)])
-        old.setattr(deciding, "decide", lambda rates, pilot="none": 1 / statistics.median(rates["none"]))
+        old.setattr(deciding, "decide", lambda rates, pilot="none", _=(): 1 / statistics.median(rates["none"]))
         with pytest.raises(ZeroDivisionError):
             run_job(job)
     folder = RunFolder.for_job(job)

@@ -72,6 +72,14 @@ def test_a_pilot_whose_set_up_wins_keeps_its_engine(tmp_path: Path, monkeypatch)
     # Steps that take time, so that the engine's step log has something to fit the costs on.
     monkeypatch.setattr(DummyEngine, "start_step_cost", StepCost(0.002, 0.0005, 0.0005))
     started = _starts(monkeypatch)
+    free: list[list[str]] = []
+    real_decide = deciding.decide
+
+    def decide(rates, pilot, in_pilots_engine=()):
+        free.append(sorted(in_pilots_engine))
+        return real_decide(rates, pilot, in_pilots_engine)
+
+    monkeypatch.setattr(deciding, "decide", decide)
     # 120 rows: enough left after the pilot's 6 that the prediction's error over the rest outweighs k 5's slices.
     result = run_job(pilot_job(tmp_path, "max_samples=120"))
     folder = result.folder
@@ -85,6 +93,7 @@ def test_a_pilot_whose_set_up_wins_keeps_its_engine(tmp_path: Path, monkeypatch)
     setups = _setups(folder)
     assert setups[:6] == ["ngram-k2"] * 3 + ["ngram-k5"] * 3 and set(setups[6:]) == {decision["winner"]}
     assert started == ["ngram-k2"], "one engine start in the run"
+    assert free == [["ngram-k2", "ngram-k5"]], "k 5 ran in the pilot's engine: losing a tie to it saves no switch"
     # The costs the choice used, measured in the pilot's engine (spec=none's own steps never timed).
     assert "steps of a speculative engine timed here" in decision["costs"]["speculative_source"]
     assert "spec=none's own steps not timed" in decision["costs"]["plain_source"]
@@ -140,8 +149,14 @@ def test_a_resumed_shard_neither_re_pilots_nor_switches_twice(phase: str, tmp_pa
     a faster fixed run of another candidate appeared beside it. The rerun pilots on the set-up it recorded, keeps
     every part written, and starts the engine of the one decision only."""
     _predicted(monkeypatch, suffix_k5=1.8, ngram_k2=1.6, ngram_k5=1.5)
+    free: list[list[str]] = []
     if phase == "rest":
-        monkeypatch.setattr(deciding, "decide", lambda rates, pilot: ("suffix-k5", "forced by the test", {}))
+
+        def forced(rates, pilot, in_pilots_engine=()):
+            free.append(sorted(in_pilots_engine))
+            return "suffix-k5", "forced by the test", {}
+
+        monkeypatch.setattr(deciding, "decide", forced)
     job = pilot_job(tmp_path)
     real_stream = AutoShardGeneration._stream
     calls = []
@@ -192,6 +207,8 @@ def test_a_resumed_shard_neither_re_pilots_nor_switches_twice(phase: str, tmp_pa
         assert started == ["ngram-k2", "suffix-k5"] + (["ngram-k2"] if decision["winner"] == "ngram-k2" else [])
     else:
         assert started == ["suffix-k5"] and decision["winner"] == "suffix-k5"
+        # Only the pilot's own set-up runs in its engine: suffix-k5 needs its own, so a tie would keep the pilot.
+        assert free == [["ngram-k2"]]
     _every_row_once(result.folder, 40)
 
 

@@ -245,7 +245,9 @@ class ShardDecisions:
             measured = False
             winner, why = "none", f"{silent}: no speedup can be measured or predicted against it, so spec=none is kept"
         elif measured:
-            winner, why, figures = decide(rates, pilot)
+            leader = self._candidate(pilot)
+            free = [label for label in rates if self.engines.shares_engine(self._candidate(label), leader)]
+            winner, why, figures = decide(rates, pilot, free)
         else:
             winner, why, occupancy = self._unmeasured(folder, plan)
             why = f"{plan['why']}; {why}"

@@ -15,15 +15,17 @@ whether measuring pays, and pick the winner by jobs/compare.py's noise rule.
 - Decide: each measured set-up ran ``repeats`` slices, each timed on its own; speedups per slice against the
   median of spec=none's slices (else the pilot's), and analysis.recommend.pick: the highest median wins, unless a
   smaller k of its method or spec=none is within the noise (scaled MAD), which then wins (the pilot's own set-up
-  wins a tie with another speculative one: it needs no switch). A slice that generated no tokens (its rows
-  were error rows, e.g. placeholders) timed nothing and is left out; a set-up left with no slice is not measured and
-  cannot win; a pilot left with none leaves no rate to take a speedup against, and spec=none is kept. Each says so.
+  wins a tie with another speculative one that needs an engine of its own: it saves the switch; one the pilot's
+  engine runs with its k set in place saves nothing by losing, so the rule above decides). A slice that generated
+  no tokens (its rows were error rows, e.g. placeholders) timed nothing and is left out; a set-up left with no slice
+  is not measured and cannot win; a pilot left with none leaves no rate to take a speedup against, and spec=none is
+  kept. Each says so.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -294,12 +296,17 @@ def _measured(label: str, speedups: list[float]) -> Measured:
     return Measured(method, int(k) if k else None, median, spread, len(speedups))
 
 
-def decide(rates: dict[str, list[float]], pilot: str = "none") -> tuple[str, str, dict[str, dict[str, Any]]]:
+def decide(
+    rates: dict[str, list[float]], pilot: str = "none", in_pilots_engine: Collection[str] = ()
+) -> tuple[str, str, dict[str, dict[str, Any]]]:
     """(winner, why, figures per label) from each measured set-up's tok/s per slice; ``rates[pilot]`` is the
     pilot's. Speedups per slice are taken against the median of spec=none's slices when none was measured, else of
     the pilot's (analysis.recommend; the figures say which); slices of 0 tok/s generated nothing and are left out
     (module docstring), and why names the set-ups that lost slices so. The pilot's set-up wins a tie with a
-    speculative winner (it needs no switch)."""
+    speculative winner that needs a switch; not with one of ``in_pilots_engine`` (the set-ups the pilot's engine
+    runs with its k set in place): switching to it is free, so pick's own rule stands (the smaller k, or none,
+    within the noise). The bench's HumanEval-edit cell at batch 16, rounds 5 and 6: the pilot n-gram k 8 kept its
+    set-up against k 5, measured 1.02x and 1.04x it in the pilot's own engine within a slice spread of 0.12-0.14."""
     timed = {label: [r for r in values if r > 0] for label, values in rates.items()}
     empty = {
         label: len(rates[label]) - len(values) for label, values in timed.items() if len(values) < len(rates[label])
@@ -318,7 +325,8 @@ def decide(rates: dict[str, list[float]], pilot: str = "none") -> tuple[str, str
     measured = [_measured(label, values) for label, values in speedups.items()]
     chosen, best = pick(measured, baseline)
     stay = next((m for m in measured if spec_label(m.method, m.k) == pilot), None)
-    if stay is not None and chosen is not stay and chosen.method != "none" and within_noise(best, stay):
+    switch = chosen.method != "none" and spec_label(chosen.method, chosen.k) not in in_pilots_engine
+    if stay is not None and chosen is not stay and switch and within_noise(best, stay):
         chosen = stay
     winner = spec_label(chosen.method, chosen.k)
     if chosen is best:
