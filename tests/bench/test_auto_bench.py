@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from specbatch.bench.auto_bench import (
 )
 from specbatch.bench.auto_cells import Measured
 from specbatch.bench.full_engine import Throughput
+from specbatch.common.environment import PROJECT_ROOT
 from specbatch.config import register_configs
 from specbatch.config.compose import compose_job
 
@@ -136,6 +139,13 @@ def test_from_round_runs_and_counts_only_the_rounds_from_it(tmp_path: Path, monk
         setups="none", cells="helpdesk@16", rows=None, auto_max_tokens=64, repeats=3, sweep_rows=200, from_round=2
     )
     assert AutoPlan.from_args(args).rounds == range(1, 3)
+
+
+def test_a_from_round_past_the_repeats_is_refused_before_any_job(tmp_path: Path) -> None:
+    command = [sys.executable, "jobs/bench.py", "--auto", "--repeats", "2", "--from-round", "3"]
+    done = subprocess.run([*command, "--output-root", str(tmp_path)], cwd=PROJECT_ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and "--from-round 3: give a round from 1 to --repeats (2)" in done.stderr
+    assert not any(tmp_path.iterdir()), "nothing was run"
 
 
 def test_few_setups_skip_the_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
