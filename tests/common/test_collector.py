@@ -8,7 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from conftest import fake_engine
+from conftest import compose_job, fake_engine
+from specbatch.auto import engines as auto_engines
+from specbatch.backends.dummy.dummy import DummyEngine
 from specbatch.common.collector import pause_for_start, resume_after_start
 from specbatch.pipeline import run_job
 
@@ -51,3 +53,46 @@ def test_a_job_paused_at_start_collects_again_once_its_engine_is_up(local_job_fa
     result = run_job(job, engine=engine)
     assert result.generated and len(result.parquet_files) == 2
     assert during == [True] * 3, "every row was generated with the collector on"
+
+
+def test_a_spec_auto_shard_starts_every_engine_paused_and_generates_with_the_collector_on(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """spec=auto starts its engines phase by phase: the first is the job's start (paused since launch), and a
+    switch's start makes as many long-lived objects. Before, the shard resumed collection before any engine was up."""
+    at_start: list[bool] = []
+    during: list[bool] = []
+    real_start, real_add = auto_engines.start_engine, DummyEngine.add
+
+    def start(job):
+        at_start.append(gc.isenabled())
+        return real_start(job)
+
+    def add(self, request):
+        during.append(gc.isenabled())
+        return real_add(self, request)
+
+    monkeypatch.setattr(auto_engines, "start_engine", start)
+    monkeypatch.setattr(DummyEngine, "add", add)
+    job = compose_job(
+        [
+            f"output_root={tmp_path}",
+            "engine.backend=dummy",
+            "tracking=off",
+            "max_samples=40",
+            "spec=auto",
+            "spec.auto.candidates=[none,ngram-k2,suffix-k5]",
+            "spec.auto.pilot=ngram-k2",
+            "spec.auto.slice_rows=2",
+            "spec.auto.budget=0.5",
+            "spec.auto.always_measure=true",
+            "chunk_size=8",
+        ]
+    )
+    pause_for_start()  # as jobs/generate.py does
+    result = run_job(job)
+    assert result.generated and len(during) == 40
+    assert len(at_start) >= 2, "the pilot's engine and suffix's own were started"
+    assert at_start == [False] * len(at_start), "every engine started with the collector paused"
+    assert all(during), "every row was generated with the collector on"
+    assert gc.isenabled()

@@ -20,6 +20,7 @@ import logging
 import time
 
 from specbatch.auto.candidates import Candidate
+from specbatch.common.collector import paused_for_engine_start
 from specbatch.config import JobConfig
 from specbatch.config.spec import SpecConfig
 from specbatch.engine import Engine, start_engine
@@ -77,7 +78,8 @@ class ShardEngines:
         self.close()
         spec = self._started_spec(candidate)
         began = time.perf_counter()
-        engine = start_engine(dataclasses.replace(self.job, spec=spec))
+        with paused_for_engine_start():
+            engine = start_engine(dataclasses.replace(self.job, spec=spec))
         startup = engine.startup_seconds or time.perf_counter() - began
         self.startups.append((candidate.label, startup, engine.warmup_seconds))
         room = f" (started at k {spec.k} with a schedule, so its k can change in place)" if spec.k_schedule else ""

@@ -51,6 +51,7 @@ from specbatch.auto.decision import (
 from specbatch.auto.engines import ShardEngines
 from specbatch.auto.handover import adopt, switch_check
 from specbatch.auto.likeliest import likeliest, matching_runs, nothing_to_measure
+from specbatch.common.collector import resume_after_start
 from specbatch.common.interrupts import raise_if_stopped
 from specbatch.config import ConfigError, JobConfig
 from specbatch.engine import backend_class
@@ -147,8 +148,11 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
     # --- the phases ---
 
     def start_engine(self, todo: list[int]) -> None:
-        # Engines start phase by phase (generate); only the warning about remote code is said here, once.
-        super().start_engine([])
+        # Engines start phase by phase (generate); only the warning about remote code is said here, once. The
+        # collector paused since launch stays off until the first of them is up (specbatch.common.collector).
+        self.warn_remote_code()
+        if not todo:
+            resume_after_start()
 
     def _generate(self, folder: RunFolder, config: dict[str, Any], todo: list[int]) -> None:
         # ShardGeneration.generate calls it, with the shard's progress shown across the phases.
@@ -212,6 +216,7 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
                 log.warning("closing spec=auto's engines failed too (%s: %s)", type(exc).__name__, exc)
             raise error from None
         self.engines.close()
+        resume_after_start()  # when no engine had to start (no row was left to generate)
 
     def _rest_until(self, folder: RunFolder, decision: dict[str, Any], winner: str) -> Callable[[], bool] | None:
         """What stops the rest's stream admitting chunks: the check against spec=none's steps (the switch back), and

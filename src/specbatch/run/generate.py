@@ -127,16 +127,19 @@ class ShardGeneration:
             import_engine_library(self.job)
 
     def start_engine(self, todo: list[int]) -> None:
+        self.warn_remote_code()
+        if todo and self.engine is None:
+            self.engine = self._own_engine = start_engine(self.job)
+        # Paused by jobs/generate.py while the job starts; generating leaves garbage to collect.
+        resume_after_start()
+
+    def warn_remote_code(self) -> None:
         if self.job.model.trust_remote_code:
             log.warning(
                 "model.trust_remote_code=true: code from %s's repository runs in this process; only use it for "
                 "checkpoints you trust (tagged trust_remote_code=true in MLflow)",
                 self.job.model.path,
             )
-        if todo and self.engine is None:
-            self.engine = self._own_engine = start_engine(self.job)
-        # Paused by jobs/generate.py while the job starts; generating leaves garbage to collect.
-        resume_after_start()
 
     def generate(
         self,
