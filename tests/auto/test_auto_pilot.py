@@ -239,7 +239,7 @@ def test_a_learned_drafter_is_measured_in_its_own_engine_unless_an_earlier_run_r
     again = run_job(pilot_job(tmp_path, *learned, "run_name=again")).folder
     plan = json.loads(again.auto_plan_path.read_text())
     assert plan["measure"] == [] and any(
-        n.startswith("eagle3-k3 is not measured: an earlier run") for n in plan["not_measured"]
+        n.startswith("eagle3-k3 is not measured: earlier runs of this kind") for n in plan["not_measured"]
     )
     # Piloted on the first auto run's winner, the likeliest once there is one.
     assert again.read_auto_pilot()["source"].startswith("the decision of the earlier spec=auto run")

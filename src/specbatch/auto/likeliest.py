@@ -8,13 +8,14 @@ target (model path and dtype) with the same sampling (greedy or not, and n) at t
 its set-up must be one of this job's candidates. spec.auto.pilot, when set, names it instead; else, in this order:
 
 1. the winner of the latest matching spec=auto run (its decision.json), unless the fixed runs of 2. made another
-   candidate faster than that winner's own fixed run by more than a whole run's noise (UNMEASURED_MARGIN): whole
-   runs outrank a decision made on a prediction or on a few slices. At the full batch a shard cannot measure, so its
-   pilot is kept, and a decision would otherwise pass itself on from run to run however wrong it was (help-desk@full:
-   every round's auto piloted on, and kept, the first round's n-gram k5). Within the margin the decision stands:
-   there, spec=none's 1,000-row runs made 133.5 generation tok/s to k5's 128.5 (medians of two), while one set-up's
-   runs were 18 % apart, and each set-up's rate here is its fastest run;
-2. the fastest matching fixed run, by its generation tok/s (its summary over every shard), compared like with like:
+   candidate faster than that winner's own fixed runs: by more than a whole run's noise (UNMEASURED_MARGIN) when
+   that decision measured slices, by any margin when it only predicted (``measured`` false). Whole runs outrank a
+   few slices beyond their noise, and a prediction outright: at the full batch a shard cannot measure, so its pilot
+   is kept, and a predicted decision would otherwise pass itself on from run to run however wrong it was (help-desk
+   at the full batch: rounds 5 and 6 kept an n-gram k 1 pilot predicted 0.99x spec=none, while six rounds of fixed
+   1,000-row runs made k 1 a median 122 generation tok/s to spec=none's 131);
+2. the fastest set-up of the matching fixed runs, by the median of each one's generation tok/s (its summary over
+   every shard), compared like with like:
    among the runs of one size (max_samples and sampling.max_tokens), the size nearest this job's of those that
    compare two set-ups or more (the same new tokens first, then the nearest number of rows). A run's tok/s depends on
    its size as much as on its set-up: on the bench's help-desk cell at the full batch (256), n-gram k5 made 104 tok/s
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,21 +86,29 @@ def likeliest(
     configs = matching_runs(job) if runs is None else runs
     rates = _fixed_rates(configs, labels, job)
     fastest = max(rates.items(), key=lambda item: item[1][0]) if rates else None
-    decided = [(root, d["winner"]) for root in configs if (d := _decision(root)) and d.get("winner") in labels]
+    decided = [
+        (root, d["winner"], bool(d.get("measured")))
+        for root in configs
+        if (d := _decision(root)) and d.get("winner") in labels
+    ]
     if decided:
-        root, winner = max(decided, key=lambda item: _mtime(item[0] / "decision.json"))
-        if fastest is None or winner not in rates or fastest[1][0] <= rates[winner][0] * UNMEASURED_MARGIN:
+        root, winner, measured = max(decided, key=lambda item: _mtime(item[0] / "decision.json"))
+        # A decision that measured slices stands within a whole run's noise; one that only predicted is no
+        # measurement, and the fixed runs' medians outrank it outright.
+        margin = UNMEASURED_MARGIN if measured else 1.0
+        if fastest is None or winner not in rates or fastest[1][0] <= rates[winner][0] * margin:
             return Likeliest(winner, f"the decision of the earlier spec=auto run {root}")
-        label, (rate, fixed_root) = fastest
+        label, (rate, said) = fastest
+        beyond = f"more than {margin:g}x" if measured else "faster than"
+        how = "measured on slices" if measured else "predicted, not measured"
         return Likeliest(
             label,
-            f"the fastest earlier fixed run of this kind, {fixed_root} ({rate:.1f} tok/s), more than "
-            f"{UNMEASURED_MARGIN:g}x {winner}'s ({rates[winner][0]:.1f}), the decision of the earlier spec=auto run "
-            f"{root}",
+            f"the fastest earlier fixed runs of this kind, {said} ({rate:.1f} tok/s), {beyond} {winner}'s "
+            f"({rates[winner][0]:.1f}), the decision ({how}) of the earlier spec=auto run {root}",
         )
     if fastest is not None:
-        label, (rate, root) = fastest
-        return Likeliest(label, f"the fastest earlier fixed run of this kind, {root} ({rate:.1f} tok/s)")
+        label, (rate, said) = fastest
+        return Likeliest(label, f"the fastest earlier fixed runs of this kind, {said} ({rate:.1f} tok/s)")
     speculative = [c for c in candidates if c.method is not SpecMethod.none]
     predictable = [c for c in speculative if c.predictable]
     rotating = [c for c in predictable if METHODS[c.method].k_schedule_refusal is None]
@@ -113,7 +123,7 @@ def likeliest(
 def against_pilot(
     job: JobConfig, candidates: list[Candidate], pilot: str, runs: dict[Path, dict[str, Any]] | None = None
 ) -> dict[str, tuple[float, float]]:
-    """Each other candidate's fastest earlier fixed run of this kind and the ``pilot``'s, in tok/s, among the runs of
+    """Each other candidate's earlier fixed runs of this kind and the ``pilot``'s, median tok/s, among the runs of
     the size nearest the job's that ran both (module docstring): label -> (its tok/s, the pilot's). Candidates no
     size ran beside the pilot are left out, and so are learned drafters: no prediction to bound, and whether one is
     measured again is :func:`ruled_out`'s call, with the prediction's error as its margin. ``runs``: as
@@ -157,11 +167,11 @@ def _ruled(
         rates = _nearest(by_size, job, having=(c.label,))
         if c.label not in rates:
             continue
-        rate, root = rates[c.label]
+        rate, said = rates[c.label]
         faster = [(r, other) for other, (r, _) in rates.items() if r > rate * UNMEASURED_MARGIN]
         if faster:
             best, other = max(faster)
-            out[c.label] = f"an earlier run of this kind, {root}, made {rate:.1f} tok/s, {other}'s {best:.1f}"
+            out[c.label] = f"earlier runs of this kind, {said}, made {rate:.1f} tok/s, {other}'s {best:.1f}"
     return out
 
 
@@ -217,27 +227,41 @@ def matching_runs(job: JobConfig) -> dict[Path, dict[str, Any]]:
 
 def _fixed_rates(
     configs: dict[Path, dict[str, Any]], labels: set[str], job: JobConfig
-) -> dict[str, tuple[float, Path]]:
-    """The fastest run of each set-up among the runs of one size (module docstring: like with like)."""
+) -> dict[str, tuple[float, str]]:
+    """Each set-up's median run among the runs of one size (module docstring: like with like)."""
     return _nearest(_by_size(configs, labels), job)
 
 
 def _by_size(configs: dict[Path, dict[str, Any]], labels: set[str]) -> dict[tuple[float, float], dict[str, Any]]:
-    """The fastest run of each of ``labels`` per run size: size -> label -> (tok/s, its root)."""
-    by_size: dict[tuple[float, float], dict[str, tuple[float, Path]]] = {}
+    """The median tok/s of each of ``labels``' runs per run size, and which runs: size -> label -> (tok/s, the runs
+    said). The median, not the fastest: one run's whole-job figure moves by 10 % or more here, so the fastest of
+    several runs favours the set-up that ran most often or varies most (help-desk at the full batch: n-gram k 1's
+    six 1,000-row runs made 106-144 generation tok/s, median 122, spec=none's 128-139, median 131; the fastest runs
+    ranked k 1 first)."""
+    runs: dict[tuple[float, float], dict[str, list[tuple[float, Path]]]] = {}
     for root, config in configs.items():
         label = _fixed_label(config)
         if label in labels and (rate := _rate(root)):
             sampling = config.get("sampling") or {}
-            best = by_size.setdefault(_size(config.get("max_samples"), sampling.get("max_tokens")), {})
-            if rate > best.get(label, (0.0, root))[0]:
-                best[label] = (rate, root)
-    return by_size
+            size = _size(config.get("max_samples"), sampling.get("max_tokens"))
+            runs.setdefault(size, {}).setdefault(label, []).append((rate, root))
+    return {
+        size: {label: (statistics.median(r for r, _ in made), _runs_said(made)) for label, made in group.items()}
+        for size, group in runs.items()
+    }
+
+
+def _runs_said(made: list[tuple[float, Path]]) -> str:
+    """Which runs a rate comes from: the one run's folder, or the median of several and their folders' names."""
+    if len(made) == 1:
+        return str(made[0][1])
+    names = ", ".join(f"{root.name} {rate:.1f}" for rate, root in sorted(made, key=lambda m: m[1].name))
+    return f"the median of {len(made)} runs in {made[0][1].parent} ({names})"
 
 
 def _nearest(
     by_size: dict[tuple[float, float], dict[str, Any]], job: JobConfig, having: tuple[str, ...] = ()
-) -> dict[str, tuple[float, Path]]:
+) -> dict[str, tuple[float, str]]:
     """The runs of the size nearest ``job``'s (module docstring), among the sizes that ran every one of ``having``."""
     sizes = [size for size, group in by_size.items() if all(label in group for label in having)]
     if not sizes:
