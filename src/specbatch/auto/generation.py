@@ -216,7 +216,6 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
                 log.warning("closing spec=auto's engines failed too (%s: %s)", type(exc).__name__, exc)
             raise error from None
         self.engines.close()
-        resume_after_start()  # when no engine had to start (no row was left to generate)
 
     def _rest_until(self, folder: RunFolder, decision: dict[str, Any], winner: str) -> Callable[[], bool] | None:
         """What stops the rest's stream admitting chunks: the check against spec=none's steps (the switch back), and
