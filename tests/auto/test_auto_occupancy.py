@@ -66,6 +66,18 @@ def test_too_few_steps_fit_nothing_and_one_batch_keeps_its_step_time() -> None:
     assert flat is not None and flat.plain(8) == pytest.approx(0.02) and flat.per_token == 0.0
 
 
+def test_steps_that_are_all_per_token_keep_a_cost_per_token_not_one_step_time() -> None:
+    """Help-desk's full batch: prompt-heavy pilot steps whose straight line crosses below 0 at no tokens. One step
+    time for every batch would make draft tokens free; the fit through 0 keeps them priced."""
+    steps = [(178, 178, 0, 0, 0.20)] * 6 + [
+        (178, 178 + p, p, 0, 0.0012 * (178 + p) - 0.05) for p in range(400, 4800, 80)
+    ]
+    costs = fit_plain([_table("none", steps)])
+    assert costs is not None and costs.base == 0.0 and "all per token" in costs.plain_source
+    assert 0.0011 < costs.per_token < 0.0013 and costs.per_draft > 0
+    assert costs.speculative_pass(178, 3) > costs.plain(178)
+
+
 def test_speculative_costs_are_measured_on_a_speculative_engines_steps() -> None:
     costs = fit_plain([_table("none", _plain_steps(0.010, 0.0005))])
     assert costs is not None
