@@ -219,16 +219,19 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
 
     def _rest_until(self, folder: RunFolder, decision: dict[str, Any], winner: str) -> Callable[[], bool] | None:
         """What stops the rest's stream admitting chunks: the check against spec=none's steps (the switch back), and
-        for an unmeasured speculative choice not revised yet, its one revision (ShardDecisions._revision). spec=none's
-        engine runs no other set-up in place and a revision never starts one, so revising it could change nothing;
-        its replay of a quarter of the shard's rows, which the stream waits for, is not made."""
-        if winner == "none":
-            return None
+        for an unmeasured choice not revised yet, its one revision (ShardDecisions._revision). A revision switches
+        only within the running engine and never starts one, so where no other candidate shares the winner's
+        engine (spec=none's, suffix decoding's, any at the full batch) it could change nothing: its replay of a
+        quarter of the shard's rows, which the stream waits for, is not made."""
         live = lambda: self.streamer.steps if self.streamer else None  # noqa: E731 - the stream running now
-        stops = [switch_check(folder, live, winner)]
+        stops = [switch_check(folder, live, winner)] if winner != "none" else []
         plan = folder.read_auto_plan()
-        if not decision["measured"] and plan is not None and folder.read_auto_revised() is None:
+        running = self._candidate(winner)
+        shared = any(self.engines.shares_engine(running, c) for c in self._by_label.values() if c.label != winner)
+        if shared and not decision["measured"] and plan is not None and folder.read_auto_revised() is None:
             stops.append(self._revision(folder, plan, winner))
+        if not stops:
+            return None
         return lambda: any(stop() for stop in stops)
 
     def _pilot_label(self, folder: RunFolder) -> str:
