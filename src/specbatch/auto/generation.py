@@ -43,7 +43,7 @@ from typing import Any
 
 from specbatch.auto.candidates import candidate_job, candidate_jobs, candidates
 from specbatch.auto.costs import K0_OVERHEAD
-from specbatch.auto.cutting import rest_chunks, spread
+from specbatch.auto.cutting import rest_chunks, source_seams, spread
 from specbatch.auto.deciding import ShardDecisions
 from specbatch.auto.decision import (
     measured_slots,
@@ -128,19 +128,21 @@ class AutoShardGeneration(ShardDecisions, ShardGeneration):
                 "engine.max_num_seqs, make it fit)"
             )
         batch = backend_class(job.engine.backend).batch(job)
+        assert self._source is not None, "prepare() reads the data first"
+        seams = source_seams(self._source)
         if self.unmeasurable is not None:
             pilot = min(auto.pilot_rows, rows)
             if not pilot:
                 self._pilot = []
                 return chunk_ranges(span, job.chunk_size)
-            (rows_of_pilot,), gaps = spread(span, 1, pilot)
+            (rows_of_pilot,), gaps = spread(span, 1, pilot, seams=seams)
             self._pilot = [0]
             # The stream admits whole chunks: the rows it may admit before the pilot is done (it keeps the engine
             # full meanwhile, so about a wave) go in chunks of at most a batch, so that admission stops close to
             # the decision and the winner gets what is left.
             return [rows_of_pilot, *rest_chunks(gaps, job.chunk_size, 4 * batch if batch else 0, batch)]
         assert slice_rows is not None
-        dealt, gaps = spread(span, (1 + self._slots) * auto.repeats, slice_rows)
+        dealt, gaps = spread(span, (1 + self._slots) * auto.repeats, slice_rows, seams=seams)
         numbers = [list(range(phase * auto.repeats, (phase + 1) * auto.repeats)) for phase in range(1 + self._slots)]
         self._pilot, self._measure = numbers[0], numbers[1:]
         return [*dealt, *rest_chunks(gaps, job.chunk_size)]

@@ -99,7 +99,9 @@ class ShardGeneration:
         # Over the whole run, not this shard: duplicates split across shards would meet in the merged output, and
         # the verdict must not depend on shard.count.
         source.check_ids(range(len(source)))
-        self._source, self._chunks = source, self.cut(span)
+        # cut() may read the rows (spec=auto's places its pilot by them).
+        self._source = source
+        self._chunks = self.cut(span)
         if job.model.embedded is not None:
             try:
                 ensure_embedded(job.model.embedded, job.model.path)
