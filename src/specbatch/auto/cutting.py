@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
+from specbatch.config import DatasetConfig
+from specbatch.data.prompts import conversation
 from specbatch.data.rows import RowSource, SourceRow
 from specbatch.run.sharding import chunk_ranges
 
@@ -37,13 +39,9 @@ SEAM_CHARS = 64
 Seams = Callable[[int], int]
 
 
-def prompt_text(row: SourceRow) -> str:
-    """What a row's prompt begins with, as far as prefix caching sees it (its first request's, for turns)."""
-    if row.text is not None:
-        return row.text
-    if row.messages:
-        return "\n".join(f"{m.get('role')}: {m.get('content')}" for m in row.messages)
-    return row.turns[0] if row.turns else ""
+def prompt_text(row: SourceRow, cfg: DatasetConfig) -> str:
+    """What a row's first request says, as far as prefix caching sees it: its chat (specbatch.data.prompts), joined."""
+    return "\n".join(f"{m['role']}: {m['content']}" for m in conversation(row, 1, [], cfg))
 
 
 def source_seams(source: RowSource) -> Seams:
@@ -52,7 +50,7 @@ def source_seams(source: RowSource) -> Seams:
 
     def text(index: int) -> str:
         if index not in texts:
-            texts[index] = prompt_text(source.rows([index])[0])
+            texts[index] = prompt_text(source.rows([index])[0], source.cfg)
         return texts[index]
 
     def seam(index: int) -> int:
