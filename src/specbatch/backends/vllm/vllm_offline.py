@@ -194,13 +194,14 @@ class VllmEngine(VllmFamily):
         _apply_environment(vllm_environment(job), offline_environment(job))
         from vllm import LLM
 
-        if runs_in_process(job):
+        in_process = runs_in_process(job)
+        if in_process:
             _register_kernel_overrides_once()
 
         kwargs = llm_kwargs(job)
         log.info(
             "starting vLLM (%s): model=%s spec=%s",
-            "in this process" if runs_in_process(job) else "engine core and worker processes",
+            "in this process" if in_process else "engine core and worker processes",
             job.model.path,
             kwargs.get("speculative_config"),
         )
@@ -210,19 +211,20 @@ class VllmEngine(VllmFamily):
         # Before the LLM: a kill during the start-up (tens of seconds) would leave its processes as well. In one
         # process there are none to leave: whatever kills the job ends the engine with it, and its folder (where its
         # rendezvous file goes) is removed at the next start.
-        ipc_dir = private_ipc_dir(sockets=not runs_in_process(job))
-        reaper = None if runs_in_process(job) else Reaper.start(ipc_dir)
+        ipc_dir = private_ipc_dir(sockets=not in_process)
+        reaper = None if in_process else Reaper.start(ipc_dir)
         try:
-            if runs_in_process(job):
+            if in_process:
                 # The objects of every module imported so far (torch, transformers, vLLM: about 780,000) out of
                 # the collections vLLM runs while it starts (after loading the weights, and before freezing its own
                 # heap): each full one scanned them all, 1.3 s of the five (jobs/bench.py --startup, AVX-512 EPYC:
                 # engine start-up and warm-up 12.2 -> 10.6 s). vLLM's close unfreezes them (EngineCore.shutdown).
                 gc.freeze()
-            with temp_dir_of_new_processes(ipc_dir), rendezvous_in(ipc_dir if runs_in_process(job) else None):
+            with temp_dir_of_new_processes(ipc_dir), rendezvous_in(ipc_dir if in_process else None):
                 llm = LLM(**kwargs)
         except BaseException:
-            gc.unfreeze()  # no engine to close, which would have
+            if in_process:
+                gc.unfreeze()  # no engine to close, which would have
             abandon_start(reaper, ipc_dir)  # vLLM ends the processes of an engine that failed to start
             raise
         engine = cls(llm, cls.fingerprint_of(job), reaper)
