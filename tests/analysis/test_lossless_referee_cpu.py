@@ -1,5 +1,7 @@
 """The referee on the embedded model: samples the target drew itself (Hugging Face's own sampler, temperature 0.7,
-top-p 0.95) are not found to differ; samples drawn 30 % hotter are."""
+top-p 0.95) are not found to differ; samples drawn 30 % hotter are (tokens outside the asked top-p: 24 tokens a sample
+show them, as 48 did at twice the time). The samples of a prompt share the prompt's pass, with the logits of a whole
+pass."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from specbatch.analysis.lossless.referee import Referee
 from specbatch.analysis.lossless.sampler import Sampler
 
 ASKED = Sampler(0.7, 0, 0.95)
+TOKENS = 24
 QUESTIONS = [
     "Name three colours.",
     "What is the capital of France?",
@@ -56,7 +59,7 @@ def _samples(referee: Referee, model_path: str, temperature: float) -> list[dict
         temperature=temperature,
         top_p=ASKED.top_p,
         top_k=0,
-        max_new_tokens=48,
+        max_new_tokens=TOKENS,
         num_return_sequences=4,
         pad_token_id=tokenizer.eos_token_id,
     )
@@ -79,8 +82,17 @@ def _samples(referee: Referee, model_path: str, temperature: float) -> list[dict
 def test_the_targets_own_samples_are_not_found_to_differ_and_hotter_ones_are(
     referee: Referee, model_path: str
 ) -> None:
-    own = referee.score(_samples(referee, model_path, ASKED.temperature), ASKED).verdict()
+    drawn = _samples(referee, model_path, ASKED.temperature)
+    own = referee.score(drawn, ASKED).verdict()
     assert own.verdict != "differs", own.why
     assert own.figures["tokens"] > 500 and referee.last is not None and referee.last.seconds > 0
+    # Each prompt read once for its four samples, and a sample's logits those of one pass over prompt and sample.
+    assert (referee.last.samples, referee.last.prompts) == (32, 8)
+    sample = drawn[5]
+    whole = torch.tensor([sample["prompt_token_ids"] + sample["completion_token_ids"]])
+    with torch.inference_mode():
+        expected = referee.model(input_ids=whole).logits[0, len(sample["prompt_token_ids"]) - 1 : -1]
+    shared = referee.logits(sample["prompt_token_ids"], sample["completion_token_ids"])
+    assert shared.shape == expected.shape and torch.allclose(shared, expected, atol=1e-4, rtol=0)
     hotter = referee.score(_samples(referee, model_path, ASKED.temperature * 1.3), ASKED).verdict()
     assert hotter.verdict == "differs", hotter.why
