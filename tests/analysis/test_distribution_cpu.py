@@ -85,6 +85,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         try:
             if spec == METHODS[0]:
                 check_engine_kernels(engine)
+                # Its matcher compiled once per machine, not per process (specbatch.backends.vllm.ngram_matcher).
+                from vllm.v1.spec_decode import ngram_proposer
+
+                assert ngram_proposer.batch_propose_numba.stats.cache_path is not None
             out[spec] = run_job(job, engine=engine).folder
             scheduler = engine.llm.llm_engine.vllm_config.scheduler_config
             out[f"{spec} budget"] = (scheduler.max_num_seqs, scheduler.max_num_batched_tokens)

@@ -121,6 +121,9 @@ def replay_ngram(turn: ReplayTurn, setup: NgramSetup, max_model_len: int) -> Dra
     """n-gram drafting over one completion, through vLLM's own matcher."""
     from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens as find
 
+    from specbatch.backends.vllm.ngram_matcher import cache_ngram_matcher
+
+    cache_ngram_matcher()
     context = turn.context()
     start = len(turn.prompt)
 

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Self
 
+from specbatch.backends.vllm.ngram_matcher import cache_ngram_matcher
 from specbatch.backends.vllm.step_stats import StepStats, attach_step_stats
 from specbatch.backends.vllm.vllm_args import (
     llm_kwargs,
@@ -197,6 +198,9 @@ class VllmEngine(VllmFamily):
         in_process = runs_in_process(job)
         if in_process:
             _register_kernel_overrides_once()
+        if job.spec.method.value == "ngram":
+            # (An engine core of its own process inherits it when vLLM forks it, its default; a spawned one compiles.)
+            cache_ngram_matcher()
 
         kwargs = llm_kwargs(job)
         log.info(
