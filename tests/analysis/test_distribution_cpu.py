@@ -85,7 +85,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         try:
             if spec == METHODS[0]:
                 check_engine_kernels(engine)
-                # Its matcher compiled once per machine, not per process (specbatch.backends.vllm.ngram_matcher).
+                # Its matcher compiled once per machine, not per process (specbatch.common.numba_cache).
                 from vllm.v1.spec_decode import ngram_proposer
 
                 assert ngram_proposer.batch_propose_numba.stats.cache_path is not None

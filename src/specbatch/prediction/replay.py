@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specbatch.common.numba_cache import cache_numba_functions
 from specbatch.prediction.setups import NgramSetup, Setup, SuffixSetup
 from specbatch.prediction.turns import ReplayTurn
 
@@ -119,11 +120,10 @@ def _walk(completion: np.ndarray, propose: Callable[[int], np.ndarray]) -> Draft
 
 def replay_ngram(turn: ReplayTurn, setup: NgramSetup, max_model_len: int) -> Drafting:
     """n-gram drafting over one completion, through vLLM's own matcher."""
-    from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens as find
+    from vllm.v1.spec_decode import ngram_proposer
 
-    from specbatch.backends.vllm.ngram_matcher import cache_ngram_matcher
-
-    cache_ngram_matcher()
+    cache_numba_functions(ngram_proposer)  # compiled once per machine, not per process
+    find = ngram_proposer._find_longest_matched_ngram_and_propose_tokens
     context = turn.context()
     start = len(turn.prompt)
 

@@ -1,5 +1,5 @@
 """vLLM's n-gram matcher is compiled by the first process that calls it and loaded from numba's cache by the next
-(specbatch.backends.vllm.ngram_matcher), through the prediction's replay as a fresh process runs it."""
+(specbatch.common.numba_cache), through the prediction's replay as a fresh process runs it."""
 
 from __future__ import annotations
 

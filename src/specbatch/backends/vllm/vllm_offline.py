@@ -22,7 +22,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Self
 
-from specbatch.backends.vllm.ngram_matcher import cache_ngram_matcher
 from specbatch.backends.vllm.step_stats import StepStats, attach_step_stats
 from specbatch.backends.vllm.vllm_args import (
     llm_kwargs,
@@ -35,6 +34,7 @@ from specbatch.backends.vllm.vllm_cpu_fixes import correct_cpu_kernels
 from specbatch.backends.vllm.vllm_family import VllmFamily
 from specbatch.backends.vllm.vllm_settings import resolved_settings
 from specbatch.backends.vllm.vllm_temp_files import private_ipc_dir, rendezvous_in, temp_dir_of_new_processes
+from specbatch.common.numba_cache import cache_numba_functions
 from specbatch.config import JobConfig, SamplingConfig
 from specbatch.engine.base import Completion, Request, RequestRefused, Sample
 from specbatch.engine.spec_metrics import Counters, RowSpecFigures, acceptance_length
@@ -199,8 +199,11 @@ class VllmEngine(VllmFamily):
         if in_process:
             _register_kernel_overrides_once()
         if job.spec.method.value == "ngram":
-            # (An engine core of its own process inherits it when vLLM forks it, its default; a spawned one compiles.)
-            cache_ngram_matcher()
+            # Its matcher compiled once per machine (an engine core of its own process inherits this when vLLM forks
+            # it, its default; a spawned one compiles).
+            from vllm.v1.spec_decode import ngram_proposer
+
+            cache_numba_functions(ngram_proposer)
 
         kwargs = llm_kwargs(job)
         log.info(
