@@ -43,6 +43,8 @@ def test_a_sampled_speculative_run_is_checked_against_its_own_target(tmp_path: P
     record = json.loads((root / "lossless" / "lossless.json").read_text())
     assert record["verdict"] in ("consistent", "too few tokens"), record["why"]
     assert record["figures"]["tokens"] > 500 and record["referee"]["samples"] == 32
+    # The four samples of a prompt are written one after another: the referee read each prompt once.
+    assert record["referee"]["prompts"] == 8
     assert f"{record['verdict']}: " in checked.stdout
     assert sum(record["figures"]["pit_deciles"]) == record["figures"]["tokens"]
     assert (root / "lossless" / "pit.png").read_bytes().startswith(b"\x89PNG")

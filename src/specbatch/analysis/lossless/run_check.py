@@ -93,6 +93,7 @@ def check_run(root: Path, asked: Sampler | None = None) -> dict[str, Any]:
             "dtype": "float32",
             "library": "transformers",
             "samples": scored.samples,
+            "prompts": scored.prompts,
             "tokens": scored.tokens,
             "seconds": scored.seconds,
         },
