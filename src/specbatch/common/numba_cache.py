@@ -17,21 +17,24 @@ from types import ModuleType
 log = logging.getLogger(__name__)
 
 
-def cache_numba_functions(module: ModuleType) -> list[str]:
-    """Numba's on-disk cache for the numba functions ``module`` defines, before their first call; their names. The
-    compiled code goes where numba puts a cached function's (beside the module's source in its __pycache__, or
-    numba's user-wide cache when that is read-only; NUMBA_CACHE_DIR moves it), keyed by the function's source, its
-    argument types and the CPU, so machines of other instruction sets that share an install each compile their own.
-    Idempotent: a function cached already (by this or by its own ``cache=True``) is left as it is."""
+def cache_numba_functions(module: ModuleType) -> None:
+    """Numba's on-disk cache for the numba functions ``module`` defines, before their first call. The compiled code
+    goes where numba puts a cached function's (beside the module's source in its __pycache__, or numba's user-wide
+    cache when that is read-only; NUMBA_CACHE_DIR moves it), keyed by the function's source, its argument types and
+    the CPU, so machines of other instruction sets that share an install each compile their own. Where numba finds
+    no folder it may write, the function compiles in each process as before. Idempotent: a function cached already
+    (by this or by its own ``cache=True``) is left as it is."""
     from numba.core.caching import NullCache
     from numba.core.dispatcher import Dispatcher
 
-    cached = []
     for name, function in vars(module).items():
         if not isinstance(function, Dispatcher) or function.py_func.__module__ != module.__name__:
             continue
-        if isinstance(function._cache, NullCache):
+        if not isinstance(function._cache, NullCache):
+            continue
+        try:
             function.enable_caching()
-            log.debug("%s.%s is cached on disk by numba", module.__name__, name)
-        cached.append(name)
-    return cached
+        except RuntimeError as exc:  # numba: "cannot cache function ...: no locator available"
+            log.info("%s.%s compiles in this process (numba cannot cache it: %s)", module.__name__, name, exc)
+            continue
+        log.debug("%s.%s is cached on disk by numba", module.__name__, name)

@@ -36,3 +36,17 @@ def test_the_first_process_compiles_the_matcher_and_the_next_loads_it(tmp_path: 
     assert list(tmp_path.rglob("*.nbi")), "the compiled matcher is on disk"
     assert second["hits"] > 0 and second["misses"] == 0, second
     assert first["drafts"] == second["drafts"] == 1
+
+
+def test_with_no_folder_numba_may_write_the_matcher_compiles_as_before(monkeypatch) -> None:
+    # As on a read-only install without a writable home: no locator finds a folder, and the job goes on.
+    from numba.core import caching
+    from numba.core.caching import NullCache
+
+    from specbatch.common import numba_cache
+
+    monkeypatch.setattr(caching.CacheImpl, "_locator_classes", [])
+    module = type(sys)("planted_numba_module")
+    exec("from numba import njit\n@njit\ndef twice(x):\n    return 2 * x\n", module.__dict__)
+    numba_cache.cache_numba_functions(module)
+    assert isinstance(module.twice._cache, NullCache) and module.twice(21) == 42
