@@ -15,6 +15,8 @@ import logging
 from types import ModuleType
 
 log = logging.getLogger(__name__)
+# The modules already seen: the prediction's replay asks at every turn it replays, a hot path.
+_seen: set[str] = set()
 
 
 def cache_numba_functions(module: ModuleType) -> None:
@@ -24,6 +26,9 @@ def cache_numba_functions(module: ModuleType) -> None:
     the CPU, so machines of other instruction sets that share an install each compile their own. Where numba finds
     no folder it may write, the function compiles in each process as before. Idempotent: a function cached already
     (by this or by its own ``cache=True``) is left as it is."""
+    if module.__name__ in _seen:
+        return
+    _seen.add(module.__name__)
     from numba.core.caching import NullCache
     from numba.core.dispatcher import Dispatcher
 
