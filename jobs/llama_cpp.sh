@@ -13,6 +13,8 @@
 # a native build crashed with a general protection fault in libggml-cpu on a CPU with AMX tiles. The code that does
 # no per-token arithmetic is compiled at -O0 (jobs/llama_cpp_build.cmake says which and why).
 #
+# LLAMA_BUILD_JOBS caps the compilers run at once (default: one per core); jobs/test.sh sets 1 (why: there).
+#
 #   $SPECBATCH_CACHE/llama.cpp/<version>-<flags>/bin/llama-server   (static, no shared libraries beside it)
 #   $SPECBATCH_CACHE/llama.cpp/<version>-<flags>/.specbatch-ready   (written last, once the server answered)
 set -euo pipefail
@@ -75,7 +77,7 @@ build() {
       -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
       -DGGML_NATIVE=OFF -DGGML_AVX512=OFF "${cmake_flags[@]}" \
       -DCMAKE_PROJECT_INCLUDE="$PWD/jobs/llama_cpp_build.cmake" >"$tmp/configure.log" 2>&1 &&
-      cmake --build "$tmp/build" --target llama-server -j "$(nproc)" >"$tmp/build.log" 2>&1
+      cmake --build "$tmp/build" --target llama-server -j "${LLAMA_BUILD_JOBS:-$(nproc)}" >"$tmp/build.log" 2>&1
   }; then
     say "building llama-server failed; the end of its log:"
     { tail -n 30 "$tmp/build.log" 2>/dev/null || tail -n 30 "$tmp/configure.log"; } >&2

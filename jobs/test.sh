@@ -9,9 +9,13 @@
 # nothing else wants it) during the set-up and the tests; its last step, a request answered by the built server,
 # waits for the set-up (it needs the venv and the embedded model). The llama.cpp tests, run after the vLLM ones, wait
 # for it (SPECBATCH_LLAMA_BUILD_PID; tests/conftest.py). Not merely niced: a compiler at nice 10 slowed the vLLM
-# fixtures 2-4x when their engines ran a thread per core. The build never outlives this script: it is waited for at
-# the end (so the machine is set up whatever the tests selected) and stopped with its whole process group if the
-# set-up fails or the tests are stopped.
+# fixtures 2-4x when their engines ran a thread per core. And one compiler at a time (LLAMA_BUILD_JOBS=1): even in
+# SCHED_IDLE, two compilers slowed the tests beside them by a quarter to a half, one did not (a fresh AVX2-only EPYC,
+# tests/analysis/test_distribution_cpu.py beside tests/engine/test_methods_cpu.py on two workers, fixture set-up s:
+# 149 and 72 alone; 187 and 107 beside two compilers; 148 and 69 beside one; two SCHED_IDLE busy loops: 179 and 93).
+# The build then takes longer, and has longer: the llama.cpp tests run after the vLLM files, about half the suite.
+# The build never outlives this script: it is waited for at the end (so the machine is set up whatever the tests
+# selected) and stopped with its whole process group if the set-up fails or the tests are stopped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export VENV="${VENV:-.venv}"
@@ -26,7 +30,7 @@ bash jobs/llama_cpp.sh tools || exit
 # Created once the set-up is done: the build's check of the server waits for it.
 SET_UP=$(mktemp -u "${TMPDIR:-/tmp}/specbatch-set-up.XXXXXX")
 # A session of its own, so the build's compilers can be stopped as one group.
-setsid chrt --idle 0 bash -c '
+LLAMA_BUILD_JOBS=1 setsid chrt --idle 0 bash -c '
   bash jobs/llama_cpp.sh compile || exit
   # (Given up if this script is gone without saying.)
   while [[ ! -e "$1" ]]; do kill -0 "$2" 2>/dev/null || exit 1; sleep 1; done
