@@ -13,7 +13,8 @@
 # SCHED_IDLE, two compilers slowed the tests beside them by a quarter to a half, one did not (a fresh AVX2-only EPYC,
 # tests/analysis/test_distribution_cpu.py beside tests/engine/test_methods_cpu.py on two workers, fixture set-up s:
 # 149 and 72 alone; 187 and 107 beside two compilers; 148 and 69 beside one; two SCHED_IDLE busy loops: 179 and 93).
-# The build then takes longer, and has longer: the llama.cpp tests run after the vLLM files, about half the suite.
+# On the whole suite the gain was within noise (docs/performance.md); the build itself took 623 s with one
+# compiler, 672 and 773 s with two. The llama.cpp tests run after the vLLM files, about half the suite.
 # The build never outlives this script: it is waited for at the end (so the machine is set up whatever the tests
 # selected) and stopped with its whole process group if the set-up fails or the tests are stopped.
 set -uo pipefail
