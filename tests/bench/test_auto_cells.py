@@ -79,6 +79,19 @@ def test_a_miss_smaller_than_one_fixed_jobs_own_spread_is_said_to_be_within_the_
     assert cell({"auto": [110], "none": [100], "ngram-k3": [125]}).noise is None
 
 
+def test_a_set_up_run_only_in_the_round_that_chose_it_is_not_the_best_on_its_one_run() -> None:
+    # Auto chose suffix k 5 in one round of two: its one fixed run (135) tops the medians of the set-ups run in both
+    # rounds, by no more than one run's spread (ngram-k3's runs are 120 and 140).
+    c = cell(
+        {"auto": [118, 126], "none": [100, 104], "ngram-k3": [120, 140], "suffix-k5": [135]}, ["suffix-k5", "none"]
+    )
+    assert c.best == "ngram-k3"
+    assert c.choice == pytest.approx(102 / 130) and c.vs_best == pytest.approx(122 / 130)
+    # Chosen in both rounds, its two runs stand beside the others' two.
+    both = cell({"auto": [118, 126], "none": [100, 104], "ngram-k3": [120, 140], "suffix-k5": [135, 137]})
+    assert both.best == "suffix-k5"
+
+
 def test_a_choice_never_run_fixed_leaves_its_two_goals_unjudged() -> None:
     c = cell({"auto": [100, 100], "none": [90, 90], "ngram-k3": [110, 110]}, ["ngram-k3", "ngram-k5"])
     assert c.picks == ["ngram-k3", "ngram-k5"] and c.choice is None and c.cost is None
