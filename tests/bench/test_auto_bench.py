@@ -264,3 +264,41 @@ def test_a_job_measured_before_its_steps_were_kept_reads_them_from_its_run(
     plan = AutoPlan((("helpdesk", 16),), [], 1000, 128, 1)
     read = run_one("auto", ["spec=auto"], WORKLOADS["helpdesk"], plan, root, 16, 1000, history)
     assert read.steps == steps and read.figures.wall_seconds == 10.0
+
+
+def test_a_job_records_how_long_after_boot_it_was_launched_and_older_files_read_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first 40-60 minutes after boot ran slower here: each job keeps its launch's minutes since boot, read at
+    launch (not at its end), and measured.json files written before the field read as unknown."""
+    clock = iter([28.0, 41.6])
+    monkeypatch.setattr(auto_bench, "minutes_since_boot", lambda: next(clock))
+    steps = {"ngram-k2": {"16-31": {"steps": 20.0, "seconds": 6.0}}}
+    summary = argparse.Namespace(
+        rows=1000, output_tokens=36000, generation_seconds=780.0, engine_startup_seconds=6.0, step_buckets=steps
+    )
+
+    class Shard:
+        def read_summary(self) -> argparse.Namespace:
+            return summary
+
+    class Folder:
+        def __init__(self, folder: Path) -> None:
+            pass
+
+        def read_decision(self) -> dict:
+            return {"winner": "ngram-k2"}
+
+    def generate(overrides: list[str], output_root: Path, run_name: str | None = None) -> tuple[Path, Shard, float]:
+        assert next(clock) == 41.6, "read at the job's end, not its launch"
+        return output_root, Shard(), 800.0
+
+    monkeypatch.setattr(auto_bench, "run_generate", generate)
+    monkeypatch.setattr(auto_bench, "RunFolder", Folder)
+    plan = AutoPlan((("helpdesk", 16),), [], 1000, 64, 1)
+    measured = run_one("auto", ["spec=auto"], WORKLOADS["helpdesk"], plan, tmp_path / "auto-rep0", 16, 1000)
+    assert measured.booted_minutes == 28.0
+    assert run_one("auto", ["spec=auto"], WORKLOADS["helpdesk"], plan, tmp_path / "auto-rep0", 16, 1000) == measured
+    old = measured.to_dict()
+    del old["booted_minutes"]
+    assert Measured.from_dict(old).booted_minutes is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -149,3 +150,21 @@ def test_the_cost_of_choosing_is_also_given_at_the_choices_pace() -> None:
     suffix = stepped(measured("suffix-k5", 90), "suffix-k5", {"16-31": (4, 0.8)})
     mixed = Cell("helpdesk", 16, {"auto": [slow, other], "ngram-k3": [k3, k3], "suffix-k5": [suffix]})
     assert mixed.paced_cost == pytest.approx(statistics.median([paced / 10 - 1, (12.5 - 0.8) / (1000 / 90) - 1]))
+
+
+def test_jobs_launched_in_the_machines_first_hour_are_named_under_the_table() -> None:
+    c = cell({"auto": [45.2, 48.6], "none": [48.9, 50.3], "ngram-k2": [51.3, 49.1]}, ["ngram-k2", "ngram-k2"])
+    results = dict(c.results)
+    results["auto"] = [
+        replace(results["auto"][0], booted_minutes=28.0),
+        replace(results["auto"][1], booted_minutes=79),
+    ]
+    results["none"] = [replace(m, booted_minutes=59.5) for m in results["none"]]
+    early = Cell(c.workload, c.batch, results, c.sweep)
+    assert early.early == ["auto run 1 (28 min)", "none run 1 (59 min)", "none run 2 (59 min)"]
+    assert summary_lines([early])[-1] == (
+        "- launched within 60 min of the machine's boot, when these machines run slower, helpdesk at batch 16: "
+        "auto run 1 (28 min), none run 1 (59 min), none run 2 (59 min)"
+    )
+    # Unknown (an older measured.json, or no /proc/uptime): nothing said.
+    assert c.early == [] and not any("machine's boot" in line for line in summary_lines([c]))

@@ -31,9 +31,10 @@ from pathlib import Path
 
 from specbatch.auto.candidates import candidates
 from specbatch.bench import machine_header
-from specbatch.bench.auto_cells import Cell, Measured, batch_name, cell_lines, summary_lines
+from specbatch.bench.auto_cells import SETTLE_MINUTES, Cell, Measured, batch_name, cell_lines, summary_lines
 from specbatch.bench.full_engine import Throughput
 from specbatch.bench.processes import named_run_folders, run_generate
+from specbatch.common.machine import minutes_since_boot
 from specbatch.config import ConfigError
 from specbatch.config.compose import compose_job
 from specbatch.methods import AUTO_DEFAULT_CANDIDATES
@@ -186,11 +187,12 @@ def run_one(
         # Stopped part way: resuming its run would time only the rest, so the whole job is measured again.
         log.info("%s: %s holds a job stopped part way; it is measured again from the start", setup, path)
         shutil.rmtree(path)
+    booted = minutes_since_boot()
     folder, shard, wall = run_generate(job_overrides(workload, spec, plan, batch, rows), history or root, name)
     summary = shard.read_summary()
     decision = RunFolder(folder).read_decision()
     figures = Throughput(summary.rows, summary.output_tokens, summary.generation_seconds, wall)
-    measured = Measured(setup, figures, summary.engine_startup_seconds, decision, summary.step_buckets)
+    measured = Measured(setup, figures, summary.engine_startup_seconds, decision, summary.step_buckets, booted)
     root.mkdir(parents=True, exist_ok=True)
     done.write_text(json.dumps(measured.to_dict(), indent=1) + "\n")
     return measured
@@ -279,6 +281,15 @@ def auto_report(plan: AutoPlan, root: Path, stamp: str) -> tuple[str, Path]:
     the cells it finished. An untimed warm-up job comes first (:func:`warm_up`)."""
     path = root / f"auto-{stamp}.md"
     cells: list[Cell] = []
+    booted = minutes_since_boot()
+    if booted is not None and booted < SETTLE_MINUTES:
+        log.warning(
+            "this machine booted %.0f min ago: on these machines engine steps ran about 14 %% slower in the first "
+            "40-60 min, so the jobs timed before %.0f min are named in the report (a quiet hour's untimed work first, "
+            "e.g. jobs/build_head.py, keeps them out)",
+            booted,
+            SETTLE_MINUTES,
+        )
     warm_up(plan)
     for workload, batch in plan.cells:
         where = root / f"auto-{stamp}" / workload / f"batch-{batch_name(batch)}"

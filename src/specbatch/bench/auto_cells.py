@@ -26,6 +26,11 @@ from specbatch.bench.full_engine import Throughput
 from specbatch.run.step_log import bucket_totals
 
 GOAL_CHOICE, GOAL_COST, GOAL_NONE, GOAL_BEST = 0.97, 0.03, 0.97, 0.95
+# A job launched this soon after the machine booted is named under the table: on a fresh Intel Xeon (avx512_bf16, 2
+# cores) every engine step ran about 14 % slower until some 42 minutes after boot (retrieval at batch 16: prefill
+# 0.96 ms a prompt token and 0.159 s a decode step in auto's first run, 0.80-0.89 ms and 0.100-0.147 s in the seven
+# jobs after it), which no set-up's choice explains and no two rounds average away.
+SETTLE_MINUTES = 60.0
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,8 @@ class Measured:
     decision: dict | None = None
     # The shard summary's engine steps: set-up -> batch-size bucket -> steps, seconds (specbatch.run.step_log).
     steps: dict[str, dict[str, dict[str, float]]] | None = None
+    # Minutes since the machine booted when the job was launched (common.machine.minutes_since_boot; None: unknown).
+    booted_minutes: float | None = None
 
     @property
     def job_rate(self) -> float:
@@ -55,7 +62,14 @@ class Measured:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measured:
         figures = Throughput(**data["figures"])
-        return cls(data["setup"], figures, data["startup_seconds"], data.get("decision"), data.get("steps"))
+        return cls(
+            data["setup"],
+            figures,
+            data["startup_seconds"],
+            data.get("decision"),
+            data.get("steps"),
+            data.get("booted_minutes"),
+        )
 
     @property
     def engine_steps(self) -> int | None:
@@ -180,6 +194,16 @@ class Cell:
         return max(spreads) if spreads else None
 
     @property
+    def early(self) -> list[str]:
+        """The counted jobs launched within SETTLE_MINUTES of the machine's boot, as ``auto run 1 (28 min)``."""
+        return [
+            f"{setup} run {i} ({int(m.booted_minutes)} min)"
+            for setup, runs in self.results.items()
+            for i, m in enumerate(runs, 1)
+            if m.booted_minutes is not None and m.booted_minutes < SETTLE_MINUTES
+        ]
+
+    @property
     def chose(self) -> str:
         """What auto ran, per repeat (its decision's caption, else its winner's label), counted when they differ."""
         picks = Counter(_caption(m.decision) for m in self.results["auto"])
@@ -230,7 +254,19 @@ def summary_lines(cells: list[Cell]) -> list[str]:
         for c in cells
         if (n := c.noise) is not None
     ]
-    return [*lines, "", *([f"- goal missed: {m}" for m in missed] or ["- every goal met in every cell"]), *noise]
+    early = [
+        f"- launched within {SETTLE_MINUTES:.0f} min of the machine's boot, when these machines run slower, "
+        f"{c.workload} at batch {batch_name(c.batch)}: {', '.join(c.early)}"
+        for c in cells
+        if c.early
+    ]
+    return [
+        *lines,
+        "",
+        *([f"- goal missed: {m}" for m in missed] or ["- every goal met in every cell"]),
+        *noise,
+        *early,
+    ]
 
 
 def _misses(cell: Cell) -> list[str]:

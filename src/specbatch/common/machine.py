@@ -156,3 +156,13 @@ def this_machine() -> Machine:
     model, flags = parse_cpuinfo(text)
     gpu_name, gpu_count, capability = _gpus()
     return Machine(model, flags, _cores(), gpu_name, gpu_count, capability, isa_cap(os.environ))
+
+
+def minutes_since_boot() -> float | None:
+    """How long ago this machine booted, in minutes (``/proc/uptime``); None where the kernel does not say. A bench
+    records it beside each job: on these machines the first 40-60 minutes after boot ran slower (engine steps 14 %
+    slower on a fresh Intel Xeon with avx512_bf16; the whole test suite 1.5x on a fresh AVX2-only EPYC)."""
+    try:
+        return float(Path("/proc/uptime").read_text().split()[0]) / 60
+    except (OSError, ValueError, IndexError):
+        return None
