@@ -17,6 +17,11 @@ from specbatch.data.prompts import load_tokenizer, render
 from specbatch.data.rows import SourceRow, load_rows
 from specbatch.run.folder import RunFolder, run_folders_below, shard_folders
 
+# Where a benchmark's child process writes what it would print: this process's standard error (file descriptor 2,
+# so also under pytest's capture). A benchmark prints its report on standard output, which `> report.md` then holds
+# alone; the child jobs' logs (Hydra's console handler writes to standard output) still reach the terminal.
+CHILD_OUTPUT = 2
+
 
 def first_turn_prompts(job: JobConfig) -> tuple[list[SourceRow], list[list[int]]]:
     """The job's rows and the exact token ids of their first prompts, rendered as the job renders them."""
@@ -34,7 +39,7 @@ def run_generate(
     began = time.perf_counter()
     named = [f"run_name={run_name}"] if run_name else []
     command = [sys.executable, str(PROJECT / "jobs/generate.py"), *overrides, *named, f"output_root={output_root}"]
-    subprocess.run(command, cwd=PROJECT, check=True)
+    subprocess.run(command, cwd=PROJECT, check=True, stdout=CHILD_OUTPUT)
     wall = time.perf_counter() - began
     (folder,) = named_run_folders(output_root, run_name) if run_name else run_folders_below(Path(output_root) / "runs")
     (shard,) = shard_folders(folder)
@@ -70,5 +75,9 @@ def run_bare(
         spec["turns"] = turns
     spec_file.write_text(json.dumps(spec))
     began = time.perf_counter()
-    subprocess.run([sys.executable, str(PROJECT / "jobs/bench_bare.py"), str(spec_file), str(out_file)], check=True)
+    subprocess.run(
+        [sys.executable, str(PROJECT / "jobs/bench_bare.py"), str(spec_file), str(out_file)],
+        check=True,
+        stdout=CHILD_OUTPUT,
+    )
     return time.perf_counter() - began, json.loads(out_file.read_text())
