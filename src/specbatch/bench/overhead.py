@@ -3,12 +3,9 @@ wall time minus engine start-up, job ÷ bare."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-from specbatch.bench.processes import PROJECT, first_turn_prompts, run_bare
+from specbatch.bench.processes import first_turn_prompts, run_bare, run_generate
 from specbatch.config import compose_job
 from specbatch.pipeline import run_job
 from specbatch.run.records.output_parts import read_rows
@@ -23,9 +20,7 @@ def measure_overhead(common: list[str], root: Path, stamp: str) -> dict:
     job = compose_job(job_overrides)
     _, prompts = first_turn_prompts(job)
 
-    began = time.perf_counter()
-    subprocess.run([sys.executable, str(PROJECT / "jobs/generate.py"), *job_overrides], cwd=PROJECT, check=True)
-    job_wall = time.perf_counter() - began
+    _, _, job_wall = run_generate(common, root, f"overhead-{stamp}")
     result = run_job(job)  # finds the finished run: its summary and rows, without generating again
     assert not result.generated
     job_tokens = [r["completion_token_ids"] for r in read_rows(result.parquet_files)]
